@@ -1,0 +1,101 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain {
+
+static std::string mib(int64_t b) { return std::to_string(b / (1024 * 1024)) + " MiB (" + std::to_string(b) + " bytes)"; }
+
+CachingAllocator::~CachingAllocator() {
+  for (auto& [size, p] : free_blocks_) std::free(p);
+}
+
+void* CachingAllocator::allocate(size_t bytes) {
+  size_t rounded = round_size(bytes == 0 ? 1 : bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (s_.limit > 0 && s_.allocated + int64_t(rounded) > s_.limit)
+    throw OutOfMemoryError("[allocator] out of memory: request of " + mib(rounded) + " with " + mib(s_.allocated) +
+                           " allocated and a limit of " + mib(s_.limit));
+  void* p = nullptr;
+  size_t block = rounded;
+  // Best fit among cached blocks, but never more than twice the request.
+  auto it = free_blocks_.lower_bound(rounded);
+  if (it != free_blocks_.end() && it->first <= 2 * rounded) {
+    block = it->first;
+    p = it->second;
+    free_blocks_.erase(it);
+  } else {
+    p = std::aligned_alloc(kAlignment, rounded);
+    if (!p) {
+      release_free_blocks();
+      p = std::aligned_alloc(kAlignment, rounded);
+    }
+    if (!p) throw OutOfMemoryError("[allocator] the system refused " + mib(rounded) + " with " + mib(s_.allocated) + " allocated");
+    s_.cached += rounded;
+  }
+  used_[p] = {block, rounded};
+  s_.allocated += rounded;
+  s_.num_allocs++;
+  update_peaks();
+  return p;
+}
+
+void CachingAllocator::free(void* p) {
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = used_.find(p);
+  if (it == used_.end()) return;
+  s_.allocated -= it->second.second;
+  free_blocks_.emplace(it->second.first, p);
+  used_.erase(it);
+  s_.num_frees++;
+  update_peaks();
+}
+
+void CachingAllocator::update_peaks() {
+  s_.inactive = s_.cached - s_.allocated;
+  if (s_.allocated > s_.peak_allocated) s_.peak_allocated = s_.allocated;
+  if (s_.cached > s_.peak_cached) s_.peak_cached = s_.cached;
+  if (s_.inactive > s_.peak_inactive) s_.peak_inactive = s_.inactive;
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s_;
+}
+
+void CachingAllocator::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.peak_allocated = s_.allocated;
+  s_.peak_cached = s_.cached;
+  s_.peak_inactive = s_.inactive;
+}
+
+void CachingAllocator::set_limit(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.limit = bytes;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_free_blocks();
+}
+
+void CachingAllocator::release_free_blocks() {
+  for (auto& [size, p] : free_blocks_) {
+    std::free(p);
+    s_.cached -= size;
+  }
+  free_blocks_.clear();
+  s_.inactive = s_.cached - s_.allocated;
+}
+
+CachingAllocator& CachingAllocator::global() {
+  static CachingAllocator a;
+  return a;
+}
+
+}  // namespace onnxtrain

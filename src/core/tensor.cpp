@@ -1,0 +1,100 @@
+#include "core/tensor.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "core/allocator.h"
+
+namespace onnxtrain {
+
+std::shared_ptr<Storage> Storage::allocate(size_t bytes, CachingAllocator* alloc) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->alloc_ = alloc ? alloc : &CachingAllocator::global();
+  s->data_ = s->alloc_->allocate(bytes);
+  s->bytes_ = bytes;
+  return s;
+}
+
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::function<void()> release) {
+  auto s = std::shared_ptr<Storage>(new Storage());
+  s->data_ = data;
+  s->bytes_ = bytes;
+  s->release_ = std::move(release);
+  return s;
+}
+
+Storage::~Storage() {
+  if (alloc_) alloc_->free(data_);
+  if (release_) release_();
+}
+
+int64_t numel_of(const std::vector<int64_t>& d) {
+  int64_t n = 1;
+  for (auto x : d) n *= x;
+  return n;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string r = "[";
+  for (size_t i = 0; i < d.size(); ++i) r += (i ? ", " : "") + std::to_string(d[i]);
+  return r + "]";
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc)
+    : dtype_(dtype), dims_(std::move(dims)) {
+  storage_ = Storage::allocate(size_t(numel_of(dims_)) * dtype_size(dtype_), alloc);
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<Storage> storage)
+    : dtype_(dtype), dims_(std::move(dims)), storage_(std::move(storage)) {}
+
+Tensor Tensor::zeros(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc) {
+  Tensor t(dtype, std::move(dims), alloc);
+  std::memset(t.raw(), 0, t.nbytes());
+  return t;
+}
+
+int64_t Tensor::numel() const { return numel_of(dims_); }
+
+Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
+  assert(numel_of(dims) == numel());
+  return Tensor(dtype_, std::move(dims), storage_);
+}
+
+Tensor Tensor::clone(CachingAllocator* alloc) const {
+  Tensor t(dtype_, dims_, alloc);
+  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+template <typename F>
+static void for_each_value(const Tensor& t, F f) {
+  int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kInt64: for (int64_t i = 0; i < n; ++i) f(t.data<int64_t>()[i]); break;
+    case DType::kInt32: for (int64_t i = 0; i < n; ++i) f(t.data<int32_t>()[i]); break;
+    case DType::kInt8: for (int64_t i = 0; i < n; ++i) f(t.data<int8_t>()[i]); break;
+    case DType::kUInt8: case DType::kBool: for (int64_t i = 0; i < n; ++i) f(t.data<uint8_t>()[i]); break;
+    case DType::kFloat32: for (int64_t i = 0; i < n; ++i) f(t.data<float>()[i]); break;
+    case DType::kFloat64: for (int64_t i = 0; i < n; ++i) f(t.data<double>()[i]); break;
+    case DType::kFloat16: for (int64_t i = 0; i < n; ++i) f(half_to_float(t.data<Half>()[i])); break;
+    case DType::kBFloat16: for (int64_t i = 0; i < n; ++i) f(bf16_to_float(t.data<BFloat16>()[i])); break;
+    default: break;
+  }
+}
+
+std::vector<int64_t> Tensor::to_int64() const {
+  std::vector<int64_t> r;
+  r.reserve(size_t(numel()));
+  for_each_value(*this, [&](auto v) { r.push_back(int64_t(v)); });
+  return r;
+}
+
+std::vector<double> Tensor::to_double() const {
+  std::vector<double> r;
+  r.reserve(size_t(numel()));
+  for_each_value(*this, [&](auto v) { r.push_back(double(v)); });
+  return r;
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,67 @@
+// A dense, contiguous, row-major tensor over shared storage.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace onnxtrain {
+
+class CachingAllocator;
+
+// Bytes owned by the caching allocator, by the heap, or borrowed from elsewhere
+// (DLPack, a mapped file) with a deleter that releases the owner.
+class Storage {
+ public:
+  static std::shared_ptr<Storage> allocate(size_t bytes, CachingAllocator* alloc);
+  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, std::function<void()> release);
+  ~Storage();
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Storage() = default;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  CachingAllocator* alloc_ = nullptr;
+  std::function<void()> release_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A new tensor from the allocator (the global one when null); uninitialized.
+  Tensor(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc = nullptr);
+  Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<Storage> storage);
+  static Tensor zeros(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc = nullptr);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int64_t rank() const { return int64_t(dims_.size()); }
+  int64_t numel() const;
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  void* raw() const { return storage_ ? storage_->data() : nullptr; }
+  template <typename T>
+  T* data() const { return static_cast<T*>(raw()); }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  // Same storage, other dims (same element count).
+  Tensor reshaped(std::vector<int64_t> dims) const;
+  Tensor clone(CachingAllocator* alloc = nullptr) const;
+  // Elements as int64 (for shape-like integer tensors) or double.
+  std::vector<int64_t> to_int64() const;
+  std::vector<double> to_double() const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  std::vector<int64_t> dims_;
+  std::shared_ptr<Storage> storage_;
+};
+
+std::string dims_str(const std::vector<int64_t>& d);
+int64_t numel_of(const std::vector<int64_t>& d);
+
+}  // namespace onnxtrain

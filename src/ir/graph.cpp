@@ -1,0 +1,98 @@
+#include "ir/graph.h"
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::ir {
+
+const char* attribute_kind_name(const Attribute& a) {
+  static const char* names[] = {"int", "float", "string", "ints", "floats", "strings", "tensor"};
+  return names[a.index()];
+}
+
+std::string Value::type_str() const {
+  return dtype_name(dtype) + (has_shape ? shape_str(shape) : std::string("[?]"));
+}
+
+std::string Node::where() const { return "node '" + name + "' (" + op_type + ")"; }
+
+template <typename T>
+static const T* get_attr(const Node& n, const std::string& key, const char* want) {
+  auto it = n.attrs.find(key);
+  if (it == n.attrs.end()) return nullptr;
+  const T* v = std::get_if<T>(&it->second);
+  if (!v)
+    throw ModelError(n.where() + ": attribute '" + key + "' is " + attribute_kind_name(it->second) + ", expected " +
+                     want);
+  return v;
+}
+
+int64_t Node::attr_int(const std::string& key, int64_t dflt) const {
+  auto v = get_attr<int64_t>(*this, key, "int");
+  return v ? *v : dflt;
+}
+int64_t Node::attr_int(const std::string& key) const {
+  auto v = get_attr<int64_t>(*this, key, "int");
+  if (!v) throw ModelError(where() + ": required attribute '" + key + "' is missing");
+  return *v;
+}
+float Node::attr_float(const std::string& key, float dflt) const {
+  auto v = get_attr<float>(*this, key, "float");
+  return v ? *v : dflt;
+}
+std::string Node::attr_string(const std::string& key, const std::string& dflt) const {
+  auto v = get_attr<std::string>(*this, key, "string");
+  return v ? *v : dflt;
+}
+std::vector<int64_t> Node::attr_ints(const std::string& key, std::vector<int64_t> dflt) const {
+  auto v = get_attr<std::vector<int64_t>>(*this, key, "ints");
+  return v ? *v : dflt;
+}
+std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> dflt) const {
+  auto v = get_attr<std::vector<float>>(*this, key, "floats");
+  return v ? *v : dflt;
+}
+const Tensor* Node::attr_tensor(const std::string& key) const { return get_attr<Tensor>(*this, key, "tensor"); }
+
+Value* Graph::add_value(const std::string& name) {
+  values_.push_back(std::make_unique<Value>());
+  Value* v = values_.back().get();
+  v->name = name.empty() ? unique_name("v") : name;
+  by_name_[v->name] = v;
+  return v;
+}
+
+Value* Graph::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Node* Graph::add_node(const std::string& op_type, const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,
+                      Attributes attrs, const std::string& name) {
+  nodes_.push_back(std::make_unique<Node>());
+  Node* n = nodes_.back().get();
+  n->op_type = op_type;
+  n->name = name.empty() ? unique_name(op_type) : name;
+  n->inputs = inputs;
+  n->outputs = outputs;
+  n->attrs = std::move(attrs);
+  for (Value* v : inputs)
+    if (v) v->consumers.push_back(n);
+  for (Value* v : outputs)
+    if (v) v->producer = n;
+  return n;
+}
+
+std::string Graph::unique_name(const std::string& base) {
+  std::string n;
+  do n = base + "_" + std::to_string(counter_++);
+  while (by_name_.count(n));
+  return n;
+}
+
+Dim Graph::fresh_dim(const std::string& hint) {
+  std::string n = hint + "__" + std::to_string(invented_.size());  // the index keeps it unique
+  invented_.push_back(n);
+  return Dim::symbol(n);
+}
+
+}  // namespace onnxtrain::ir

@@ -1,0 +1,93 @@
+// The graph: values (typed, symbolically shaped), nodes (ops with typed
+// attributes) and the graph's inputs, outputs and initializers.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dim.h"
+#include "core/tensor.h"
+#include "ir/attribute.h"
+
+namespace onnxtrain::ops {
+class Op;
+}
+
+namespace onnxtrain::ir {
+
+struct Node;
+
+struct Value {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  bool has_shape = false;
+  Node* producer = nullptr;
+  std::vector<Node*> consumers;
+  std::optional<Tensor> initializer;       // constant data (initializer or folded constant)
+  std::optional<std::vector<Dim>> sym_value;  // elements of a small integer tensor, symbolically
+  std::string type_str() const;           // "float32[batch, 4]"
+};
+
+struct Node {
+  std::string name;
+  std::string op_type;
+  std::string domain;  // "" for the default ONNX domain
+  int64_t opset = 0;   // the opset of its domain in the model
+  std::vector<Value*> inputs;   // nullptr for an omitted optional input
+  std::vector<Value*> outputs;  // nullptr for an omitted optional output
+  Attributes attrs;
+  std::shared_ptr<const ops::Op> op;  // bound at import: typed attributes, shape function, kernel
+
+  // "node 'name' (OpType)": the prefix of every message about this node.
+  std::string where() const;
+  Value* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
+  bool has_attr(const std::string& key) const { return attrs.count(key) != 0; }
+  // Typed attribute reads; a wrong kind is a ModelError naming the node.
+  int64_t attr_int(const std::string& key, int64_t dflt) const;
+  int64_t attr_int(const std::string& key) const;
+  float attr_float(const std::string& key, float dflt) const;
+  std::string attr_string(const std::string& key, const std::string& dflt) const;
+  std::vector<int64_t> attr_ints(const std::string& key, std::vector<int64_t> dflt = {}) const;
+  std::vector<float> attr_floats(const std::string& key, std::vector<float> dflt = {}) const;
+  const Tensor* attr_tensor(const std::string& key) const;
+};
+
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Value* add_value(const std::string& name);
+  Value* find(const std::string& name) const;
+  Node* add_node(const std::string& op_type, const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,
+                 Attributes attrs = {}, const std::string& name = "");
+  std::string unique_name(const std::string& base);
+
+  std::vector<std::unique_ptr<Node>>& nodes() { return nodes_; }
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  std::vector<Value*> inputs;   // graph inputs that are not initializers
+  std::vector<Value*> outputs;
+  std::vector<Value*> initializers;
+  std::map<std::string, int64_t> opsets;  // domain -> version
+  std::string name;
+  int64_t ir_version = 8;
+  std::string producer_name;
+
+  // Fresh symbols for dims nobody named ("unk__0", ...).
+  Dim fresh_dim(const std::string& hint = "unk");
+  // Symbols that inference had to invent for unknown dims, in order.
+  const std::vector<std::string>& invented_symbols() const { return invented_; }
+
+ private:
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::map<std::string, Value*> by_name_;
+  std::vector<std::string> invented_;
+  int64_t counter_ = 0;
+};
+
+}  // namespace onnxtrain::ir

@@ -1,0 +1,28 @@
+#include "kernels/cpu/broadcast.h"
+
+namespace onnxtrain::kernels {
+
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  int64_t stride = 1;
+  int64_t off = int64_t(out.size()) - int64_t(in.size());
+  for (int64_t d = int64_t(in.size()) - 1; d >= 0; --d) {
+    st[size_t(d + off)] = in[size_t(d)] == 1 ? 0 : stride;
+    stride *= in[size_t(d)];
+  }
+  return st;
+}
+
+bool broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* out) {
+  size_t r = std::max(a.size(), b.size());
+  out->assign(r, 1);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t x = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t y = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (x != y && x != 1 && y != 1) return false;
+    (*out)[i] = x == 1 ? y : x;
+  }
+  return true;
+}
+
+}  // namespace onnxtrain::kernels

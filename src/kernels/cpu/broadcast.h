@@ -1,0 +1,107 @@
+// The generic elementwise loop: N inputs broadcast (ONNX/NumPy rules) to one
+// output. Contiguous and scalar cases run as flat, vectorizable loops; the
+// general case walks rows of the innermost dim with per-input strides.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace onnxtrain::kernels {
+
+// Strides of an input of dims `in` when read at the coordinates of `out` (0 where broadcast).
+std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t>& out);
+// The broadcast result of two concrete shapes; false when incompatible.
+bool broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* out);
+
+template <std::size_t N, typename In, typename Out, typename F>
+void broadcast_apply(Out* out, const std::vector<int64_t>& out_dims, std::array<const In*, N> in,
+                     std::array<const std::vector<int64_t>*, N> in_dims, F f) {
+  int64_t n = 1;
+  for (auto d : out_dims) n *= d;
+  if (n == 0) return;
+  bool flat = true;
+  for (std::size_t k = 0; k < N; ++k) {
+    int64_t m = 1;
+    for (auto d : *in_dims[k]) m *= d;
+    flat = flat && m == n;
+  }
+  if (flat) {
+    parallel_for(n, 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        if constexpr (N == 1) out[i] = f(in[0][i]);
+        else if constexpr (N == 2) out[i] = f(in[0][i], in[1][i]);
+        else out[i] = f(in[0][i], in[1][i], in[2][i]);
+      }
+    });
+    return;
+  }
+  const int64_t rank = int64_t(out_dims.size());
+  std::array<std::vector<int64_t>, N> st;
+  for (std::size_t k = 0; k < N; ++k) st[k] = broadcast_strides(*in_dims[k], out_dims);
+  const int64_t inner = out_dims[rank - 1];
+  const int64_t rows = n / inner;
+  parallel_for(rows, inner * 2, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      std::array<int64_t, N> off{};
+      int64_t rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        int64_t c = rem % out_dims[d];
+        rem /= out_dims[d];
+        for (std::size_t k = 0; k < N; ++k) off[k] += c * st[k][d];
+      }
+      Out* o = out + r * inner;
+      std::array<int64_t, N> s;
+      for (std::size_t k = 0; k < N; ++k) s[k] = st[k][rank - 1];
+      if constexpr (N == 2) {
+        const In* a = in[0] + off[0];
+        const In* b = in[1] + off[1];
+        if (s[0] == 1 && s[1] == 1)
+          for (int64_t j = 0; j < inner; ++j) o[j] = f(a[j], b[j]);
+        else if (s[0] == 1)
+          for (int64_t j = 0; j < inner; ++j) o[j] = f(a[j], b[0]);
+        else if (s[1] == 1)
+          for (int64_t j = 0; j < inner; ++j) o[j] = f(a[0], b[j]);
+        else
+          for (int64_t j = 0; j < inner; ++j) o[j] = f(a[0], b[0]);
+      } else {
+        for (int64_t j = 0; j < inner; ++j) {
+          if constexpr (N == 1) o[j] = f(in[0][off[0] + j * s[0]]);
+          else o[j] = f(in[0][off[0] + j * s[0]], in[1][off[1] + j * s[1]], in[2][off[2] + j * s[2]]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace onnxtrain::kernels
+
+namespace onnxtrain::kernels {
+
+// The slow general walk for inputs of different element types: fn(i, off)
+// gets the output index and each input's element offset.
+template <std::size_t N, typename F>
+void broadcast_walk(const std::vector<int64_t>& out_dims, std::array<const std::vector<int64_t>*, N> in_dims, F fn) {
+  int64_t n = 1;
+  for (auto d : out_dims) n *= d;
+  if (n == 0) return;
+  const int64_t rank = int64_t(out_dims.size());
+  std::array<std::vector<int64_t>, N> st;
+  for (std::size_t k = 0; k < N; ++k) st[k] = broadcast_strides(*in_dims[k], out_dims);
+  parallel_for(n, 8, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      std::array<int64_t, N> off{};
+      int64_t rem = i;
+      for (int64_t d = rank - 1; d >= 0; --d) {
+        int64_t c = rem % out_dims[d];
+        rem /= out_dims[d];
+        for (std::size_t k = 0; k < N; ++k) off[k] += c * st[k][d];
+      }
+      fn(i, off);
+    }
+  });
+}
+
+}  // namespace onnxtrain::kernels

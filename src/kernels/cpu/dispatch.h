@@ -1,0 +1,67 @@
+// Dtype dispatch: calls fn with a value of the C++ type for a DType.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "core/dtype.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::kernels {
+
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Which dtypes a kernel accepts.
+enum TypeSet { kFloats = 1, kInts = 2, kBool = 4, kNumeric = kFloats | kInts, kAll = kNumeric | kBool };
+
+template <int Set, typename F>
+void dispatch(DType t, const std::string& where, F&& fn) {
+  if constexpr ((Set & kFloats) != 0) {
+    if (t == DType::kFloat32) return fn(Tag<float>{});
+    if (t == DType::kFloat64) return fn(Tag<double>{});
+  }
+  if constexpr ((Set & kInts) != 0) {
+    if (t == DType::kInt64) return fn(Tag<int64_t>{});
+    if (t == DType::kInt32) return fn(Tag<int32_t>{});
+    if (t == DType::kInt8) return fn(Tag<int8_t>{});
+    if (t == DType::kUInt8) return fn(Tag<uint8_t>{});
+  }
+  if constexpr ((Set & kBool) != 0)
+    if (t == DType::kBool) return fn(Tag<bool>{});
+  throw UnsupportedError(where + ": dtype " + dtype_name(t) + " is not supported by this kernel");
+}
+
+// Conversions through double for every held type, float16 and bfloat16 included.
+template <typename T>
+inline double to_double(T v) {
+  if constexpr (std::is_same_v<T, Half>) return half_to_float(v);
+  else if constexpr (std::is_same_v<T, BFloat16>) return bf16_to_float(v);
+  else return double(v);
+}
+template <typename T>
+inline T from_double(double v) {
+  if constexpr (std::is_same_v<T, Half>) return float_to_half(float(v));
+  else if constexpr (std::is_same_v<T, BFloat16>) return float_to_bf16(float(v));
+  else if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return T(v);
+}
+
+}  // namespace onnxtrain::kernels
+
+namespace onnxtrain::kernels {
+
+// For ops that only move elements: dispatch on the element size alone.
+template <typename F>
+void dispatch_bytes(DType t, F&& fn) {
+  switch (dtype_size(t)) {
+    case 1: return fn(Tag<uint8_t>{});
+    case 2: return fn(Tag<uint16_t>{});
+    case 4: return fn(Tag<uint32_t>{});
+    default: return fn(Tag<uint64_t>{});
+  }
+}
+
+}  // namespace onnxtrain::kernels

@@ -1,0 +1,48 @@
+// Copies a strided view into a contiguous buffer: the one loop behind
+// Transpose, Slice, Expand and friends.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace onnxtrain::kernels {
+
+// dst (contiguous, dims) <- src at element strides `st` (may be 0 or negative).
+template <typename T>
+void strided_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const std::vector<int64_t>& st) {
+  int64_t n = 1;
+  for (auto d : dims) n *= d;
+  if (n == 0) return;
+  if (dims.empty()) {
+    dst[0] = src[0];
+    return;
+  }
+  const int64_t rank = int64_t(dims.size());
+  const int64_t inner = dims[size_t(rank - 1)], s_in = st[size_t(rank - 1)];
+  const int64_t rows = n / inner;
+  parallel_for(rows, inner, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      int64_t off = 0, rem = r;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        off += (rem % dims[size_t(d)]) * st[size_t(d)];
+        rem /= dims[size_t(d)];
+      }
+      T* o = dst + r * inner;
+      const T* s = src + off;
+      if (s_in == 1) std::memcpy(o, s, size_t(inner) * sizeof(T));
+      else
+        for (int64_t j = 0; j < inner; ++j) o[j] = s[j * s_in];
+    }
+  });
+}
+
+// Row-major element strides of dims.
+inline std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> st(dims.size(), 1);
+  for (int64_t i = int64_t(dims.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i + 1)] * dims[size_t(i + 1)];
+  return st;
+}
+
+}  // namespace onnxtrain::kernels

@@ -1,0 +1,131 @@
+#include "memory/allocation_plan.h"
+
+#include <climits>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "ops/op.h"
+
+namespace onnxtrain::memory {
+
+static Dim bytes_of(const ir::Value* v) { return shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))); }
+
+AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace) {
+  AllocationPlan p;
+  p.steps_.resize(order.size());
+  p.allocs_.resize(order.size());
+  std::map<const ir::Value*, int> last_use;
+  for (size_t s = 0; s < order.size(); ++s)
+    for (const ir::Value* v : order[s]->inputs)
+      if (v) last_use[v] = int(s);
+  for (const ir::Value* v : g.outputs) last_use[v] = INT_MAX;
+
+  for (const ir::Value* v : g.inputs) p.values_[v] = ValuePlan{AllocKind::kExternal, nullptr, v, INT_MAX, Dim(0)};
+  for (const ir::Value* v : g.initializers) p.values_[v] = ValuePlan{AllocKind::kExternal, nullptr, v, INT_MAX, Dim(0)};
+
+  std::map<const ir::Value*, int> root_death;  // root -> step after which its buffer is free
+  for (size_t s = 0; s < order.size(); ++s) {
+    const ir::Node* n = order[s];
+    p.steps_[s].node = n;
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      const ir::Value* out = n->outputs[i];
+      if (!out) continue;
+      ValuePlan vp;
+      auto lu = last_use.find(out);
+      vp.last_use = lu == last_use.end() ? int(s) : lu->second;
+      const ir::Value* src = nullptr;
+      if (i == 0 && n->op && n->op->is_view() && n->inputs[0]) {
+        vp.kind = AllocKind::kView;
+        src = n->inputs[0];
+      } else if (i == 0 && allow_inplace && n->op && n->op->inplace_input() >= 0) {
+        const ir::Value* cand = n->input(size_t(n->op->inplace_input()));
+        if (cand && p.values_.count(cand)) {
+          const ValuePlan& cp = p.values_.at(cand);
+          const ir::Value* root = cp.root;
+          bool owned = p.values_.at(root).kind == AllocKind::kAllocate;
+          bool dies_here = root_death.count(root) && root_death[root] == int(s);
+          bool same_size = bytes_of(cand) == bytes_of(out) && bytes_of(root) == bytes_of(out);
+          if (owned && dies_here && same_size) {
+            vp.kind = AllocKind::kInPlace;
+            src = cand;
+          }
+        }
+      }
+      if (src) {
+        vp.source = src;
+        vp.root = p.values_.at(src).root;
+        root_death[vp.root] = std::max(root_death[vp.root], vp.last_use);
+      } else {
+        vp.kind = AllocKind::kAllocate;
+        vp.root = out;
+        vp.bytes = bytes_of(out);
+        root_death[out] = vp.last_use;
+        p.allocs_[s].push_back(out);
+      }
+      p.values_[out] = vp;
+    }
+    // Values read for the last time here, and outputs nobody reads, are released.
+    for (const ir::Value* v : n->inputs)
+      if (v && last_use[v] == int(s) && p.values_.at(v).kind != AllocKind::kExternal) {
+        auto& rel = p.steps_[s].release;
+        if (std::find(rel.begin(), rel.end(), v) == rel.end()) rel.push_back(v);
+      }
+    for (const ir::Value* v : n->outputs)
+      if (v && p.values_.at(v).last_use == int(s)) p.steps_[s].release.push_back(v);
+  }
+  for (auto& [root, death] : root_death)
+    if (death != INT_MAX && p.values_.at(root).kind == AllocKind::kAllocate) p.steps_[size_t(death)].frees.push_back(root);
+  return p;
+}
+
+std::optional<std::vector<int64_t>> AllocationPlan::live_bytes(const Bindings& dims) const {
+  std::vector<int64_t> r;
+  int64_t live = 0;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    for (const ir::Value* v : allocs_[s]) {
+      auto b = values_.at(v).bytes.eval(dims);
+      if (!b) return std::nullopt;
+      live += int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
+    }
+    r.push_back(live);  // the peak within a step: outputs allocated, inputs not yet freed
+    for (const ir::Value* v : steps_[s].frees) {
+      auto b = values_.at(v).bytes.eval(dims);
+      live -= int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
+    }
+  }
+  return r;
+}
+
+std::optional<int64_t> AllocationPlan::predicted_peak(const Bindings& dims) const {
+  auto live = live_bytes(dims);
+  if (!live) return std::nullopt;
+  int64_t peak = 0;
+  for (auto b : *live) peak = std::max(peak, b);
+  return peak;
+}
+
+std::string AllocationPlan::str() const {
+  std::ostringstream os;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const ir::Node* n = steps_[s].node;
+    os << s << ": " << n->op_type << " '" << n->name << "'";
+    for (const ir::Value* v : n->outputs) {
+      if (!v) continue;
+      const ValuePlan& vp = values_.at(v);
+      switch (vp.kind) {
+        case AllocKind::kAllocate: os << " | alloc " << v->name << " " << vp.bytes.str() << "B"; break;
+        case AllocKind::kInPlace: os << " | " << v->name << " in place of " << vp.source->name; break;
+        case AllocKind::kView: os << " | " << v->name << " views " << vp.source->name; break;
+        case AllocKind::kExternal: break;
+      }
+    }
+    if (!steps_[s].frees.empty()) {
+      os << " | free";
+      for (const ir::Value* v : steps_[s].frees) os << " " << v->name;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace onnxtrain::memory

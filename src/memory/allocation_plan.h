@@ -1,0 +1,59 @@
+// The allocation plan: for an execution order, how each value gets its memory
+// (external, a new buffer, the buffer of a dying input, or a view of an input)
+// and after which step each buffer is released. The executor only reads it;
+// sizes stay symbolic and are evaluated for the dims of each call.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dim.h"
+#include "ir/graph.h"
+
+namespace onnxtrain::memory {
+
+enum class AllocKind {
+  kExternal,  // graph input or initializer: memory the caller or the model owns
+  kAllocate,  // a new buffer from the caching allocator
+  kInPlace,   // written into the buffer of an input whose last reader is this node
+  kView,      // the same data as an input, reshaped
+};
+
+struct ValuePlan {
+  AllocKind kind = AllocKind::kAllocate;
+  const ir::Value* source = nullptr;  // kInPlace/kView: the input whose buffer it uses
+  const ir::Value* root = nullptr;    // the value that allocated the buffer
+  int last_use = -1;                  // step of its last reader; INT32_MAX for graph outputs
+  Dim bytes;                          // kAllocate: the buffer's size (unrounded)
+};
+
+struct StepPlan {
+  const ir::Node* node = nullptr;
+  std::vector<const ir::Value*> release;  // values whose reference is dropped after this step
+  std::vector<const ir::Value*> frees;    // buffers (roots) that die after this step
+};
+
+class AllocationPlan {
+ public:
+  // Plans `order` (nodes of g, topologically sorted); in-place reuse can be switched off.
+  static AllocationPlan build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace = true);
+
+  const std::vector<StepPlan>& steps() const { return steps_; }
+  const ValuePlan& value(const ir::Value* v) const { return values_.at(v); }
+  bool has(const ir::Value* v) const { return values_.count(v) != 0; }
+  // Peak bytes of the caching allocator for one run with these dims (rounded as it
+  // rounds); nullopt when some size depends on data.
+  std::optional<int64_t> predicted_peak(const Bindings& dims) const;
+  // Bytes live after each step (same rounding).
+  std::optional<std::vector<int64_t>> live_bytes(const Bindings& dims) const;
+  // One line per step: the node, what it allocates or reuses, what it frees.
+  std::string str() const;
+
+ private:
+  std::vector<StepPlan> steps_;
+  std::map<const ir::Value*, ValuePlan> values_;
+  std::vector<std::vector<const ir::Value*>> allocs_;  // per step: roots allocated there
+};
+
+}  // namespace onnxtrain::memory

@@ -1,0 +1,83 @@
+#include "ops/bind.h"
+
+#include <set>
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::ops {
+
+static std::string op_label(const ir::Node& n) {
+  return (n.domain.empty() ? std::string("ai.onnx") : n.domain) + "." + n.op_type + " (opset " + std::to_string(n.opset) + ")";
+}
+
+void bind_graph(ir::Graph& g) {
+  for (auto& n : g.nodes()) {
+    if (n->op) continue;
+    const OpDef* def = find_op(n->domain, n->op_type);
+    if (!def)
+      throw UnsupportedError(n->where() + ": op " + op_label(*n) + " is not supported by onnxtrain");
+    n->op = def->make(*n);
+  }
+}
+
+std::vector<std::string> unsupported_ops(const ir::Graph& g) {
+  std::set<std::string> r;
+  for (auto& n : g.nodes())
+    if (!find_op(n->domain, n->op_type)) r.insert(op_label(*n));
+  return {r.begin(), r.end()};
+}
+
+static InputInfo info_of(const ir::Value* v) {
+  InputInfo in;
+  if (!v) return in;
+  in.present = true;
+  in.dtype = v->dtype;
+  in.shape = v->shape;
+  if (v->initializer) in.tensor = &*v->initializer;
+  in.value = v->sym_value;
+  return in;
+}
+
+void infer_shapes(ir::Graph& g) {
+  for (ir::Value* v : g.initializers) {
+    if ((v->dtype == DType::kInt64 || v->dtype == DType::kInt32) && v->initializer->numel() <= 4096) {
+      auto iv = v->initializer->to_int64();
+      v->sym_value = std::vector<Dim>(iv.begin(), iv.end());
+    }
+  }
+  for (auto& n : g.nodes()) {
+    std::vector<InputInfo> ins;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const ir::Value* v = n->inputs[i];
+      if (v && (!v->has_shape || v->dtype == DType::kUndefined))
+        throw ShapeError(n->where() + ": input " + std::to_string(i) + " ('" + v->name + "') has no known type or shape");
+      ins.push_back(info_of(v));
+    }
+    InferCtx ctx(*n, std::move(ins), &g);
+    n->op->infer(ctx);
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      ir::Value* v = n->outputs[i];
+      if (!v) continue;
+      auto& o = ctx.outputs()[i];
+      if (o.dtype == DType::kUndefined) throw ShapeError(n->where() + ": output " + std::to_string(i) + " was not inferred");
+      v->dtype = o.dtype;
+      v->shape = o.shape;
+      v->has_shape = true;
+      v->sym_value = o.value;
+    }
+  }
+}
+
+std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors) {
+  std::vector<InputInfo> r(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i]) continue;
+    r[i].present = true;
+    r[i].dtype = tensors[i]->dtype();
+    r[i].shape = const_shape(tensors[i]->dims());
+    r[i].tensor = tensors[i];
+  }
+  return r;
+}
+
+}  // namespace onnxtrain::ops

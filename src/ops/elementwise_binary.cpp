@@ -1,0 +1,296 @@
+// Elementwise ops of two inputs with broadcasting: arithmetic, logic and
+// comparisons. Integer arithmetic on small shape tensors is also propagated
+// symbolically so that shape computations stay exact.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/dispatch.h"
+#include "ops/op.h"
+#include "ops/shape_util.h"
+
+namespace onnxtrain::ops {
+namespace {
+
+using kernels::dispatch;
+
+// Symbolic elements of a binary op on two small integer tensors (or nullopt).
+template <typename G>
+std::optional<std::vector<Dim>> fold_values(InferCtx& ctx, G g) {
+  const auto* a = ctx.value(0);
+  const auto* b = ctx.value(1);
+  if (!a || !b || ctx.rank(0) > 1 || ctx.rank(1) > 1) return std::nullopt;
+  if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return std::nullopt;
+  std::vector<Dim> r(std::max(a->size(), b->size()));
+  for (size_t i = 0; i < r.size(); ++i) {
+    auto v = g((*a)[a->size() == 1 ? 0 : i], (*b)[b->size() == 1 ? 0 : i]);
+    if (!v) return std::nullopt;
+    r[i] = *v;
+  }
+  return r;
+}
+
+template <typename F, int Types>
+class BinaryOp : public Op {
+ public:
+  explicit BinaryOp(const ir::Node& n) : f_(n) {}
+  void infer(InferCtx& ctx) const override {
+    if (ctx.dtype(0) != ctx.dtype(1))
+      ctx.fail("input dtypes differ: " + dtype_name(ctx.dtype(0)) + " and " + dtype_name(ctx.dtype(1)));
+    infer_broadcast(ctx, ctx.dtype(0));
+    if (ctx.dtype(0) == DType::kInt64 || ctx.dtype(0) == DType::kInt32)
+      ctx.outputs()[0].value = fold_values(ctx, [&](const Dim& a, const Dim& b) { return F::fold(a, b); });
+  }
+  void compute(ComputeCtx& c) const override {
+    dispatch<Types>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kernels::broadcast_apply<2, T>(c.out(0).data<T>(), c.out(0).dims(), {c.in(0).data<T>(), c.in(1).data<T>()},
+                                  {&c.in(0).dims(), &c.in(1).dims()}, [this](T a, T b) { return T(f_(a, b)); });
+    });
+  }
+  int inplace_input() const override { return 0; }
+
+ private:
+  F f_;
+};
+
+struct NoFold {
+  static std::optional<Dim> fold(const Dim&, const Dim&) { return std::nullopt; }
+};
+
+struct AddFn {
+  explicit AddFn(const ir::Node&) {}
+  template <typename T>
+  T operator()(T a, T b) const { return a + b; }
+  static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a + b; }
+};
+struct SubFn {
+  explicit SubFn(const ir::Node&) {}
+  template <typename T>
+  T operator()(T a, T b) const { return a - b; }
+  static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a - b; }
+};
+struct MulFn {
+  explicit MulFn(const ir::Node&) {}
+  template <typename T>
+  T operator()(T a, T b) const { return a * b; }
+  static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a * b; }
+};
+struct DivFn {
+  explicit DivFn(const ir::Node&) {}
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a / b);  // no trap on a zero divisor
+    else return a / b;
+  }
+  static std::optional<Dim> fold(const Dim& a, const Dim& b) {
+    if (b.is_const() && b.value() > 0 && (!a.is_const() || a.value() >= 0)) return Dim::floor_div(a, b);
+    return std::nullopt;
+  }
+};
+struct ModFn : NoFold {
+  explicit ModFn(const ir::Node& n) : fmod(n.attr_int("fmod", 0)) {}
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      T r = std::fmod(a, b);
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    } else {
+      if (b == 0) return T(0);
+      T r = T(a % b);
+      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
+      return r;
+    }
+  }
+  bool fmod;
+};
+struct PReluFn : NoFold {
+  explicit PReluFn(const ir::Node&) {}
+  template <typename T>
+  T operator()(T x, T slope) const { return x < T(0) ? T(slope * x) : x; }
+};
+struct AndFn : NoFold {
+  explicit AndFn(const ir::Node&) {}
+  bool operator()(bool a, bool b) const { return a && b; }
+};
+struct OrFn : NoFold {
+  explicit OrFn(const ir::Node&) {}
+  bool operator()(bool a, bool b) const { return a || b; }
+};
+struct XorFn : NoFold {
+  explicit XorFn(const ir::Node&) {}
+  bool operator()(bool a, bool b) const { return a != b; }
+};
+constexpr int kN = kernels::kNumeric;
+using AddOp = BinaryOp<AddFn, kN>;
+using SubOp = BinaryOp<SubFn, kN>;
+using MulOp = BinaryOp<MulFn, kN>;
+using DivOp = BinaryOp<DivFn, kN>;
+using ModOp = BinaryOp<ModFn, kN>;
+using PReluOp = BinaryOp<PReluFn, kN>;
+using AndOp = BinaryOp<AndFn, kernels::kBool>;
+using OrOp = BinaryOp<OrFn, kernels::kBool>;
+using XorOp = BinaryOp<XorFn, kernels::kBool>;
+OT_REGISTER_OP("Add", AddOp);
+OT_REGISTER_OP("Sub", SubOp);
+OT_REGISTER_OP("Mul", MulOp);
+OT_REGISTER_OP("Div", DivOp);
+OT_REGISTER_OP("Mod", ModOp);
+OT_REGISTER_OP("PRelu", PReluOp);
+OT_REGISTER_OP("And", AndOp);
+OT_REGISTER_OP("Or", OrOp);
+OT_REGISTER_OP("Xor", XorOp);
+
+// Comparisons: any input dtype, bool output.
+template <typename F>
+class CompareOp : public Op {
+ public:
+  explicit CompareOp(const ir::Node&) {}
+  void infer(InferCtx& ctx) const override {
+    if (ctx.dtype(0) != ctx.dtype(1))
+      ctx.fail("input dtypes differ: " + dtype_name(ctx.dtype(0)) + " and " + dtype_name(ctx.dtype(1)));
+    infer_broadcast(ctx, DType::kBool);
+  }
+  void compute(ComputeCtx& c) const override {
+    dispatch<kernels::kAll>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kernels::broadcast_apply<2, T>(c.out(0).data<bool>(), c.out(0).dims(), {c.in(0).data<T>(), c.in(1).data<T>()},
+                                  {&c.in(0).dims(), &c.in(1).dims()}, [](T a, T b) { return F()(a, b); });
+    });
+  }
+};
+using EqualOp = CompareOp<std::equal_to<>>;
+using LessOp = CompareOp<std::less<>>;
+using LessOrEqualOp = CompareOp<std::less_equal<>>;
+using GreaterOp = CompareOp<std::greater<>>;
+using GreaterOrEqualOp = CompareOp<std::greater_equal<>>;
+OT_REGISTER_OP("Equal", EqualOp);
+OT_REGISTER_OP("Less", LessOp);
+OT_REGISTER_OP("LessOrEqual", LessOrEqualOp);
+OT_REGISTER_OP("Greater", GreaterOp);
+OT_REGISTER_OP("GreaterOrEqual", GreaterOrEqualOp);
+
+// Pow: the exponent may have another dtype than the base; the result has the base's.
+class PowOp : public Op {
+ public:
+  explicit PowOp(const ir::Node&) {}
+  void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &y = c.in(1);
+    dispatch<kN>(x.dtype(), c.node.where(), [&](auto tx) {
+      using T = typename decltype(tx)::type;
+      if (y.dtype() == x.dtype()) {
+        kernels::broadcast_apply<2, T>(c.out(0).data<T>(), c.out(0).dims(), {x.data<T>(), y.data<T>()},
+                                    {&x.dims(), &y.dims()}, [](T a, T b) {
+                                      if constexpr (std::is_floating_point_v<T>) {
+                                        if (b == T(2)) return T(a * a);
+                                        return T(std::pow(a, b));
+                                      } else {
+                                        return T(std::pow(double(a), double(b)));
+                                      }
+                                    });
+        return;
+      }
+      dispatch<kN>(y.dtype(), c.node.where(), [&](auto ty) {
+        using U = typename decltype(ty)::type;
+        const T* a = x.data<T>();
+        const U* b = y.data<U>();
+        T* o = c.out(0).data<T>();
+        kernels::broadcast_walk<2>(c.out(0).dims(), {&x.dims(), &y.dims()}, [&](int64_t i, auto off) {
+          o[i] = T(std::pow(double(a[off[0]]), double(b[off[1]])));
+        });
+      });
+    });
+  }
+};
+OT_REGISTER_OP("Pow", PowOp);
+
+// Max, Min, Sum, Mean: any number of inputs, folded pairwise into the output.
+class VariadicOp : public Op {
+ public:
+  explicit VariadicOp(const ir::Node& n) : kind_(n.op_type) {}
+  void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
+  void compute(ComputeCtx& c) const override {
+    Tensor& out = c.out(0);
+    dispatch<kN>(out.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* o = out.data<T>();
+      const auto& od = out.dims();
+      // Output starts as input 0 broadcast; each further input is folded in place.
+      kernels::broadcast_apply<1, T>(o, od, {c.in(0).data<T>()}, {&c.in(0).dims()}, [](T a) { return a; });
+      for (size_t k = 1; k < c.inputs.size(); ++k) {
+        const T* b = c.in(k).data<T>();
+        auto run = [&](auto f) {
+          kernels::broadcast_apply<2, T>(o, od, {static_cast<const T*>(o), b}, {&od, &c.in(k).dims()}, f);
+        };
+        if (kind_ == "Max") run([](T a, T b) { return (std::isnan(double(a)) || a >= b) ? a : b; });
+        else if (kind_ == "Min") run([](T a, T b) { return (std::isnan(double(a)) || a <= b) ? a : b; });
+        else run([](T a, T b) { return T(a + b); });
+      }
+      if (kind_ == "Mean") {
+        T n = T(c.inputs.size());
+        for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(o[i] / n);
+      }
+    });
+  }
+
+ private:
+  std::string kind_;
+};
+OT_REGISTER_OP("Max", VariadicOp);
+OT_REGISTER_OP("Min", VariadicOp);
+OT_REGISTER_OP("Sum", VariadicOp);
+OT_REGISTER_OP("Mean", VariadicOp);
+
+class WhereOp : public Op {
+ public:
+  explicit WhereOp(const ir::Node&) {}
+  void infer(InferCtx& ctx) const override {
+    Shape s = broadcast_shapes(ctx, broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1)), ctx.shape(2));
+    ctx.set(0, ctx.dtype(1), s);
+  }
+  void compute(ComputeCtx& c) const override {
+    const bool* cond = c.in(0).data<bool>();
+    size_t es = dtype_size(c.in(1).dtype());
+    const char* x = static_cast<const char*>(c.in(1).raw());
+    const char* y = static_cast<const char*>(c.in(2).raw());
+    char* o = static_cast<char*>(c.out(0).raw());
+    kernels::broadcast_walk<3>(c.out(0).dims(), {&c.in(0).dims(), &c.in(1).dims(), &c.in(2).dims()},
+                               [&](int64_t i, auto off) {
+                                 std::memcpy(o + i * es, cond[off[0]] ? x + off[1] * es : y + off[2] * es, es);
+                               });
+  }
+};
+OT_REGISTER_OP("Where", WhereOp);
+
+// Clip: bounds from attributes (opset < 11) or from optional scalar inputs.
+class ClipOp : public Op {
+ public:
+  explicit ClipOp(const ir::Node& n)
+      : attr_min_(n.attr_float("min", -INFINITY)), attr_max_(n.attr_float("max", INFINITY)) {}
+  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
+  void compute(ComputeCtx& c) const override {
+    dispatch<kN>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+      if constexpr (std::is_floating_point_v<T>) {
+        lo = T(attr_min_);
+        hi = T(attr_max_);
+      }
+      if (c.has(1) && c.in(1).numel()) lo = c.in(1).data<T>()[0];
+      if (c.has(2) && c.in(2).numel()) hi = c.in(2).data<T>()[0];
+      const T* x = c.in(0).data<T>();
+      T* y = c.out(0).data<T>();
+      for (int64_t i = 0, n = c.in(0).numel(); i < n; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+    });
+  }
+  int inplace_input() const override { return 0; }
+
+ private:
+  float attr_min_, attr_max_;
+};
+OT_REGISTER_OP("Clip", ClipOp);
+
+}  // namespace
+}  // namespace onnxtrain::ops

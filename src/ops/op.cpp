@@ -1,0 +1,73 @@
+#include "ops/op.h"
+
+#include <map>
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::ops {
+
+static std::map<std::string, OpDef>& table() {
+  static std::map<std::string, OpDef> t;
+  return t;
+}
+
+bool register_op(const std::string& domain, const std::string& name, OpFactory make) {
+  table()[domain + "::" + name] = OpDef{name, domain, std::move(make)};
+  return true;
+}
+
+const OpDef* find_op(const std::string& domain, const std::string& name) {
+  std::string d = domain == "ai.onnx" ? "" : domain;
+  auto it = table().find(d + "::" + name);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> registered_ops() {
+  std::vector<std::string> r;
+  for (auto& [k, v] : table()) r.push_back(v.domain.empty() ? v.name : v.domain + "." + v.name);
+  return r;
+}
+
+const std::vector<Dim>* InferCtx::value(size_t i) {
+  if (!has(i)) return nullptr;
+  InputInfo& in = in_[i];
+  if (!in.value && in.tensor && (in.dtype == DType::kInt64 || in.dtype == DType::kInt32) &&
+      in.tensor->numel() <= 4096) {
+    auto v = in.tensor->to_int64();
+    in.value = std::vector<Dim>(v.begin(), v.end());
+  }
+  return in.value ? &*in.value : nullptr;
+}
+
+std::optional<std::vector<int64_t>> InferCtx::int_values(size_t i) {
+  const std::vector<Dim>* v = value(i);
+  if (!v) return std::nullopt;
+  std::vector<int64_t> r;
+  for (auto& d : *v) {
+    if (!d.is_const()) return std::nullopt;
+    r.push_back(d.value());
+  }
+  return r;
+}
+
+void InferCtx::set(size_t i, DType dtype, Shape shape, std::optional<std::vector<Dim>> value) {
+  if (i >= out_.size()) return;  // optional output not requested
+  out_[i] = OutputInfo{dtype, std::move(shape), std::move(value)};
+}
+
+Dim InferCtx::fresh(const std::string& hint) {
+  if (!graph_) fail("output size depends on data that is not available (" + hint + ")");
+  return graph_->fresh_dim(node_.name.empty() ? hint : node_.op_type + "_" + hint);
+}
+
+void InferCtx::fail(const std::string& msg) const { throw ShapeError(node_.where() + ": " + msg); }
+
+int64_t InferCtx::axis(int64_t a, int64_t rank) const {
+  if (a < -rank || a >= (rank == 0 ? 1 : rank))
+    fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+  return a < 0 ? a + rank : a;
+}
+
+void ComputeCtx::fail(const std::string& msg) const { throw ShapeError(node.where() + ": " + msg); }
+
+}  // namespace onnxtrain::ops

@@ -1,0 +1,128 @@
+// The op table. Each op is declared once, in one file of src/ops/: a class
+// holding its typed attributes (read once, when the node is bound), its shape
+// function (symbolic dims and small integer values) and its CPU kernel.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dim.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace onnxtrain {
+class CachingAllocator;
+}
+
+namespace onnxtrain::ops {
+
+// What a shape function sees of one input: dtype, symbolic shape, and, when
+// known, its data (a constant tensor, or the symbolic elements of a small
+// integer tensor such as the output of Shape).
+struct InputInfo {
+  bool present = false;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  const Tensor* tensor = nullptr;                  // constant or run-time data
+  std::optional<std::vector<Dim>> value;           // symbolic elements
+};
+
+struct OutputInfo {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  std::optional<std::vector<Dim>> value;
+};
+
+class InferCtx {
+ public:
+  InferCtx(const ir::Node& node, std::vector<InputInfo> inputs, ir::Graph* graph)
+      : node_(node), in_(std::move(inputs)), out_(node.outputs.size()), graph_(graph) {}
+
+  const ir::Node& node() const { return node_; }
+  size_t num_inputs() const { return in_.size(); }
+  bool has(size_t i) const { return i < in_.size() && in_[i].present; }
+  DType dtype(size_t i) const { return in_.at(i).dtype; }
+  const Shape& shape(size_t i) const { return in_.at(i).shape; }
+  int64_t rank(size_t i) const { return int64_t(in_.at(i).shape.size()); }
+  const Tensor* tensor(size_t i) const { return has(i) ? in_[i].tensor : nullptr; }
+  // Symbolic elements of integer input i when known (constants, shapes, ...).
+  const std::vector<Dim>* value(size_t i);
+  std::optional<std::vector<Dim>> value_opt(size_t i) {
+    auto* v = value(i);
+    return v ? std::optional(*v) : std::nullopt;
+  }
+  // Concrete int64 elements of input i when all are known.
+  std::optional<std::vector<int64_t>> int_values(size_t i);
+
+  void set(size_t i, DType dtype, Shape shape, std::optional<std::vector<Dim>> value = std::nullopt);
+  std::vector<OutputInfo>& outputs() { return out_; }
+  size_t num_outputs() const { return out_.size(); }
+
+  // A new symbol for a dim that depends on data; the run-time pass never needs it.
+  Dim fresh(const std::string& hint);
+  bool at_runtime() const { return graph_ == nullptr; }
+  [[noreturn]] void fail(const std::string& msg) const;
+  // Normalizes a possibly negative axis against a rank.
+  int64_t axis(int64_t a, int64_t rank) const;
+
+ private:
+  const ir::Node& node_;
+  std::vector<InputInfo> in_;
+  std::vector<OutputInfo> out_;
+  ir::Graph* graph_;
+};
+
+struct ComputeCtx {
+  const ir::Node& node;
+  std::vector<const Tensor*> inputs;  // nullptr for an omitted input
+  std::vector<Tensor*> outputs;       // allocated by the executor; nullptr when not requested
+  uint64_t seed = 0;                  // for random ops: the run's seed and the node's counter
+  CachingAllocator* alloc = nullptr;  // for kernel scratch
+  InferCtx* shapes = nullptr;         // the run-time shape context of this call (concrete values)
+  const Tensor& in(size_t i) const { return *inputs.at(i); }
+  bool has(size_t i) const { return i < inputs.size() && inputs[i]; }
+  Tensor& out(size_t i) const { return *outputs.at(i); }
+  bool wants(size_t i) const { return i < outputs.size() && outputs[i]; }
+  [[noreturn]] void fail(const std::string& msg) const;
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual void infer(InferCtx& ctx) const = 0;
+  virtual void compute(ComputeCtx& ctx) const = 0;
+  // Output 0 may be written into input `inplace_input()`'s buffer; -1 if not.
+  virtual int inplace_input() const { return -1; }
+  // Output 0 is input 0's data under another shape (Reshape, Squeeze, ...):
+  // the executor shares the storage and never calls compute().
+  virtual bool is_view() const { return false; }
+  virtual bool is_random() const { return false; }
+};
+
+using OpFactory = std::function<std::shared_ptr<const Op>(const ir::Node&)>;
+
+struct OpDef {
+  std::string name;
+  std::string domain;
+  OpFactory make;
+};
+
+// Registers op `name` in `domain`; used through OT_REGISTER_OP in each op file.
+bool register_op(const std::string& domain, const std::string& name, OpFactory make);
+const OpDef* find_op(const std::string& domain, const std::string& name);
+std::vector<std::string> registered_ops();
+
+template <typename T>
+OpFactory factory() {
+  return [](const ir::Node& n) { return std::make_shared<const T>(n); };
+}
+
+}  // namespace onnxtrain::ops
+
+#define OT_CONCAT2(a, b) a##b
+#define OT_CONCAT(a, b) OT_CONCAT2(a, b)
+// Registers a class T (constructed from the node) as op NAME of the default domain.
+#define OT_REGISTER_OP(NAME, T) \
+  static const bool OT_CONCAT(ot_reg_, __LINE__) = ::onnxtrain::ops::register_op("", NAME, ::onnxtrain::ops::factory<T>())

@@ -1,0 +1,64 @@
+#include "runtime/executor.h"
+
+#include "ops/bind.h"
+#include "ops/shape_util.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::runtime {
+
+static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, CachingAllocator* alloc, uint64_t seed) {
+  const memory::StepPlan& step = plan.steps()[s];
+  const ir::Node& n = *step.node;
+  std::vector<const Tensor*> ins;
+  for (const ir::Value* v : n.inputs) {
+    if (!v) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    auto it = env.find(v);
+    if (it == env.end()) throw Error(n.where() + ": input '" + v->name + "' has no value (internal planning error)");
+    ins.push_back(&it->second);
+  }
+  ops::InferCtx ctx(n, ops::runtime_inputs(ins), nullptr);
+  n.op->infer(ctx);
+  std::vector<Tensor> outs(n.outputs.size());
+  std::vector<Tensor*> out_ptrs(n.outputs.size(), nullptr);
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    const ir::Value* v = n.outputs[i];
+    if (!v) continue;
+    const ops::OutputInfo& o = ctx.outputs()[i];
+    std::vector<int64_t> dims = ops::concrete(n, o.shape);
+    const memory::ValuePlan& vp = plan.value(v);
+    size_t need = size_t(numel_of(dims)) * dtype_size(o.dtype);
+    if (vp.kind == memory::AllocKind::kView) {
+      outs[i] = Tensor(o.dtype, dims, ins[0]->storage());
+    } else if (vp.kind == memory::AllocKind::kInPlace && env.at(vp.source).nbytes() == need) {
+      outs[i] = Tensor(o.dtype, dims, env.at(vp.source).storage());
+    } else {
+      outs[i] = Tensor(o.dtype, dims, alloc);
+    }
+    out_ptrs[i] = &outs[i];
+  }
+  if (!n.op->is_view()) {
+    ops::ComputeCtx c{n, ins, out_ptrs, seed + s * 0x9E3779B97F4A7C15ull, alloc, &ctx};
+    n.op->compute(c);
+  }
+  for (size_t i = 0; i < n.outputs.size(); ++i)
+    if (n.outputs[i]) env[n.outputs[i]] = std::move(outs[i]);
+  for (const ir::Value* v : step.release) env.erase(v);
+}
+
+void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
+             uint64_t seed) {
+  for (size_t s = begin; s < end; ++s) {
+    try {
+      run_step(plan, s, env, alloc, seed);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(plan.steps()[s].node->where() + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace onnxtrain::runtime

@@ -1,0 +1,22 @@
+// Runs the steps of an allocation plan over an environment of tensors.
+#pragma once
+#include <cstdint>
+#include <unordered_map>
+
+#include "core/tensor.h"
+#include "memory/allocation_plan.h"
+
+namespace onnxtrain {
+class CachingAllocator;
+}
+
+namespace onnxtrain::runtime {
+
+using Env = std::unordered_map<const ir::Value*, Tensor>;
+
+// Executes steps [begin, end) of `plan`; inputs must be in env; each value is
+// dropped from env after its last reader, as the plan says.
+void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
+             uint64_t seed);
+
+}  // namespace onnxtrain::runtime

@@ -1,0 +1,186 @@
+// `onnxtrain conformance DIR...`: runs ONNX backend node-test folders
+// (model.onnx + test_data_set_*/{input,output}_*.pb) and reports
+// "N passed, M failed, K skipped".
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "ir/onnx_io.h"
+#include "onnxtrain/session.h"
+#include "tools/commands.h"
+
+namespace fs = std::filesystem;
+
+namespace onnxtrain::cli {
+namespace {
+
+enum class Outcome { kPass, kFail, kSkip };
+struct Result {
+  Outcome outcome;
+  std::string reason;
+};
+
+// Ops whose reference outputs come from NumPy's random generator.
+bool is_numpy_random_op(const std::string& op) {
+  return op == "Bernoulli" || op == "RandomNormal" || op == "RandomUniform" || op == "RandomNormalLike" ||
+         op == "RandomUniformLike" || op == "Multinomial";
+}
+
+std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> r;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path());
+  std::sort(r.begin(), r.end(), [&](const fs::path& a, const fs::path& b) {
+    auto num = [&](const fs::path& p) {
+      std::string s = p.stem().string().substr(prefix.size());
+      return s.empty() ? 0 : std::stoi(s);
+    };
+    return num(a) < num(b);
+  });
+  return r;
+}
+
+std::string compare(const Tensor& got, const Tensor& want, const std::string& name) {
+  if (got.dtype() != want.dtype())
+    return name + ": dtype " + dtype_name(got.dtype()) + ", expected " + dtype_name(want.dtype());
+  if (got.dims() != want.dims()) return name + ": shape " + dims_str(got.dims()) + ", expected " + dims_str(want.dims());
+  auto g = got.to_double(), w = want.to_double();
+  // The ONNX backend suite's tolerances: rtol 1e-3, atol 1e-7.
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    if (std::isinf(w[i]) && g[i] == w[i]) continue;
+    if (!(std::abs(g[i] - w[i]) <= 1e-7 + 1e-3 * std::abs(w[i])))
+      return name + ": value " + std::to_string(g[i]) + " at index " + std::to_string(i) + ", expected " + std::to_string(w[i]);
+  }
+  return "";
+}
+
+// A training-mode Dropout with a nonzero ratio draws from NumPy in the reference.
+bool uses_numpy_dropout(const ir::Graph& g, const std::map<std::string, Tensor>& feeds) {
+  for (auto& n : g.nodes()) {
+    if (n->op_type != "Dropout") continue;
+    auto fed = [&](size_t i) -> const Tensor* {
+      ir::Value* v = n->input(i);
+      if (!v) return nullptr;
+      if (v->initializer) return &*v->initializer;
+      auto it = feeds.find(v->name);
+      return it == feeds.end() ? nullptr : &it->second;
+    };
+    const Tensor* training = fed(2);
+    if (!training || training->to_int64()[0] == 0) continue;
+    const Tensor* ratio = fed(1);
+    if (!ratio || ratio->to_double()[0] != 0) return true;
+  }
+  return false;
+}
+
+Result run_test(const fs::path& dir) {
+  std::unique_ptr<ir::Graph> graph;
+  try {
+    graph = ir::load_model_file((dir / "model.onnx").string());
+  } catch (const UnsupportedError& e) {
+    return {Outcome::kSkip, e.what()};
+  }
+  for (auto& n : graph->nodes())
+    if (is_numpy_random_op(n->op_type)) return {Outcome::kSkip, "expected values come from NumPy's random generator"};
+  std::vector<std::string> input_names, output_names;
+  for (auto* v : graph->inputs) input_names.push_back(v->name);
+  for (auto* v : graph->outputs) output_names.push_back(v->name);
+  std::unique_ptr<Session> session;
+  try {
+    session = std::make_unique<Session>(std::move(graph));
+  } catch (const UnsupportedError& e) {
+    return {Outcome::kSkip, e.what()};
+  }
+  auto sets = sorted_files(dir, "test_data_set_");
+  if (sets.empty()) return {Outcome::kSkip, "no test data sets"};
+  for (auto& set : sets) {
+    std::map<std::string, Tensor> feeds;
+    auto inputs = sorted_files(set, "input_");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      onnx::TensorProto p;
+      std::ifstream f(inputs[i], std::ios::binary);
+      if (!p.ParseFromIstream(&f) || (p.dims_size() == 0 && p.data_type() == 0))
+        return {Outcome::kSkip, "input " + std::to_string(i) + " is not a tensor (sequence or optional)"};
+      if (i >= input_names.size()) return {Outcome::kFail, "more input files than model inputs"};
+      try {
+        feeds[input_names[i]] = ir::tensor_from_proto(p, set.string(), "input");
+      } catch (const UnsupportedError& e) {
+        return {Outcome::kSkip, e.what()};
+      }
+    }
+    if (uses_numpy_dropout(session->graph(), feeds))
+      return {Outcome::kSkip, "expected values come from NumPy's random generator"};
+    std::map<std::string, Tensor> outs;
+    try {
+      outs = session->run(feeds);
+    } catch (const UnsupportedError& e) {
+      return {Outcome::kSkip, e.what()};
+    } catch (const Error& e) {
+      return {Outcome::kFail, e.what()};
+    }
+    auto expected = sorted_files(set, "output_");
+    for (size_t i = 0; i < expected.size() && i < output_names.size(); ++i) {
+      Tensor want;
+      try {
+        want = ir::load_tensor_file(expected[i].string());
+      } catch (const Error& e) {
+        return {Outcome::kSkip, std::string("expected output: ") + e.what()};
+      }
+      std::string diff = compare(outs.at(output_names[i]), want, "output '" + output_names[i] + "'");
+      if (!diff.empty()) return {Outcome::kFail, set.filename().string() + ": " + diff};
+    }
+  }
+  return {Outcome::kPass, ""};
+}
+
+}  // namespace
+
+void add_conformance(CLI::App& app) {
+  auto* cmd = app.add_subcommand("conformance", "Run ONNX backend node-test folders");
+  struct Args {
+    std::vector<std::string> dirs;
+    bool verbose = false;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("dirs", a->dirs, "test folders, or folders of test folders")->required();
+  cmd->add_flag("-v,--verbose", a->verbose, "also print passing tests");
+  cmd->callback([a] {
+    std::vector<fs::path> tests;
+    for (auto& d : a->dirs) {
+      if (!fs::is_directory(d)) throw IoError("conformance: '" + d + "' is not a folder");
+      if (fs::exists(fs::path(d) / "model.onnx")) tests.push_back(d);
+      else
+        for (auto& e : fs::directory_iterator(d))
+          if (fs::exists(e.path() / "model.onnx")) tests.push_back(e.path());
+    }
+    std::sort(tests.begin(), tests.end());
+    int passed = 0, failed = 0, skipped = 0;
+    for (auto& t : tests) {
+      Result r;
+      try {
+        r = run_test(t);
+      } catch (const Error& e) {
+        r = {Outcome::kFail, e.what()};
+      }
+      std::string name = t.filename().string();
+      if (r.outcome == Outcome::kPass) {
+        ++passed;
+        if (a->verbose) std::cout << "PASS " << name << "\n";
+      } else if (r.outcome == Outcome::kFail) {
+        ++failed;
+        std::cout << "FAIL " << name << ": " << r.reason << "\n";
+      } else {
+        ++skipped;
+        std::cout << "SKIP " << name << ": " << r.reason << "\n";
+      }
+    }
+    std::cout << passed << " passed, " << failed << " failed, " << skipped << " skipped\n";
+    set_exit_code(failed ? 1 : 0);
+  });
+}
+
+}  // namespace onnxtrain::cli

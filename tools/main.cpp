@@ -1,0 +1,23 @@
+// onnxtrain command-line tool: inspect, run, conformance.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "tools/commands.h"
+#include "onnxtrain/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"onnxtrain: train and run ONNX models on the CPU"};
+  app.require_subcommand(1);
+  onnxtrain::cli::add_inspect(app);
+  onnxtrain::cli::add_run(app);
+  onnxtrain::cli::add_conformance(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const onnxtrain::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return onnxtrain::cli::exit_code();
+}
