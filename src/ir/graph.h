@@ -81,12 +81,16 @@ class Graph {
   Dim fresh_dim(const std::string& hint = "unk");
   // Symbols that inference had to invent for unknown dims, in order.
   const std::vector<std::string>& invented_symbols() const { return invented_; }
+  // Nodes whose output shapes could only be known at run time.
+  void note_unknown(const Node* n) { unknown_.push_back(n); }
+  const std::vector<const Node*>& unknown_shape_nodes() const { return unknown_; }
 
  private:
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::map<std::string, Value*> by_name_;
   std::vector<std::string> invented_;
+  std::vector<const Node*> unknown_;
   int64_t counter_ = 0;
 };
 

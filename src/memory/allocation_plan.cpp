@@ -8,7 +8,11 @@
 
 namespace onnxtrain::memory {
 
-static Dim bytes_of(const ir::Value* v) { return shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))); }
+// A value whose shape is known only at run time gets a size symbol no binding gives.
+static Dim bytes_of(const ir::Value* v) {
+  if (!v->has_shape) return Dim::symbol("bytes(" + v->name + ")");
+  return shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype)));
+}
 
 AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace) {
   AllocationPlan p;

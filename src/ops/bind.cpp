@@ -47,14 +47,25 @@ void infer_shapes(ir::Graph& g) {
   }
   for (auto& n : g.nodes()) {
     std::vector<InputInfo> ins;
+    bool known = true;
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const ir::Value* v = n->inputs[i];
-      if (v && (!v->has_shape || v->dtype == DType::kUndefined))
-        throw ShapeError(n->where() + ": input " + std::to_string(i) + " ('" + v->name + "') has no known type or shape");
+      if (v && v->dtype == DType::kUndefined)
+        throw ShapeError(n->where() + ": input " + std::to_string(i) + " ('" + v->name + "') has no known type");
+      known = known && (!v || v->has_shape);
       ins.push_back(info_of(v));
     }
     InferCtx ctx(*n, std::move(ins), &g);
-    n->op->infer(ctx);
+    try {
+      if (!known) throw ShapeUnknown{"an input's shape"};
+      n->op->infer(ctx);
+    } catch (const ShapeUnknown&) {
+      // Sizes that depend on data: the outputs get their shapes at run time.
+      for (ir::Value* v : n->outputs)
+        if (v) v->has_shape = false;
+      g.note_unknown(n.get());
+      continue;
+    }
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       ir::Value* v = n->outputs[i];
       if (!v) continue;

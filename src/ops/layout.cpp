@@ -110,7 +110,7 @@ class SplitOp : public Op {
     if (!split_.empty()) s.assign(split_.begin(), split_.end());
     else if (ctx.has(1)) {
       auto* v = ctx.value(1);
-      if (!v) ctx.fail("split sizes must be known");
+      if (!v) ctx.unknown("split sizes");
       s = *v;
     } else if (total.is_const()) {  // equal parts, the last one smaller (opset 18)
       int64_t t = total.value(), k = int64_t(n), each = (t + k - 1) / k;
@@ -182,17 +182,17 @@ class SliceOp : public Op {
     } else {
       auto* s = ctx.value(1);
       auto* e = ctx.value(2);
-      if (!s || !e) ctx.fail("starts and ends must be known");
+      if (!s || !e) ctx.unknown("starts and ends");
       starts = *s;
       ends = *e;
       if (ctx.has(3)) {
         auto v = ctx.int_values(3);
-        if (!v) ctx.fail("axes must be constant");
+        if (!v) ctx.unknown("axes");
         axes = *v;
       }
       if (ctx.has(4)) {
         auto v = ctx.int_values(4);
-        if (!v) ctx.fail("steps must be constant");
+        if (!v) ctx.unknown("steps");
         steps = *v;
       }
     }
@@ -288,7 +288,7 @@ class ExpandOp : public Op {
   explicit ExpandOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override {
     auto* v = ctx.value(1);
-    if (!v) ctx.fail("the target shape must be known");
+    if (!v) ctx.unknown("the target shape");
     ctx.set(0, ctx.dtype(0), broadcast_shapes(ctx, ctx.shape(0), Shape(v->begin(), v->end())));
   }
   void compute(ComputeCtx& c) const override {
@@ -307,7 +307,7 @@ class TileOp : public Op {
   explicit TileOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override {
     auto* v = ctx.value(1);
-    if (!v) ctx.fail("repeats must be known");
+    if (!v) ctx.unknown("repeats");
     if (int64_t(v->size()) != ctx.rank(0)) ctx.fail("repeats has " + std::to_string(v->size()) + " entries for rank " + std::to_string(ctx.rank(0)));
     Shape out;
     for (size_t i = 0; i < v->size(); ++i) out.push_back(ctx.shape(0)[i] * (*v)[i]);
@@ -346,12 +346,12 @@ class PadOp : public Op {
     if (from_attr_) p.assign(pads_attr_.begin(), pads_attr_.end());
     else {
       auto* v = ctx.value(1);
-      if (!v) ctx.fail("pads must be known");
+      if (!v) ctx.unknown("pads");
       p = *v;
     }
     if (ctx.has(3)) {  // axes: expand to all dims
       auto axes = ctx.int_values(3);
-      if (!axes) ctx.fail("axes must be constant");
+      if (!axes) ctx.unknown("axes");
       std::vector<Dim> full(size_t(2 * r), Dim(0));
       size_t k = axes->size();
       if (p.size() != 2 * k) ctx.fail("pads has " + std::to_string(p.size()) + " entries for " + std::to_string(k) + " axes");

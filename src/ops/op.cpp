@@ -68,6 +68,11 @@ int64_t InferCtx::axis(int64_t a, int64_t rank) const {
   return a < 0 ? a + rank : a;
 }
 
+void InferCtx::unknown(const std::string& what) const {
+  if (!graph_) fail(what + " is not known at run time");
+  throw ShapeUnknown{what};
+}
+
 void ComputeCtx::fail(const std::string& msg) const { throw ShapeError(node.where() + ": " + msg); }
 
 }  // namespace onnxtrain::ops

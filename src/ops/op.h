@@ -35,6 +35,11 @@ struct OutputInfo {
   std::optional<std::vector<Dim>> value;
 };
 
+// Thrown by InferCtx::unknown before a run; caught by ops::infer_shapes.
+struct ShapeUnknown {
+  std::string what;
+};
+
 class InferCtx {
  public:
   InferCtx(const ir::Node& node, std::vector<InputInfo> inputs, ir::Graph* graph)
@@ -64,6 +69,9 @@ class InferCtx {
   Dim fresh(const std::string& hint);
   bool at_runtime() const { return graph_ == nullptr; }
   [[noreturn]] void fail(const std::string& msg) const;
+  // Before a run, an output whose rank or sizes depend on data that is not known
+  // yet: the outputs stay unknown until run time. At run time it is an error.
+  [[noreturn]] void unknown(const std::string& what) const;
   // Normalizes a possibly negative axis against a rank.
   int64_t axis(int64_t a, int64_t rank) const;
 

@@ -63,7 +63,7 @@ class ReshapeOp : public ViewOp {
   void infer(InferCtx& ctx) const override {
     const std::vector<Dim>* target = ctx.value(1);
     if (!target) {
-      if (ctx.rank(1) != 1 || !ctx.shape(1)[0].is_const()) ctx.fail("the target shape has unknown rank");
+      if (ctx.rank(1) != 1 || !ctx.shape(1)[0].is_const()) ctx.unknown("the target shape's rank");
       Shape s;
       for (int64_t i = 0; i < ctx.shape(1)[0].value(); ++i) s.push_back(ctx.fresh("reshape"));
       return ctx.set(0, ctx.dtype(0), s);
@@ -125,7 +125,7 @@ std::optional<std::vector<int64_t>> axes_of(InferCtx& ctx, const std::vector<int
   if (has_attr) return attr;
   if (!ctx.has(1)) return std::nullopt;
   auto v = ctx.int_values(1);
-  if (!v) ctx.fail("axes must be known (a constant)");
+  if (!v) ctx.unknown("axes");
   return v;
 }
 

@@ -1,0 +1,103 @@
+// MatMul (NumPy semantics, batched with broadcasting) and Gemm.
+#include <cstring>
+
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "ops/op.h"
+#include "ops/shape_util.h"
+
+namespace onnxtrain::ops {
+namespace {
+
+class MatMulOp : public Op {
+ public:
+  explicit MatMulOp(const ir::Node&) {}
+  void infer(InferCtx& ctx) const override {
+    Shape a = ctx.shape(0), b = ctx.shape(1);
+    if (a.empty() || b.empty()) ctx.fail("inputs must have rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
+    bool a1 = a.size() == 1, b1 = b.size() == 1;
+    if (a1) a.insert(a.begin(), Dim(1));
+    if (b1) b.push_back(Dim(1));
+    const Dim &ka = a.back(), &kb = b[b.size() - 2];
+    if (ka.is_const() && kb.is_const() && ka != kb)
+      ctx.fail("inner dims differ: " + shape_str(ctx.shape(0)) + " x " + shape_str(ctx.shape(1)));
+    Shape batch = broadcast_shapes(ctx, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+    if (!a1) batch.push_back(a[a.size() - 2]);
+    if (!b1) batch.push_back(b.back());
+    ctx.set(0, ctx.dtype(0), batch);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &A = c.in(0), &B = c.in(1);
+    std::vector<int64_t> ad = A.dims(), bd = B.dims();
+    if (ad.size() == 1) ad.insert(ad.begin(), 1);
+    if (bd.size() == 1) bd.push_back(1);
+    int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
+    if (bd[bd.size() - 2] != k) c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()));
+    std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2), batch;
+    kernels::broadcast_dims(ab, bb, &batch);
+    int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
+    kernels::dispatch<kernels::kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* a = A.data<T>();
+      const T* b = B.data<T>();
+      T* o = c.out(0).data<T>();
+      if (nbb == 1) {  // B shared by every batch: one GEMM over all rows of A
+        if (na == nb) return kernels::gemm<T>(false, false, na * m, n, k, T(1), a, k, b, n, T(0), o, n);
+      }
+      auto sa = kernels::broadcast_strides(ab, batch), sb = kernels::broadcast_strides(bb, batch);
+      for (int64_t i = 0; i < nb; ++i) {
+        int64_t oa = 0, ob = 0, rem = i;
+        for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
+          int64_t cd = rem % batch[size_t(d)];
+          rem /= batch[size_t(d)];
+          oa += cd * sa[size_t(d)];
+          ob += cd * sb[size_t(d)];
+        }
+        kernels::gemm<T>(false, false, m, n, k, T(1), a + oa * m * k, k, b + ob * k * n, n, T(0), o + i * m * n, n);
+      }
+    });
+  }
+};
+OT_REGISTER_OP("MatMul", MatMulOp);
+
+class GemmOp : public Op {
+ public:
+  explicit GemmOp(const ir::Node& n)
+      : alpha_(n.attr_float("alpha", 1)), beta_(n.attr_float("beta", 1)), ta_(n.attr_int("transA", 0)),
+        tb_(n.attr_int("transB", 0)) {}
+  void infer(InferCtx& ctx) const override {
+    if (ctx.rank(0) != 2 || ctx.rank(1) != 2)
+      ctx.fail("A and B must be 2-D, got " + shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(1)));
+    const Shape &a = ctx.shape(0), &b = ctx.shape(1);
+    Dim m = ta_ ? a[1] : a[0], ka = ta_ ? a[0] : a[1], kb = tb_ ? b[1] : b[0], n = tb_ ? b[0] : b[1];
+    if (ka.is_const() && kb.is_const() && ka != kb) ctx.fail("inner dims differ: " + shape_str(a) + " x " + shape_str(b));
+    ctx.set(0, ctx.dtype(0), {m, n});
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &A = c.in(0), &B = c.in(1);
+    int64_t m = ta_ ? A.dims()[1] : A.dims()[0], k = ta_ ? A.dims()[0] : A.dims()[1];
+    int64_t n = tb_ ? B.dims()[0] : B.dims()[1];
+    Tensor& out = c.out(0);
+    kernels::dispatch<kernels::kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* o = out.data<T>();
+      T beta = T(0);
+      if (c.has(2) && beta_ != 0) {
+        const Tensor& C = c.in(2);
+        T bv = T(beta_);
+        kernels::broadcast_apply<1, T>(o, out.dims(), {C.data<T>()}, {&C.dims()}, [bv](T x) { return T(bv * x); });
+        beta = T(1);
+      }
+      kernels::gemm<T>(ta_, tb_, m, n, k, T(alpha_), A.data<T>(), A.dims()[1], B.data<T>(), B.dims()[1], beta, o, n);
+    });
+  }
+
+ private:
+  float alpha_, beta_;
+  bool ta_, tb_;
+};
+OT_REGISTER_OP("Gemm", GemmOp);
+
+}  // namespace
+}  // namespace onnxtrain::ops
