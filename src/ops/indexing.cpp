@@ -1,0 +1,244 @@
+// Indexing ops: Gather, GatherElements, GatherND, ScatterND, ScatterElements,
+// OneHot. Negative indices count from the end; out-of-range ones are errors.
+#include <cstring>
+
+#include "kernels/cpu/dispatch.h"
+#include "ops/axis_util.h"
+#include "ops/op.h"
+
+namespace onnxtrain::ops {
+namespace {
+
+int64_t checked_index(const ComputeCtx& c, int64_t i, int64_t n) {
+  if (i < -n || i >= n) c.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
+  return i < 0 ? i + n : i;
+}
+
+class GatherOp : public Op {
+ public:
+  explicit GatherOp(const ir::Node& n) : axis_(n.attr_int("axis", 0)) {}
+  void infer(InferCtx& ctx) const override {
+    int64_t a = ctx.axis(axis_, ctx.rank(0));
+    const Shape& d = ctx.shape(0);
+    Shape out(d.begin(), d.begin() + a);
+    out.insert(out.end(), ctx.shape(1).begin(), ctx.shape(1).end());
+    out.insert(out.end(), d.begin() + a + 1, d.end());
+    std::optional<std::vector<Dim>> v;
+    auto* data = ctx.value(0);
+    auto idx = ctx.int_values(1);
+    if (data && idx && ctx.rank(0) == 1) {
+      v.emplace();
+      for (int64_t i : *idx) {
+        int64_t n = int64_t(data->size());
+        if (i < -n || i >= n) ctx.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
+        v->push_back((*data)[size_t(i < 0 ? i + n : i)]);
+      }
+    }
+    ctx.set(0, ctx.dtype(0), out, v);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &idx = c.in(1);
+    int64_t a = axis_ < 0 ? axis_ + x.rank() : axis_;
+    AxisView v = axis_view(x.dims(), a);
+    auto ind = idx.to_int64();
+    size_t es = dtype_size(x.dtype());
+    size_t row = size_t(v.inner) * es;
+    const char* src = static_cast<const char*>(x.raw());
+    char* dst = static_cast<char*>(c.out(0).raw());
+    int64_t ni = int64_t(ind.size());
+    for (auto& i : ind) i = checked_index(c, i, v.n);
+    for (int64_t o = 0; o < v.outer; ++o)
+      for (int64_t j = 0; j < ni; ++j)
+        std::memcpy(dst + size_t(o * ni + j) * row, src + size_t(o * v.n + ind[size_t(j)]) * row, row);
+  }
+
+ private:
+  int64_t axis_;
+};
+OT_REGISTER_OP("Gather", GatherOp);
+
+// Element offsets of every position of `dims` (row-major), with dim `axis` replaced by index values.
+class GatherElementsOp : public Op {
+ public:
+  explicit GatherElementsOp(const ir::Node& n) : axis_(n.attr_int("axis", 0)) {}
+  void infer(InferCtx& ctx) const override {
+    ctx.axis(axis_, ctx.rank(0));
+    if (ctx.rank(1) != ctx.rank(0)) ctx.fail("indices rank " + std::to_string(ctx.rank(1)) + " differs from data rank " + std::to_string(ctx.rank(0)));
+    ctx.set(0, ctx.dtype(0), ctx.shape(1));
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &idx = c.in(1);
+    int64_t a = axis_ < 0 ? axis_ + x.rank() : axis_;
+    auto ind = idx.to_int64();
+    const auto& id = idx.dims();
+    std::vector<int64_t> xs(x.dims().size(), 1);
+    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    size_t es = dtype_size(x.dtype());
+    const char* src = static_cast<const char*>(x.raw());
+    char* dst = static_cast<char*>(c.out(0).raw());
+    for (int64_t i = 0; i < int64_t(ind.size()); ++i) {
+      int64_t rem = i, off = 0;
+      for (int64_t d = int64_t(id.size()) - 1; d >= 0; --d) {
+        int64_t cd = rem % id[size_t(d)];
+        rem /= id[size_t(d)];
+        off += (d == a ? checked_index(c, ind[size_t(i)], x.dims()[size_t(a)]) : cd) * xs[size_t(d)];
+      }
+      std::memcpy(dst + size_t(i) * es, src + size_t(off) * es, es);
+    }
+  }
+
+ private:
+  int64_t axis_;
+};
+OT_REGISTER_OP("GatherElements", GatherElementsOp);
+
+// ScatterElements (and the deprecated Scatter): data with updates written at indices along an axis.
+class ScatterElementsOp : public Op {
+ public:
+  explicit ScatterElementsOp(const ir::Node& n) : axis_(n.attr_int("axis", 0)), reduction_(n.attr_string("reduction", "none")) {}
+  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &idx = c.in(1), &upd = c.in(2);
+    int64_t a = axis_ < 0 ? axis_ + x.rank() : axis_;
+    auto ind = idx.to_int64();
+    const auto& id = idx.dims();
+    std::vector<int64_t> xs(x.dims().size(), 1);
+    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
+    kernels::dispatch<kernels::kAll>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* o = c.out(0).data<T>();
+      const T* u = upd.data<T>();
+      for (int64_t i = 0; i < int64_t(ind.size()); ++i) {
+        int64_t rem = i, off = 0;
+        for (int64_t d = int64_t(id.size()) - 1; d >= 0; --d) {
+          int64_t cd = rem % id[size_t(d)];
+          rem /= id[size_t(d)];
+          off += (d == a ? checked_index(c, ind[size_t(i)], x.dims()[size_t(a)]) : cd) * xs[size_t(d)];
+        }
+        o[off] = combine(o[off], u[i]);
+      }
+    });
+  }
+
+  template <typename T>
+  T combine(T old, T v) const {
+    if (reduction_ == "add") return T(old + v);
+    if (reduction_ == "mul") return T(old * v);
+    if (reduction_ == "max") return old > v ? old : v;
+    if (reduction_ == "min") return old < v ? old : v;
+    return v;
+  }
+
+ protected:
+  int64_t axis_;
+  std::string reduction_;
+};
+OT_REGISTER_OP("ScatterElements", ScatterElementsOp);
+OT_REGISTER_OP("Scatter", ScatterElementsOp);
+
+class ScatterNDOp : public ScatterElementsOp {
+ public:
+  explicit ScatterNDOp(const ir::Node& n) : ScatterElementsOp(n) {}
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &idx = c.in(1), &upd = c.in(2);
+    auto ind = idx.to_int64();
+    int64_t k = idx.dims().back(), n_upd = idx.numel() / std::max<int64_t>(k, 1);
+    int64_t slice = 1;
+    for (size_t d = size_t(k); d < x.dims().size(); ++d) slice *= x.dims()[d];
+    std::vector<int64_t> xs(x.dims().size(), 1);
+    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
+    kernels::dispatch<kernels::kAll>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* o = c.out(0).data<T>();
+      const T* u = upd.data<T>();
+      for (int64_t i = 0; i < n_upd; ++i) {
+        int64_t off = 0;
+        for (int64_t d = 0; d < k; ++d) off += checked_index(c, ind[size_t(i * k + d)], x.dims()[size_t(d)]) * xs[size_t(d)];
+        for (int64_t j = 0; j < slice; ++j) o[off + j] = combine(o[off + j], u[i * slice + j]);
+      }
+    });
+  }
+};
+OT_REGISTER_OP("ScatterND", ScatterNDOp);
+
+class GatherNDOp : public Op {
+ public:
+  explicit GatherNDOp(const ir::Node& n) : batch_dims_(n.attr_int("batch_dims", 0)) {}
+  void infer(InferCtx& ctx) const override {
+    const Shape &d = ctx.shape(0), &i = ctx.shape(1);
+    if (!i.back().is_const()) ctx.unknown("the index depth");
+    int64_t k = i.back().value();
+    if (batch_dims_ + k > ctx.rank(0)) ctx.fail("index depth " + std::to_string(k) + " exceeds the data rank");
+    Shape out(i.begin(), i.end() - 1);
+    out.insert(out.end(), d.begin() + batch_dims_ + k, d.end());
+    ctx.set(0, ctx.dtype(0), out);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &idx = c.in(1);
+    auto ind = idx.to_int64();
+    int64_t k = idx.dims().back(), b = batch_dims_;
+    int64_t batch = 1;
+    for (int64_t d = 0; d < b; ++d) batch *= x.dims()[size_t(d)];
+    int64_t per_batch = idx.numel() / std::max<int64_t>(k, 1) / std::max<int64_t>(batch, 1);
+    int64_t slice = 1;
+    for (size_t d = size_t(b + k); d < x.dims().size(); ++d) slice *= x.dims()[d];
+    std::vector<int64_t> xs(x.dims().size(), 1);
+    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    int64_t batch_stride = b > 0 ? xs[size_t(b - 1)] : 0;
+    size_t es = dtype_size(x.dtype());
+    const char* src = static_cast<const char*>(x.raw());
+    char* dst = static_cast<char*>(c.out(0).raw());
+    for (int64_t bi = 0; bi < batch; ++bi)
+      for (int64_t i = 0; i < per_batch; ++i) {
+        int64_t row = bi * per_batch + i, off = bi * batch_stride;
+        for (int64_t d = 0; d < k; ++d) off += checked_index(c, ind[size_t(row * k + d)], x.dims()[size_t(b + d)]) * xs[size_t(b + d)];
+        std::memcpy(dst + size_t(row * slice) * es, src + size_t(off) * es, size_t(slice) * es);
+      }
+  }
+
+ private:
+  int64_t batch_dims_;
+};
+OT_REGISTER_OP("GatherND", GatherNDOp);
+
+class OneHotOp : public Op {
+ public:
+  explicit OneHotOp(const ir::Node& n) : axis_(n.attr_int("axis", -1)) {}
+  void infer(InferCtx& ctx) const override {
+    auto* depth = ctx.value(1);
+    Dim d;
+    if (depth && depth->size() == 1) d = (*depth)[0];
+    else if (ctx.tensor(1)) d = Dim(int64_t(ctx.tensor(1)->to_double()[0]));
+    else ctx.unknown("depth");
+    Shape out = ctx.shape(0);
+    int64_t a = ctx.axis(axis_, ctx.rank(0) + 1);
+    out.insert(out.begin() + a, d);
+    ctx.set(0, ctx.dtype(2), out);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor& idx = c.in(0);
+    int64_t r = idx.rank() + 1, a = axis_ < 0 ? axis_ + r : axis_;
+    int64_t depth = int64_t(c.in(1).to_double()[0]);
+    auto ind = idx.to_double();
+    AxisView v = axis_view(c.out(0).dims(), a);
+    size_t es = dtype_size(c.in(2).dtype());
+    const char* vals = static_cast<const char*>(c.in(2).raw());
+    char* o = static_cast<char*>(c.out(0).raw());
+    for (int64_t p = 0; p < v.outer; ++p)
+      for (int64_t j = 0; j < depth; ++j)
+        for (int64_t q = 0; q < v.inner; ++q) {
+          int64_t i = int64_t(ind[size_t(p * v.inner + q)]);
+          if (i < 0) i += depth;
+          std::memcpy(o + size_t((p * depth + j) * v.inner + q) * es, vals + (i == j ? es : 0), es);
+        }
+  }
+
+ private:
+  int64_t axis_;
+};
+OT_REGISTER_OP("OneHot", OneHotOp);
+
+}  // namespace
+}  // namespace onnxtrain::ops

@@ -1,0 +1,161 @@
+// LayerNormalization, BatchNormalization (inference and training mode) and
+// InstanceNormalization. Statistics are accumulated in double.
+#include <cmath>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dispatch.h"
+#include "ops/op.h"
+
+namespace onnxtrain::ops {
+namespace {
+
+class LayerNormOp : public Op {
+ public:
+  explicit LayerNormOp(const ir::Node& n) : axis_(n.attr_int("axis", -1)), eps_(n.attr_float("epsilon", 1e-5f)) {}
+  void infer(InferCtx& ctx) const override {
+    int64_t a = ctx.axis(axis_, ctx.rank(0));
+    ctx.set(0, ctx.dtype(0), ctx.shape(0));
+    Shape stat = ctx.shape(0);
+    for (size_t i = size_t(a); i < stat.size(); ++i) stat[i] = Dim(1);
+    ctx.set(1, ctx.dtype(0), stat);
+    ctx.set(2, ctx.dtype(0), stat);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor& x = c.in(0);
+    int64_t a = axis_ < 0 ? axis_ + x.rank() : axis_;
+    int64_t rows = 1, n = 1;
+    for (int64_t i = 0; i < x.rank(); ++i) (i < a ? rows : n) *= x.dims()[size_t(i)];
+    int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 0;
+    kernels::dispatch<kernels::kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* xp = x.data<T>();
+      const T* w = c.in(1).data<T>();
+      const T* b = c.has(2) ? c.in(2).data<T>() : nullptr;
+      T* y = c.out(0).data<T>();
+      T* mean_out = c.wants(1) ? c.out(1).data<T>() : nullptr;
+      T* rstd_out = c.wants(2) ? c.out(2).data<T>() : nullptr;
+      parallel_for(rows, n * 4, [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; ++r) {
+          const T* row = xp + r * n;
+          double s = 0, s2 = 0;
+          for (int64_t j = 0; j < n; ++j) s += row[j];
+          double mean = s / double(n);
+          for (int64_t j = 0; j < n; ++j) s2 += (row[j] - mean) * (row[j] - mean);
+          double rstd = 1.0 / std::sqrt(s2 / double(n) + double(eps_));
+          T m = T(mean), rs = T(rstd);
+          T* yr = y + r * n;
+          // Scale and bias broadcast over the normalized dims (usually the same size).
+          for (int64_t j = 0; j < n; ++j) {
+            T v = (row[j] - m) * rs * w[j % nw];
+            yr[j] = b ? v + b[j % nb] : v;
+          }
+          if (mean_out) mean_out[r] = m;
+          if (rstd_out) rstd_out[r] = rs;
+        }
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  float eps_;
+};
+OT_REGISTER_OP("LayerNormalization", LayerNormOp);
+
+// Per-channel statistics over (N, spatial) of an (N, C, ...) tensor.
+struct ChannelView {
+  int64_t n, c, spatial;
+};
+ChannelView channel_view(const Tensor& x) {
+  ChannelView v{x.dims()[0], x.rank() > 1 ? x.dims()[1] : 1, 1};
+  for (int64_t i = 2; i < x.rank(); ++i) v.spatial *= x.dims()[size_t(i)];
+  return v;
+}
+
+class BatchNormOp : public Op {
+ public:
+  explicit BatchNormOp(const ir::Node& n)
+      : eps_(n.attr_float("epsilon", 1e-5f)), momentum_(n.attr_float("momentum", 0.9f)),
+        training_(n.attr_int("training_mode", 0)) {
+    if (n.opset > 0 && n.opset < 9 && n.has_attr("spatial") && n.attr_int("spatial", 1) == 0)
+      throw UnsupportedError(n.where() + ": spatial=0 is not supported");
+  }
+  void infer(InferCtx& ctx) const override {
+    if (ctx.rank(0) < 2) ctx.fail("input must be (N, C, ...), got " + shape_str(ctx.shape(0)));
+    ctx.set(0, ctx.dtype(0), ctx.shape(0));
+    Shape ch = {ctx.shape(0)[1]};
+    for (size_t i = 1; i < ctx.num_outputs(); ++i) ctx.set(i, ctx.dtype(3), ch);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor& x = c.in(0);
+    ChannelView v = channel_view(x);
+    kernels::dispatch<kernels::kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
+      const T *rmean = c.in(3).data<T>(), *rvar = c.in(4).data<T>();
+      T* y = c.out(0).data<T>();
+      for (int64_t ch = 0; ch < v.c; ++ch) {
+        double mean = rmean[ch], var = rvar[ch];
+        if (training_) {
+          double s = 0, s2 = 0, cnt = double(v.n * v.spatial);
+          for (int64_t b = 0; b < v.n; ++b)
+            for (int64_t i = 0; i < v.spatial; ++i) s += xp[(b * v.c + ch) * v.spatial + i];
+          mean = s / cnt;
+          for (int64_t b = 0; b < v.n; ++b)
+            for (int64_t i = 0; i < v.spatial; ++i) {
+              double d = xp[(b * v.c + ch) * v.spatial + i] - mean;
+              s2 += d * d;
+            }
+          var = s2 / cnt;
+          if (c.wants(1)) c.out(1).data<T>()[ch] = T(rmean[ch] * momentum_ + mean * (1 - momentum_));
+          if (c.wants(2)) c.out(2).data<T>()[ch] = T(rvar[ch] * momentum_ + var * (1 - momentum_));
+        }
+        double k = scale[ch] / std::sqrt(var + eps_), off = bias[ch] - mean * k;
+        for (int64_t b = 0; b < v.n; ++b)
+          for (int64_t i = 0; i < v.spatial; ++i) {
+            int64_t idx = (b * v.c + ch) * v.spatial + i;
+            y[idx] = T(xp[idx] * k + off);
+          }
+      }
+    });
+  }
+
+ private:
+  float eps_, momentum_;
+  bool training_;
+};
+OT_REGISTER_OP("BatchNormalization", BatchNormOp);
+
+class InstanceNormOp : public Op {
+ public:
+  explicit InstanceNormOp(const ir::Node& n) : eps_(n.attr_float("epsilon", 1e-5f)) {}
+  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
+  void compute(ComputeCtx& c) const override {
+    const Tensor& x = c.in(0);
+    ChannelView v = channel_view(x);
+    kernels::dispatch<kernels::kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
+      T* y = c.out(0).data<T>();
+      parallel_for(v.n * v.c, v.spatial * 4, [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; ++r) {
+          int64_t ch = r % v.c;
+          const T* row = xp + r * v.spatial;
+          double s = 0, s2 = 0;
+          for (int64_t i = 0; i < v.spatial; ++i) s += row[i];
+          double mean = s / double(v.spatial);
+          for (int64_t i = 0; i < v.spatial; ++i) s2 += (row[i] - mean) * (row[i] - mean);
+          double k = scale[ch] / std::sqrt(s2 / double(v.spatial) + eps_);
+          for (int64_t i = 0; i < v.spatial; ++i) y[r * v.spatial + i] = T((row[i] - mean) * k + bias[ch]);
+        }
+      });
+    });
+  }
+
+ private:
+  float eps_;
+};
+OT_REGISTER_OP("InstanceNormalization", InstanceNormOp);
+
+}  // namespace
+}  // namespace onnxtrain::ops
