@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "ir/onnx_io.h"
@@ -43,16 +44,27 @@ std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefi
   return r;
 }
 
-std::string compare(const Tensor& got, const Tensor& want, const std::string& name) {
+struct Tolerance {
+  double rtol = 1e-3, atol = 1e-7;  // the ONNX backend suite's defaults
+};
+
+// A test folder may carry its own tolerances in tolerance.txt ("rtol atol").
+Tolerance read_tolerance(const fs::path& dir) {
+  Tolerance t;
+  std::ifstream f(dir / "tolerance.txt");
+  if (f) f >> t.rtol >> t.atol;
+  return t;
+}
+
+std::string compare(const Tensor& got, const Tensor& want, const std::string& name, Tolerance tol) {
   if (got.dtype() != want.dtype())
     return name + ": dtype " + dtype_name(got.dtype()) + ", expected " + dtype_name(want.dtype());
   if (got.dims() != want.dims()) return name + ": shape " + dims_str(got.dims()) + ", expected " + dims_str(want.dims());
   auto g = got.to_double(), w = want.to_double();
-  // The ONNX backend suite's tolerances: rtol 1e-3, atol 1e-7.
   for (size_t i = 0; i < g.size(); ++i) {
     if (std::isnan(w[i]) && std::isnan(g[i])) continue;
     if (std::isinf(w[i]) && g[i] == w[i]) continue;
-    if (!(std::abs(g[i] - w[i]) <= 1e-7 + 1e-3 * std::abs(w[i])))
+    if (!(std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i])))
       return name + ": value " + std::to_string(g[i]) + " at index " + std::to_string(i) + ", expected " + std::to_string(w[i]);
   }
   return "";
@@ -95,6 +107,7 @@ Result run_test(const fs::path& dir) {
   } catch (const UnsupportedError& e) {
     return {Outcome::kSkip, e.what()};
   }
+  Tolerance tol = read_tolerance(dir);
   auto sets = sorted_files(dir, "test_data_set_");
   if (sets.empty()) return {Outcome::kSkip, "no test data sets"};
   for (auto& set : sets) {
@@ -130,7 +143,7 @@ Result run_test(const fs::path& dir) {
       } catch (const Error& e) {
         return {Outcome::kSkip, std::string("expected output: ") + e.what()};
       }
-      std::string diff = compare(outs.at(output_names[i]), want, "output '" + output_names[i] + "'");
+      std::string diff = compare(outs.at(output_names[i]), want, "output '" + output_names[i] + "'", tol);
       if (!diff.empty()) return {Outcome::kFail, set.filename().string() + ": " + diff};
     }
   }

@@ -50,9 +50,7 @@ void infer_shapes(ir::Graph& g) {
     bool known = true;
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const ir::Value* v = n->inputs[i];
-      if (v && v->dtype == DType::kUndefined)
-        throw ShapeError(n->where() + ": input " + std::to_string(i) + " ('" + v->name + "') has no known type");
-      known = known && (!v || v->has_shape);
+      known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
       ins.push_back(info_of(v));
     }
     InferCtx ctx(*n, std::move(ins), &g);

@@ -282,7 +282,7 @@ class ClipOp : public Op {
       if (c.has(2) && c.in(2).numel()) hi = c.in(2).data<T>()[0];
       const T* x = c.in(0).data<T>();
       T* y = c.out(0).data<T>();
-      for (int64_t i = 0, n = c.in(0).numel(); i < n; ++i) y[i] = x[i] < lo ? lo : (x[i] > hi ? hi : x[i]);
+      for (int64_t i = 0, n = c.in(0).numel(); i < n; ++i) y[i] = std::min(std::max(x[i], lo), hi);  // min > max gives max, as ONNX says
     });
   }
   int inplace_input() const override { return 0; }
