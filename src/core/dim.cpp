@@ -95,9 +95,19 @@ Dim Dim::ceil_div(const Dim& a, const Dim& b) {
   return from_poly(std::move(p));
 }
 
+// Every atom is a size (>= 0), so a sum of atoms with non-negative coefficients is >= 0.
+bool Dim::provably_non_negative() const {
+  if (is_const()) return value_ >= 0;
+  for (auto& [m, c] : *poly_)
+    if (c < 0) return false;
+  return true;
+}
+
 Dim Dim::min(const Dim& a, const Dim& b) {
   if (a.is_const() && b.is_const()) return Dim(std::min(a.value(), b.value()));
   if (a == b) return a;
+  if ((a - b).provably_non_negative()) return b;
+  if ((b - a).provably_non_negative()) return a;
   Poly p;
   const Dim& lo = a.str() < b.str() ? a : b;
   const Dim& hi = a.str() < b.str() ? b : a;
@@ -108,6 +118,8 @@ Dim Dim::min(const Dim& a, const Dim& b) {
 Dim Dim::max(const Dim& a, const Dim& b) {
   if (a.is_const() && b.is_const()) return Dim(std::max(a.value(), b.value()));
   if (a == b) return a;
+  if ((a - b).provably_non_negative()) return a;
+  if ((b - a).provably_non_negative()) return b;
   Poly p;
   const Dim& lo = a.str() < b.str() ? a : b;
   const Dim& hi = a.str() < b.str() ? b : a;

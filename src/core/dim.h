@@ -30,6 +30,8 @@ class Dim {
   // The value for the given symbol bindings; nullopt when a symbol is unbound.
   std::optional<int64_t> eval(const Bindings& b) const;
   std::string str() const;
+  // True when the value is >= 0 for every binding (symbols are sizes, so >= 0).
+  bool provably_non_negative() const;
   // Every symbol the expression mentions.
   void symbols(std::vector<std::string>* out) const;
 

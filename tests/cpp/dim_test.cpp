@@ -29,3 +29,11 @@ TEST(Dim, EvaluatesAndReportsUnbound) {
   EXPECT_EQ(m.eval({{"T", 5}}).value(), 5);
   EXPECT_EQ(m.eval({{"T", 50}}).value(), 8);
 }
+
+TEST(Dim, MinMaxUseThatSizesAreNonNegative) {
+  Dim t = Dim::symbol("T");
+  EXPECT_EQ(Dim::max(Dim(0), t), t);
+  EXPECT_EQ(Dim::max(t + Dim(2), t), t + Dim(2));
+  EXPECT_EQ(Dim::min(t, t * Dim(2)), t);
+  EXPECT_FALSE(Dim::max(t, Dim(8)).is_const());
+}

@@ -1,0 +1,31 @@
+"""onnxtrain: train PyTorch models and ONNX graphs with a C++ runtime that plans memory."""
+
+from onnxtrain._onnxtrain import (
+    Error,
+    InputError,
+    IoError,
+    ModelError,
+    OutOfMemoryError,
+    Session,
+    ShapeError,
+    UnsupportedError,
+    allocator_stats,
+    empty_cache,
+    reset_peak_stats,
+    set_memory_limit,
+)
+
+__all__ = [
+    "Error",
+    "InputError",
+    "IoError",
+    "ModelError",
+    "OutOfMemoryError",
+    "Session",
+    "ShapeError",
+    "UnsupportedError",
+    "allocator_stats",
+    "empty_cache",
+    "reset_peak_stats",
+    "set_memory_limit",
+]

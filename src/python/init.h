@@ -1,0 +1,10 @@
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace onnxtrain::python {
+
+void init_errors(pybind11::module_& m);
+void init_memory(pybind11::module_& m);
+void init_session(pybind11::module_& m);
+
+}  // namespace onnxtrain::python

@@ -1,0 +1,33 @@
+// Allocator statistics and limits.
+#include "core/allocator.h"
+#include "python/init.h"
+
+namespace py = pybind11;
+
+namespace onnxtrain::python {
+
+void init_memory(py::module_& m) {
+  m.def(
+      "allocator_stats",
+      [] {
+        MemoryStats s = CachingAllocator::global().stats();
+        py::dict d;
+        d["allocated"] = s.allocated;
+        d["peak_allocated"] = s.peak_allocated;
+        d["cached"] = s.cached;
+        d["peak_cached"] = s.peak_cached;
+        d["inactive"] = s.inactive;
+        d["peak_inactive"] = s.peak_inactive;
+        d["num_allocs"] = s.num_allocs;
+        d["num_frees"] = s.num_frees;
+        d["limit"] = s.limit;
+        return d;
+      },
+      "Statistics of onnxtrain's caching allocator, in bytes.");
+  m.def("reset_peak_stats", [] { CachingAllocator::global().reset_peaks(); }, "Sets every peak to its current value.");
+  m.def("set_memory_limit", [](int64_t bytes) { CachingAllocator::global().set_limit(bytes); }, py::arg("bytes"),
+        "Allocations past this many allocated bytes raise OutOfMemoryError; 0 removes the limit.");
+  m.def("empty_cache", [] { CachingAllocator::global().empty_cache(); }, "Returns unused cached blocks to the system.");
+}
+
+}  // namespace onnxtrain::python

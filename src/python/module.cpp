@@ -1,0 +1,11 @@
+// The _onnxtrain extension: one init_<area> per file, no logic here.
+#include <pybind11/pybind11.h>
+
+#include "python/init.h"
+
+PYBIND11_MODULE(_onnxtrain, m) {
+  m.doc() = "onnxtrain's C++ runtime";
+  onnxtrain::python::init_errors(m);
+  onnxtrain::python::init_memory(m);
+  onnxtrain::python::init_session(m);
+}

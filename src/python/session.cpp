@@ -1,0 +1,105 @@
+// Session: numpy arrays in and out without copies (buffer protocol).
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "onnxtrain/session.h"
+#include "python/init.h"
+
+namespace py = pybind11;
+
+namespace onnxtrain::python {
+namespace {
+
+DType dtype_of(const py::dtype& d) {
+  switch (d.char_()) {
+    case 'f': return DType::kFloat32;
+    case 'd': return DType::kFloat64;
+    case 'e': return DType::kFloat16;
+    case 'l': case 'q': return DType::kInt64;
+    case 'i': return DType::kInt32;
+    case 'b': return DType::kInt8;
+    case 'B': return DType::kUInt8;
+    case '?': return DType::kBool;
+    default: throw InputError("numpy dtype '" + std::string(py::str(d)) + "' is not supported");
+  }
+}
+
+py::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::kFloat32: return py::dtype("float32");
+    case DType::kFloat64: return py::dtype("float64");
+    case DType::kFloat16: return py::dtype("float16");
+    case DType::kInt64: return py::dtype("int64");
+    case DType::kInt32: return py::dtype("int32");
+    case DType::kInt8: return py::dtype("int8");
+    case DType::kUInt8: return py::dtype("uint8");
+    case DType::kBool: return py::dtype("bool");
+    default: throw Error("dtype " + dtype_name(t) + " has no numpy equivalent");
+  }
+}
+
+// Borrows a C-contiguous array's memory; the array stays alive while the tensor does.
+Tensor from_numpy(const std::string& name, py::array a) {
+  if (!(a.flags() & py::array::c_style)) a = py::array::ensure(a, py::array::c_style);
+  std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
+  DType t = dtype_of(a.dtype());
+  auto* keep = new py::object(a);
+  auto storage = Storage::borrow(a.mutable_data(), size_t(a.nbytes()), [keep] {
+    py::gil_scoped_acquire gil;
+    delete keep;
+  });
+  return Tensor(t, dims, storage);
+}
+
+// Hands a tensor to numpy; the capsule owns a reference to its storage.
+py::array to_numpy(const Tensor& t) {
+  auto* owner = new std::shared_ptr<Storage>(t.storage());
+  py::capsule cap(owner, [](void* p) { delete static_cast<std::shared_ptr<Storage>*>(p); });
+  std::vector<py::ssize_t> shape(t.dims().begin(), t.dims().end());
+  return py::array(numpy_dtype(t.dtype()), shape, t.raw(), cap);
+}
+
+}  // namespace
+
+void init_session(py::module_& m) {
+  py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named numpy inputs.")
+      .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))
+      .def_static("from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
+      .def_property_readonly("input_names", &Session::input_names)
+      .def_property_readonly("output_names", &Session::output_names)
+      .def(
+          "run",
+          [](Session& s, const py::dict& feeds) {
+            std::map<std::string, Tensor> in;
+            for (auto& [k, v] : feeds) {
+              std::string name = py::str(k);
+              in[name] = from_numpy(name, py::array::ensure(v));
+            }
+            std::map<std::string, Tensor> out;
+            {
+              py::gil_scoped_release nogil;
+              out = s.run(in);
+            }
+            py::dict r;
+            for (auto& name : s.output_names()) r[py::str(name)] = to_numpy(out.at(name));
+            return r;
+          },
+          py::arg("feeds"), "Runs the graph; returns {output name: numpy array}.")
+      .def(
+          "predicted_peak",
+          [](const Session& s, const std::map<std::string, std::vector<int64_t>>& dims) {
+            return s.predicted_peak(s.bind_inputs(dims));
+          },
+          py::arg("input_dims"), "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
+      .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
+      .def(
+          "input_types",
+          [](const Session& s) {
+            py::dict d;
+            for (auto* v : s.graph().inputs) d[py::str(v->name)] = v->type_str();
+            return d;
+          },
+          "Each input's dtype and symbolic shape.");
+}
+
+}  // namespace onnxtrain::python
