@@ -117,7 +117,7 @@ std::string AllocationPlan::str() const {
       if (!v) continue;
       const ValuePlan& vp = values_.at(v);
       switch (vp.kind) {
-        case AllocKind::kAllocate: os << " | alloc " << v->name << " " << vp.bytes.str() << "B"; break;
+        case AllocKind::kAllocate: os << " | alloc " << v->name << " (" << vp.bytes.str() << " bytes)"; break;
         case AllocKind::kInPlace: os << " | " << v->name << " in place of " << vp.source->name; break;
         case AllocKind::kView: os << " | " << v->name << " views " << vp.source->name; break;
         case AllocKind::kExternal: break;

@@ -1,0 +1,48 @@
+#include <gtest/gtest.h>
+
+#include "core/allocator.h"
+#include "onnxtrain/error.h"
+
+using onnxtrain::CachingAllocator;
+
+TEST(Allocator, StatisticsFollowAllocationsAndFrees) {
+  CachingAllocator a;
+  void* p = a.allocate(1000);  // rounds to 1024
+  void* q = a.allocate(64);
+  auto s = a.stats();
+  EXPECT_EQ(s.allocated, 1024 + 64);
+  EXPECT_EQ(s.cached, 1024 + 64);
+  EXPECT_EQ(s.num_allocs, 2);
+  a.free(p);
+  s = a.stats();
+  EXPECT_EQ(s.allocated, 64);
+  EXPECT_EQ(s.peak_allocated, 1024 + 64);
+  EXPECT_EQ(s.inactive, 1024);
+  // A cached block is reused: no new memory is reserved.
+  void* r = a.allocate(900);
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.stats().cached, 1024 + 64);
+  a.free(q);
+  a.free(r);
+  a.reset_peaks();
+  EXPECT_EQ(a.stats().peak_allocated, 0);
+  a.empty_cache();
+  EXPECT_EQ(a.stats().cached, 0);
+}
+
+TEST(Allocator, LimitRaisesTypedErrorNamingTheRequest) {
+  CachingAllocator a;
+  a.set_limit(4096);
+  void* p = a.allocate(4000);
+  try {
+    a.allocate(1000);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const onnxtrain::OutOfMemoryError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("request of 0 MiB (1024 bytes)"), std::string::npos) << m;
+    EXPECT_NE(m.find("4032 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("limit"), std::string::npos) << m;
+  }
+  a.free(p);
+  EXPECT_NO_THROW(a.free(a.allocate(1000)));
+}

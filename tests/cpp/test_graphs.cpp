@@ -1,0 +1,51 @@
+#include "test_graphs.h"
+
+namespace onnxtrain::test_graphs {
+
+ir::Value* add_input(ir::Graph& g, const std::string& name, DType t, Shape shape) {
+  ir::Value* v = g.add_value(name);
+  v->dtype = t;
+  v->shape = std::move(shape);
+  v->has_shape = true;
+  g.inputs.push_back(v);
+  return v;
+}
+
+ir::Value* add_weight(ir::Graph& g, const std::string& name, std::vector<int64_t> dims) {
+  ir::Value* v = g.add_value(name);
+  Tensor t(DType::kFloat32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.01f * float(i % 17) - 0.08f;
+  v->initializer = t;
+  v->dtype = DType::kFloat32;
+  v->shape = const_shape(dims);
+  v->has_shape = true;
+  g.initializers.push_back(v);
+  return v;
+}
+
+ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> inputs, ir::Attributes attrs) {
+  ir::Value* out = g.add_value("");
+  ir::Node* n = g.add_node(op, inputs, {out}, std::move(attrs));
+  n->opset = 20;
+  return out;
+}
+
+std::unique_ptr<ir::Graph> mlp_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
+  ir::Value* h = add_op(*g, "MatMul", {x, add_weight(*g, "w1", {8, 32})});
+  h = add_op(*g, "Add", {h, add_weight(*g, "b1", {32})});
+  h = add_op(*g, "Relu", {h});
+  h = add_op(*g, "MatMul", {h, add_weight(*g, "w2", {32, 4})});
+  g->outputs.push_back(add_op(*g, "Softmax", {h}, {{"axis", int64_t(-1)}}));
+  return g;
+}
+
+Tensor pattern_tensor(std::vector<int64_t> dims) {
+  Tensor t(DType::kFloat32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float((i * 7) % 13) / 13.0f - 0.5f;
+  return t;
+}
+
+}  // namespace onnxtrain::test_graphs

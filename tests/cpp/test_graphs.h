@@ -1,0 +1,22 @@
+// Graphs built in code for the C++ tests.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onnxtrain::test_graphs {
+
+// A graph input of the given dtype and shape.
+ir::Value* add_input(ir::Graph& g, const std::string& name, DType t, Shape shape);
+// An initializer filled with 0.01 * (i % 17) - 0.08.
+ir::Value* add_weight(ir::Graph& g, const std::string& name, std::vector<int64_t> dims);
+// A node with one fresh output; returns the output.
+ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> inputs, ir::Attributes attrs = {});
+// x (batch, 8) -> MatMul W1 (8, 32) -> Add b1 -> Relu -> MatMul W2 (32, 4) -> Softmax.
+std::unique_ptr<ir::Graph> mlp_graph();
+// A float tensor filled with a deterministic pattern.
+Tensor pattern_tensor(std::vector<int64_t> dims);
+
+}  // namespace onnxtrain::test_graphs

@@ -1,0 +1,13 @@
+"""Exports a PyTorch module to ONNX with PyTorch's exporter, every listed axis dynamic."""
+
+import torch
+
+
+def export(module, args, path, input_names, dynamic_axes):
+    """dynamic_axes: {input name: {axis: dim name}}; returns the path."""
+    shapes = {
+        name: {axis: torch.export.Dim(dim_name) for axis, dim_name in axes.items()}
+        for name, axes in dynamic_axes.items()
+    }
+    torch.onnx.export(module, args, path, input_names=input_names, dynamic_shapes=shapes, dynamo=True, verbose=False)
+    return path
