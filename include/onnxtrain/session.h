@@ -12,6 +12,7 @@
 #include "ir/graph.h"
 #include "memory/allocation_plan.h"
 #include "onnxtrain/error.h"
+#include "runtime/executor.h"
 
 namespace onnxtrain {
 
@@ -40,6 +41,9 @@ class Session {
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   CachingAllocator& allocator() const { return *alloc_; }
+  // Per-op-type time of every run since profiling was switched on.
+  void set_profiling(bool on);
+  const runtime::Profile* profile() const { return profile_.get(); }
 
  private:
   std::unique_ptr<ir::Graph> graph_;
@@ -47,6 +51,7 @@ class Session {
   CachingAllocator* alloc_;
   memory::AllocationPlan plan_;
   uint64_t run_count_ = 0;
+  std::unique_ptr<runtime::Profile> profile_;
 };
 
 }  // namespace onnxtrain

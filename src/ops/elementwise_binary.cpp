@@ -197,8 +197,8 @@ class PowOp : public Op {
         const T* a = x.data<T>();
         const U* b = y.data<U>();
         T* o = c.out(0).data<T>();
-        kernels::broadcast_walk<2>(c.out(0).dims(), {&x.dims(), &y.dims()}, [&](int64_t i, auto off) {
-          o[i] = T(std::pow(double(a[off[0]]), double(b[off[1]])));
+        kernels::broadcast_rows<2>(c.out(0).dims(), {&x.dims(), &y.dims()}, [&](int64_t oo, auto off, auto st, int64_t len) {
+          for (int64_t j = 0; j < len; ++j) o[oo + j] = T(std::pow(double(a[off[0] + j * st[0]]), double(b[off[1] + j * st[1]])));
         });
       });
     });
@@ -252,14 +252,19 @@ class WhereOp : public Op {
   }
   void compute(ComputeCtx& c) const override {
     const bool* cond = c.in(0).data<bool>();
-    size_t es = dtype_size(c.in(1).dtype());
-    const char* x = static_cast<const char*>(c.in(1).raw());
-    const char* y = static_cast<const char*>(c.in(2).raw());
-    char* o = static_cast<char*>(c.out(0).raw());
-    kernels::broadcast_walk<3>(c.out(0).dims(), {&c.in(0).dims(), &c.in(1).dims(), &c.in(2).dims()},
-                               [&](int64_t i, auto off) {
-                                 std::memcpy(o + i * es, cond[off[0]] ? x + off[1] * es : y + off[2] * es, es);
-                               });
+    kernels::dispatch_bytes(c.in(1).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = c.in(1).data<T>();
+      const T* y = c.in(2).data<T>();
+      T* o = c.out(0).data<T>();
+      kernels::broadcast_rows<3>(c.out(0).dims(), {&c.in(0).dims(), &c.in(1).dims(), &c.in(2).dims()},
+                                 [&](int64_t oo, auto off, auto st, int64_t len) {
+                                   const bool* cr = cond + off[0];
+                                   const T* xr = x + off[1];
+                                   const T* yr = y + off[2];
+                                   for (int64_t j = 0; j < len; ++j) o[oo + j] = cr[j * st[0]] ? xr[j * st[1]] : yr[j * st[2]];
+                                 });
+    });
   }
 };
 OT_REGISTER_OP("Where", WhereOp);

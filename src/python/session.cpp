@@ -92,6 +92,16 @@ void init_session(py::module_& m) {
           },
           py::arg("input_dims"), "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
       .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
+      .def("set_profiling", &Session::set_profiling, py::arg("on"), "Switches per-op-type timing on (resetting it) or off.")
+      .def(
+          "profile",
+          [](const Session& s) {
+            py::dict d;
+            if (!s.profile()) return d;
+            for (auto& [op, ms] : s.profile()->ms_by_op) d[py::str(op)] = py::make_tuple(ms, s.profile()->calls_by_op.at(op));
+            return d;
+          },
+          "{op type: (milliseconds, calls)} since profiling was switched on.")
       .def(
           "input_types",
           [](const Session& s) {

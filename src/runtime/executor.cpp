@@ -1,5 +1,7 @@
 #include "runtime/executor.h"
 
+#include <chrono>
+
 #include "ops/bind.h"
 #include "ops/shape_util.h"
 #include "onnxtrain/error.h"
@@ -49,10 +51,16 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
 }
 
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed) {
+             uint64_t seed, Profile* profile) {
   for (size_t s = begin; s < end; ++s) {
     try {
+      auto t0 = std::chrono::steady_clock::now();
       run_step(plan, s, env, alloc, seed);
+      if (profile) {
+        const std::string& op = plan.steps()[s].node->op_type;
+        profile->ms_by_op[op] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        profile->calls_by_op[op]++;
+      }
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

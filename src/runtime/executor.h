@@ -1,6 +1,8 @@
 // Runs the steps of an allocation plan over an environment of tensors.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
 #include <unordered_map>
 
 #include "core/tensor.h"
@@ -16,7 +18,13 @@ using Env = std::unordered_map<const ir::Value*, Tensor>;
 
 // Executes steps [begin, end) of `plan`; inputs must be in env; each value is
 // dropped from env after its last reader, as the plan says.
+// Time per op type, accumulated when a profile is passed to execute().
+struct Profile {
+  std::map<std::string, double> ms_by_op;
+  std::map<std::string, int64_t> calls_by_op;
+};
+
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed);
+             uint64_t seed, Profile* profile = nullptr);
 
 }  // namespace onnxtrain::runtime

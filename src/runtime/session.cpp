@@ -27,6 +27,8 @@ Session Session::from_bytes(const std::string& bytes, SessionOptions options) {
   return Session(ir::load_model_bytes(bytes), options);
 }
 
+void Session::set_profiling(bool on) { profile_ = on ? std::make_unique<runtime::Profile>() : nullptr; }
+
 std::vector<std::string> Session::input_names() const {
   std::vector<std::string> r;
   for (auto* v : graph_->inputs) r.push_back(v->name);
@@ -93,7 +95,8 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   runtime::Env env;
   for (const ir::Value* v : graph_->inputs) env[v] = feeds.at(v->name);
   for (const ir::Value* v : graph_->initializers) env[v] = *v->initializer;
-  runtime::execute(plan_, 0, plan_.steps().size(), env, alloc_, options_.seed + 0x5851F42D4C957F2Dull * run_count_++);
+  runtime::execute(plan_, 0, plan_.steps().size(), env, alloc_, options_.seed + 0x5851F42D4C957F2Dull * run_count_++,
+                   profile_.get());
   std::map<std::string, Tensor> out;
   for (const ir::Value* v : graph_->outputs) out[v->name] = env.at(v);
   return out;

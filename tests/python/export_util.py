@@ -1,5 +1,10 @@
 """Exports a PyTorch module to ONNX with PyTorch's exporter, every listed axis dynamic."""
 
+import contextlib
+import io
+import logging
+import warnings
+
 import torch
 
 
@@ -9,5 +14,9 @@ def export(module, args, path, input_names, dynamic_axes):
         name: {axis: torch.export.Dim(dim_name) for axis, dim_name in axes.items()}
         for name, axes in dynamic_axes.items()
     }
-    torch.onnx.export(module, args, path, input_names=input_names, dynamic_shapes=shapes, dynamo=True, verbose=False)
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    # The exporter reports its phases on stdout; keep the caller's output readable.
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, path, input_names=input_names, dynamic_shapes=shapes, dynamo=True)
     return path

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up everything onnxtrain needs on a Debian machine: the system packages, a
+# virtual environment (.venv) with the pinned Python packages, and the project
+# itself installed into it with pip (its build compiles the C++ library, the
+# extension, the CLI build/onnxtrain and the C++ tests into build/).
+# Idempotent, and fast when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(g++ protobuf-compiler libprotobuf-dev libopenblas-dev libgtest-dev libdlpack-dev
+  nlohmann-json3-dev libcli11-dev libonnx-dev libonnx-testdata)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing pinned Python packages (requirements.txt)"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" >"$stamp"
+fi
+
+echo "setup: building and installing onnxtrain"
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps .
