@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/strided_copy.h"
 #include "ops/axis_util.h"
 #include "ops/op.h"
 
@@ -12,6 +13,19 @@ namespace {
 int64_t checked_index(const ComputeCtx& c, int64_t i, int64_t n) {
   if (i < -n || i >= n) c.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
   return i < 0 ? i + n : i;
+}
+
+// GatherElements/ScatterElements: the data offset of position i of the index
+// tensor (dims idx_dims), whose coordinate along `axis` is replaced by `index`.
+int64_t element_offset(const ComputeCtx& c, int64_t i, const std::vector<int64_t>& idx_dims, const Tensor& x,
+                       const std::vector<int64_t>& x_strides, int64_t axis, int64_t index) {
+  int64_t off = 0;
+  for (int64_t d = int64_t(idx_dims.size()) - 1; d >= 0; --d) {
+    int64_t cd = i % idx_dims[size_t(d)];
+    i /= idx_dims[size_t(d)];
+    off += (d == axis ? checked_index(c, index, x.dims()[size_t(axis)]) : cd) * x_strides[size_t(d)];
+  }
+  return off;
 }
 
 class GatherOp : public Op {
@@ -71,18 +85,12 @@ class GatherElementsOp : public Op {
     int64_t a = axis_ < 0 ? axis_ + x.rank() : axis_;
     auto ind = idx.to_int64();
     const auto& id = idx.dims();
-    std::vector<int64_t> xs(x.dims().size(), 1);
-    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    auto xs = kernels::contiguous_strides(x.dims());
     size_t es = dtype_size(x.dtype());
     const char* src = static_cast<const char*>(x.raw());
     char* dst = static_cast<char*>(c.out(0).raw());
     for (int64_t i = 0; i < int64_t(ind.size()); ++i) {
-      int64_t rem = i, off = 0;
-      for (int64_t d = int64_t(id.size()) - 1; d >= 0; --d) {
-        int64_t cd = rem % id[size_t(d)];
-        rem /= id[size_t(d)];
-        off += (d == a ? checked_index(c, ind[size_t(i)], x.dims()[size_t(a)]) : cd) * xs[size_t(d)];
-      }
+      int64_t off = element_offset(c, i, id, x, xs, a, ind[size_t(i)]);
       std::memcpy(dst + size_t(i) * es, src + size_t(off) * es, es);
     }
   }
@@ -102,20 +110,14 @@ class ScatterElementsOp : public Op {
     int64_t a = axis_ < 0 ? axis_ + x.rank() : axis_;
     auto ind = idx.to_int64();
     const auto& id = idx.dims();
-    std::vector<int64_t> xs(x.dims().size(), 1);
-    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    auto xs = kernels::contiguous_strides(x.dims());
     std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
     kernels::dispatch<kernels::kAll>(x.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* o = c.out(0).data<T>();
       const T* u = upd.data<T>();
       for (int64_t i = 0; i < int64_t(ind.size()); ++i) {
-        int64_t rem = i, off = 0;
-        for (int64_t d = int64_t(id.size()) - 1; d >= 0; --d) {
-          int64_t cd = rem % id[size_t(d)];
-          rem /= id[size_t(d)];
-          off += (d == a ? checked_index(c, ind[size_t(i)], x.dims()[size_t(a)]) : cd) * xs[size_t(d)];
-        }
+        int64_t off = element_offset(c, i, id, x, xs, a, ind[size_t(i)]);
         o[off] = combine(o[off], u[i]);
       }
     });
@@ -146,8 +148,7 @@ class ScatterNDOp : public ScatterElementsOp {
     int64_t k = idx.dims().back(), n_upd = idx.numel() / std::max<int64_t>(k, 1);
     int64_t slice = 1;
     for (size_t d = size_t(k); d < x.dims().size(); ++d) slice *= x.dims()[d];
-    std::vector<int64_t> xs(x.dims().size(), 1);
-    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    auto xs = kernels::contiguous_strides(x.dims());
     std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
     kernels::dispatch<kernels::kAll>(x.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -184,8 +185,7 @@ class GatherNDOp : public Op {
     int64_t per_batch = idx.numel() / std::max<int64_t>(k, 1) / std::max<int64_t>(batch, 1);
     int64_t slice = 1;
     for (size_t d = size_t(b + k); d < x.dims().size(); ++d) slice *= x.dims()[d];
-    std::vector<int64_t> xs(x.dims().size(), 1);
-    for (int64_t d = x.rank() - 2; d >= 0; --d) xs[size_t(d)] = xs[size_t(d + 1)] * x.dims()[size_t(d + 1)];
+    auto xs = kernels::contiguous_strides(x.dims());
     int64_t batch_stride = b > 0 ? xs[size_t(b - 1)] : 0;
     size_t es = dtype_size(x.dtype());
     const char* src = static_cast<const char*>(x.raw());
