@@ -1,4 +1,6 @@
-// onnxtrain::Session: load an ONNX model and run it on named inputs.
+// onnxtrain::Session: load an ONNX model and run it on named inputs; built for
+// training, it runs the forward part and the backward part separately, the
+// stash of each forward call held by a RunState.
 #pragma once
 #include <map>
 #include <memory>
@@ -6,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/training_graph.h"
 #include "core/allocator.h"
 #include "core/dim.h"
 #include "core/tensor.h"
@@ -17,39 +20,75 @@
 namespace onnxtrain {
 
 struct SessionOptions {
-  bool allow_inplace = true;     // let outputs reuse dying inputs' buffers
-  uint64_t seed = 0;             // for random ops
+  bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
+  uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the global allocator when null
+};
+
+// What one forward call leaves for its backward call: the stashed activations
+// (and references to the inputs and parameters backward reads). Dropping it frees them.
+class RunState {
+ public:
+  // Bytes of the activations it holds (each storage counted once).
+  int64_t stash_bytes() const;
+  uint64_t seed() const { return seed_; }
+
+ private:
+  friend class Session;
+  runtime::Env env_;
+  uint64_t seed_ = 0;
+  bool consumed_ = false;
 };
 
 class Session {
  public:
+  // Inference: the model as it is.
   explicit Session(std::unique_ptr<ir::Graph> graph, SessionOptions options = {});
+  // Training: the model's forward graph plus the backward graph for `spec`.
+  Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec, SessionOptions options = {});
   static Session load(const std::string& path, SessionOptions options = {});
   static Session from_bytes(const std::string& bytes, SessionOptions options = {});
 
-  // Runs the whole graph; every graph input must be given. Returns the graph outputs by name.
+  // Runs every node; every graph input must be given. Returns the graph outputs by name.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds);
+  // Training sessions: the forward part only; returns the forward outputs and the stash.
+  std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> run_forward(const std::map<std::string, Tensor>& feeds);
+  // The backward part of one forward call: gradients of the `wrt` inputs by name. Output-gradient mode
+  // takes a gradient for every differentiable forward output (output_grad_names()), by output name.
+  std::map<std::string, Tensor> run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads = {});
+
   // The symbol values implied by the given inputs' dims (checks names, dtypes, ranks, dims).
   Bindings bind_inputs(const std::map<std::string, std::vector<int64_t>>& dims,
-                       const std::map<std::string, DType>& dtypes = {}) const;
+                       const std::map<std::string, DType>& dtypes = {}, bool forward_only = false) const;
   // Peak bytes the allocator will reach above its level before the run.
   std::optional<int64_t> predicted_peak(const Bindings& dims) const { return plan_.predicted_peak(dims); }
 
   const ir::Graph& graph() const { return *graph_; }
   const memory::AllocationPlan& plan() const { return plan_; }
-  std::vector<std::string> input_names() const;
-  std::vector<std::string> output_names() const;
+  bool is_training() const { return training_; }
+  size_t boundary() const { return boundary_; }
+  std::vector<std::string> input_names() const;       // forward inputs
+  std::vector<std::string> output_names() const;      // forward outputs
+  std::vector<std::string> grad_names() const;        // training: the `wrt` inputs, in order
+  std::vector<std::string> output_grad_names() const; // output-gradient mode: forward outputs that take a gradient
   CachingAllocator& allocator() const { return *alloc_; }
   // Per-op-type time of every run since profiling was switched on.
   void set_profiling(bool on);
   const runtime::Profile* profile() const { return profile_.get(); }
 
  private:
+  void init();
+  void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
+  uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
+
   std::unique_ptr<ir::Graph> graph_;
   SessionOptions options_;
   CachingAllocator* alloc_;
   memory::AllocationPlan plan_;
+  bool training_ = false;
+  size_t boundary_ = 0;
+  std::vector<ir::Value*> forward_inputs_, forward_outputs_, output_grads_, grads_;
+  std::vector<std::string> wrt_;
   uint64_t run_count_ = 0;
   std::unique_ptr<runtime::Profile> profile_;
 };

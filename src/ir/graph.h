@@ -40,6 +40,7 @@ struct Node {
   std::vector<Value*> outputs;  // nullptr for an omitted optional output
   Attributes attrs;
   std::shared_ptr<const ops::Op> op;  // bound at import: typed attributes, shape function, kernel
+  std::string random_key;             // random ops: the key their numbers derive from (the name when empty)
 
   // "node 'name' (OpType)": the prefix of every message about this node.
   std::string where() const;

@@ -11,13 +11,7 @@ static std::string op_label(const ir::Node& n) {
 }
 
 void bind_graph(ir::Graph& g) {
-  for (auto& n : g.nodes()) {
-    if (n->op) continue;
-    const OpDef* def = find_op(n->domain, n->op_type);
-    if (!def)
-      throw UnsupportedError(n->where() + ": op " + op_label(*n) + " is not supported by onnxtrain");
-    n->op = def->make(*n);
-  }
+  for (auto& n : g.nodes()) bind_node(*n);
 }
 
 std::vector<std::string> unsupported_ops(const ir::Graph& g) {
@@ -38,6 +32,36 @@ static InputInfo info_of(const ir::Value* v) {
   return in;
 }
 
+void infer_node(ir::Graph& g, ir::Node& n) {
+  std::vector<InputInfo> ins;
+  bool known = true;
+  for (const ir::Value* v : n.inputs) {
+    known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
+    ins.push_back(info_of(v));
+  }
+  InferCtx ctx(n, std::move(ins), &g);
+  try {
+    if (!known) throw ShapeUnknown{"an input's shape"};
+    n.op->infer(ctx);
+  } catch (const ShapeUnknown&) {
+    // Sizes that depend on data: the outputs get their shapes at run time.
+    for (ir::Value* v : n.outputs)
+      if (v) v->has_shape = false;
+    g.note_unknown(&n);
+    return;
+  }
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    ir::Value* v = n.outputs[i];
+    if (!v) continue;
+    auto& o = ctx.outputs()[i];
+    if (o.dtype == DType::kUndefined) throw ShapeError(n.where() + ": output " + std::to_string(i) + " was not inferred");
+    v->dtype = o.dtype;
+    v->shape = o.shape;
+    v->has_shape = true;
+    v->sym_value = o.value;
+  }
+}
+
 void infer_shapes(ir::Graph& g) {
   for (ir::Value* v : g.initializers) {
     if ((v->dtype == DType::kInt64 || v->dtype == DType::kInt32) && v->initializer->numel() <= 4096) {
@@ -45,36 +69,14 @@ void infer_shapes(ir::Graph& g) {
       v->sym_value = std::vector<Dim>(iv.begin(), iv.end());
     }
   }
-  for (auto& n : g.nodes()) {
-    std::vector<InputInfo> ins;
-    bool known = true;
-    for (size_t i = 0; i < n->inputs.size(); ++i) {
-      const ir::Value* v = n->inputs[i];
-      known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
-      ins.push_back(info_of(v));
-    }
-    InferCtx ctx(*n, std::move(ins), &g);
-    try {
-      if (!known) throw ShapeUnknown{"an input's shape"};
-      n->op->infer(ctx);
-    } catch (const ShapeUnknown&) {
-      // Sizes that depend on data: the outputs get their shapes at run time.
-      for (ir::Value* v : n->outputs)
-        if (v) v->has_shape = false;
-      g.note_unknown(n.get());
-      continue;
-    }
-    for (size_t i = 0; i < n->outputs.size(); ++i) {
-      ir::Value* v = n->outputs[i];
-      if (!v) continue;
-      auto& o = ctx.outputs()[i];
-      if (o.dtype == DType::kUndefined) throw ShapeError(n->where() + ": output " + std::to_string(i) + " was not inferred");
-      v->dtype = o.dtype;
-      v->shape = o.shape;
-      v->has_shape = true;
-      v->sym_value = o.value;
-    }
-  }
+  for (auto& n : g.nodes()) infer_node(g, *n);
+}
+
+void bind_node(ir::Node& n) {
+  if (n.op) return;
+  const OpDef* def = find_op(n.domain, n.op_type);
+  if (!def) throw UnsupportedError(n.where() + ": op " + op_label(n) + " is not supported by onnxtrain");
+  n.op = def->make(n);
 }
 
 std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors) {

@@ -10,6 +10,9 @@ namespace onnxtrain::ops {
 
 // Throws UnsupportedError (op, domain, opset, node) for an op not in the table.
 void bind_graph(ir::Graph& g);
+void bind_node(ir::Node& n);
+// Infers one node's output dtypes, shapes and small values from its inputs.
+void infer_node(ir::Graph& g, ir::Node& n);
 // Infers every value's dtype, symbolic shape and small integer values, in node order.
 void infer_shapes(ir::Graph& g);
 // Ops of the graph not in the op table, as "domain.Op (opset N)".

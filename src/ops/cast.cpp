@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -53,6 +54,9 @@ class CastOp : public Op {
     ctx.set(0, to, ctx.shape(0), int_like ? ctx.value_opt(0) : std::nullopt);
   }
   void compute(ComputeCtx& c) const override { cast_tensor(c.in(0), c.out(0), c.node.where()); }
+  void grad(GradCtx& g) const override {  // back to the input's float type
+    g.set_dx(0, g.op("Cast", {g.dy(0)}, {{"to", int64_t(g.x(0)->dtype)}}));
+  }
 
  private:
   DType to_ = DType::kUndefined;  // CastLike: the second input's dtype

@@ -5,6 +5,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -57,6 +58,15 @@ class DropoutOp : public Op {
   }
   int inplace_input() const override { return 0; }
   bool is_random() const override { return true; }
+  bool differentiable_output(size_t i) const override { return i == 0; }
+  void grad(GradCtx& g) const override {  // dy * mask / (1 - ratio) in training mode, dy otherwise
+    ir::Value *dy = g.dy(0), *training = g.x(2);
+    if (legacy_ || !training) return g.set_dx(0, dy);
+    ir::Value* ratio = g.x(1) ? g.op("Cast", {g.x(1)}, {{"to", int64_t(dy->dtype)}}) : g.like(0.5, dy);
+    ir::Value* scale = g.div(g.like(1, dy), g.sub(g.like(1, dy), ratio));
+    ir::Value* kept = g.mul(g.where_or_zero(g.y(1), dy), scale);
+    g.set_dx(0, g.op("Where", {training, kept, dy}));
+  }
 
  private:
   float ratio_attr_;

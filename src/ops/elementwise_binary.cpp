@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -49,13 +50,20 @@ class BinaryOp : public Op {
     });
   }
   int inplace_input() const override { return 0; }
+  void grad(GradCtx& g) const override { f_.grad(g); }
 
  private:
   F f_;
 };
 
+using ir::Value;
+
 struct NoFold {
   static std::optional<Dim> fold(const Dim&, const Dim&) { return std::nullopt; }
+};
+// Ops whose outputs are bool: no gradient ever flows into them.
+struct BoolOut : NoFold {
+  void grad(GradCtx&) const {}
 };
 
 struct AddFn {
@@ -63,18 +71,30 @@ struct AddFn {
   template <typename T>
   T operator()(T a, T b) const { return a + b; }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a + b; }
+  void grad(GradCtx& g) const {
+    g.set_dx(0, g.dy(0));
+    g.set_dx(1, g.dy(0));
+  }
 };
 struct SubFn {
   explicit SubFn(const ir::Node&) {}
   template <typename T>
   T operator()(T a, T b) const { return a - b; }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a - b; }
+  void grad(GradCtx& g) const {
+    g.set_dx(0, g.dy(0));
+    if (g.needs(1)) g.set_dx(1, g.neg(g.dy(0)));
+  }
 };
 struct MulFn {
   explicit MulFn(const ir::Node&) {}
   template <typename T>
   T operator()(T a, T b) const { return a * b; }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a * b; }
+  void grad(GradCtx& g) const {
+    if (g.needs(0)) g.set_dx(0, g.mul(g.dy(0), g.x(1)));
+    if (g.needs(1)) g.set_dx(1, g.mul(g.dy(0), g.x(0)));
+  }
 };
 struct DivFn {
   explicit DivFn(const ir::Node&) {}
@@ -86,6 +106,11 @@ struct DivFn {
   static std::optional<Dim> fold(const Dim& a, const Dim& b) {
     if (b.is_const() && b.value() > 0 && (!a.is_const() || a.value() >= 0)) return Dim::floor_div(a, b);
     return std::nullopt;
+  }
+  void grad(GradCtx& g) const {  // d(a/b) = da/b - db a/b^2
+    Value* da = g.div(g.dy(0), g.x(1));
+    g.set_dx(0, da);
+    if (g.needs(1)) g.set_dx(1, g.neg(g.mul(da, g.y(0))));
   }
 };
 struct ModFn : NoFold {
@@ -103,22 +128,29 @@ struct ModFn : NoFold {
       return r;
     }
   }
+  void grad(GradCtx& g) const { no_gradient(g); }
   bool fmod;
 };
 struct PReluFn : NoFold {
   explicit PReluFn(const ir::Node&) {}
   template <typename T>
   T operator()(T x, T slope) const { return x < T(0) ? T(slope * x) : x; }
+  void grad(GradCtx& g) const {
+    Value *x = g.x(0), *dy = g.dy(0);
+    Value* pos = g.op("Greater", {x, g.like(0, x)});
+    if (g.needs(0)) g.set_dx(0, g.op("Where", {pos, dy, g.mul(dy, g.x(1))}));
+    if (g.needs(1)) g.set_dx(1, g.op("Where", {pos, g.like(0, dy), g.mul(dy, x)}));
+  }
 };
-struct AndFn : NoFold {
+struct AndFn : BoolOut {
   explicit AndFn(const ir::Node&) {}
   bool operator()(bool a, bool b) const { return a && b; }
 };
-struct OrFn : NoFold {
+struct OrFn : BoolOut {
   explicit OrFn(const ir::Node&) {}
   bool operator()(bool a, bool b) const { return a || b; }
 };
-struct XorFn : NoFold {
+struct XorFn : BoolOut {
   explicit XorFn(const ir::Node&) {}
   bool operator()(bool a, bool b) const { return a != b; }
 };
@@ -176,6 +208,14 @@ class PowOp : public Op {
  public:
   explicit PowOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
+  void grad(GradCtx& g) const override {  // d(a^b) = b a^(b-1) da + a^b log(a) db
+    Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
+    if (g.needs(0)) {
+      Value* bf = b->dtype == a->dtype ? b : g.op("Cast", {b}, {{"to", int64_t(a->dtype)}});
+      g.set_dx(0, g.mul(dy, g.mul(bf, g.op("Pow", {a, g.sub(bf, g.like(1, bf))}))));
+    }
+    if (g.needs(1)) g.set_dx(1, g.mul(dy, g.mul(g.y(0), g.op("Log", {a}))));
+  }
   void compute(ComputeCtx& c) const override {
     const Tensor &x = c.in(0), &y = c.in(1);
     dispatch<kN>(x.dtype(), c.node.where(), [&](auto tx) {
@@ -211,6 +251,16 @@ class VariadicOp : public Op {
  public:
   explicit VariadicOp(const ir::Node& n) : kind_(n.op_type) {}
   void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
+  void grad(GradCtx& g) const override {
+    Value* dy = g.dy(0);
+    size_t n = g.node().inputs.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (!g.needs(i)) continue;
+      if (kind_ == "Sum") g.set_dx(i, dy);
+      else if (kind_ == "Mean") g.set_dx(i, g.div(dy, g.like(double(n), dy)));
+      else g.set_dx(i, g.where_or_zero(g.op("Equal", {g.x(i), g.y(0)}), dy));  // Max/Min: where x_i is the result
+    }
+  }
   void compute(ComputeCtx& c) const override {
     Tensor& out = c.out(0);
     dispatch<kN>(out.dtype(), c.node.where(), [&](auto tag) {
@@ -246,6 +296,11 @@ OT_REGISTER_OP("Mean", VariadicOp);
 class WhereOp : public Op {
  public:
   explicit WhereOp(const ir::Node&) {}
+  void grad(GradCtx& g) const override {
+    Value *c = g.x(0), *dy = g.dy(0);
+    if (g.needs(1)) g.set_dx(1, g.where_or_zero(c, dy));
+    if (g.needs(2)) g.set_dx(2, g.op("Where", {c, g.like(0, dy), dy}));
+  }
   void infer(InferCtx& ctx) const override {
     Shape s = broadcast_shapes(ctx, broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1)), ctx.shape(2));
     ctx.set(0, ctx.dtype(1), s);
@@ -274,6 +329,18 @@ class ClipOp : public Op {
  public:
   explicit ClipOp(const ir::Node& n)
       : attr_min_(n.attr_float("min", -INFINITY)), attr_max_(n.attr_float("max", INFINITY)) {}
+  void grad(GradCtx& g) const override {  // passes where min <= x <= max
+    Value *x = g.x(0), *dy = g.dy(0);
+    Value* lo = g.x(1) ? g.x(1) : (std::isinf(attr_min_) ? nullptr : g.like(attr_min_, x));
+    Value* hi = g.x(2) ? g.x(2) : (std::isinf(attr_max_) ? nullptr : g.like(attr_max_, x));
+    Value* keep = nullptr;
+    if (lo) keep = g.op("GreaterOrEqual", {x, lo});
+    if (hi) {
+      Value* k = g.op("LessOrEqual", {x, hi});
+      keep = keep ? g.op("And", {keep, k}) : k;
+    }
+    g.set_dx(0, keep ? g.where_or_zero(keep, dy) : dy);
+  }
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
   void compute(ComputeCtx& c) const override {
     dispatch<kN>(c.in(0).dtype(), c.node.where(), [&](auto tag) {

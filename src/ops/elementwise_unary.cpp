@@ -5,6 +5,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -28,6 +29,9 @@ class UnaryOp : public Op {
     });
   }
   int inplace_input() const override { return 0; }
+  void grad(GradCtx& g) const override {
+    if (ir::Value* dy = g.dy(0)) g.set_dx(0, f_.grad(g, g.x(0), g.y(0), dy));
+  }
 
  private:
   F f_;
@@ -36,53 +40,65 @@ class UnaryOp : public Op {
 constexpr int kF = kernels::kFloats;
 constexpr int kN = kernels::kNumeric;
 
-// A stateless functor computing EXPR of x, and its registration.
-#define OT_UNARY(NAME, TYPES, EXPR)                                  \
-  struct NAME##Fn {                                                  \
-    explicit NAME##Fn(const ir::Node&) {}                            \
-    template <typename T>                                            \
-    T operator()(T x) const {                                        \
-      return EXPR;                                                   \
-    }                                                                \
-  };                                                                 \
-  using NAME##Op = UnaryOp<NAME##Fn, TYPES>;                         \
+using ir::Value;
+
+// A stateless functor computing EXPR of x, its gradient GRAD (graph nodes built
+// with g from x, y = f(x) and dy; nullptr when the gradient is zero), and its registration.
+#define OT_UNARY(NAME, TYPES, EXPR, GRAD)                              \
+  struct NAME##Fn {                                                    \
+    explicit NAME##Fn(const ir::Node&) {}                              \
+    template <typename T>                                              \
+    T operator()(T x) const {                                          \
+      return EXPR;                                                     \
+    }                                                                  \
+    Value* grad(GradCtx& g, Value* x, Value* y, Value* dy) const {     \
+      return GRAD;                                                     \
+    }                                                                  \
+  };                                                                   \
+  using NAME##Op = UnaryOp<NAME##Fn, TYPES>;                           \
   OT_REGISTER_OP(#NAME, NAME##Op)
 
-OT_UNARY(Abs, kN, std::is_signed_v<T> ? (x < 0 ? T(-x) : x) : x);
-OT_UNARY(Neg, kN, T(-x));
-OT_UNARY(Exp, kF, std::exp(x));
-OT_UNARY(Log, kF, std::log(x));
-OT_UNARY(Sqrt, kF, std::sqrt(x));
-OT_UNARY(Reciprocal, kF, T(1) / x);
-OT_UNARY(Tanh, kF, std::tanh(x));
-OT_UNARY(Sigmoid, kF, x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)));
-OT_UNARY(Relu, kN, x > T(0) ? x : T(0));
-OT_UNARY(Softsign, kF, x / (T(1) + std::abs(x)));
-OT_UNARY(Softplus, kF, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)));
-OT_UNARY(Erf, kF, std::erf(x));
-OT_UNARY(Sin, kF, std::sin(x));
-OT_UNARY(Cos, kF, std::cos(x));
-OT_UNARY(Tan, kF, std::tan(x));
-OT_UNARY(Asin, kF, std::asin(x));
-OT_UNARY(Acos, kF, std::acos(x));
-OT_UNARY(Atan, kF, std::atan(x));
-OT_UNARY(Sinh, kF, std::sinh(x));
-OT_UNARY(Cosh, kF, std::cosh(x));
-OT_UNARY(Asinh, kF, std::asinh(x));
-OT_UNARY(Acosh, kF, std::acosh(x));
-OT_UNARY(Atanh, kF, std::atanh(x));
-OT_UNARY(Floor, kF, std::floor(x));
-OT_UNARY(Ceil, kF, std::ceil(x));
-OT_UNARY(Round, kF, std::nearbyint(x));  // the default rounding mode rounds half to even
-OT_UNARY(Sign, kN, T((x > T(0)) - (x < T(0))));
-OT_UNARY(HardSwish, kF, x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))));
-OT_UNARY(Not, kernels::kBool, !x);
+Value* square(GradCtx& g, Value* v) { return g.mul(v, v); }
+Value* positive(GradCtx& g, Value* x) { return g.op("Greater", {x, g.like(0, x)}); }
+
+OT_UNARY(Abs, kN, std::is_signed_v<T> ? (x < 0 ? T(-x) : x) : x, g.mul(dy, g.op("Sign", {x})));
+OT_UNARY(Neg, kN, T(-x), g.neg(dy));
+OT_UNARY(Exp, kF, std::exp(x), g.mul(dy, y));
+OT_UNARY(Log, kF, std::log(x), g.div(dy, x));
+OT_UNARY(Sqrt, kF, std::sqrt(x), g.div(g.mul(dy, g.like(0.5, dy)), y));
+OT_UNARY(Reciprocal, kF, T(1) / x, g.neg(g.mul(dy, square(g, y))));
+OT_UNARY(Tanh, kF, std::tanh(x), g.mul(dy, g.sub(g.like(1, y), square(g, y))));
+OT_UNARY(Sigmoid, kF, x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)), g.mul(dy, g.mul(y, g.sub(g.like(1, y), y))));
+OT_UNARY(Relu, kN, x > T(0) ? x : T(0), g.where_or_zero(positive(g, x), dy));
+OT_UNARY(Softsign, kF, x / (T(1) + std::abs(x)), g.div(dy, square(g, g.add(g.like(1, x), g.op("Abs", {x})))));
+OT_UNARY(Softplus, kF, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)), g.mul(dy, g.op("Sigmoid", {x})));
+OT_UNARY(Erf, kF, std::erf(x), g.mul(dy, g.mul(g.like(1.1283791670955126, x), g.op("Exp", {g.neg(square(g, x))}))));
+OT_UNARY(Sin, kF, std::sin(x), g.mul(dy, g.op("Cos", {x})));
+OT_UNARY(Cos, kF, std::cos(x), g.neg(g.mul(dy, g.op("Sin", {x}))));
+OT_UNARY(Tan, kF, std::tan(x), g.mul(dy, g.add(g.like(1, y), square(g, y))));
+OT_UNARY(Asin, kF, std::asin(x), g.div(dy, g.op("Sqrt", {g.sub(g.like(1, x), square(g, x))})));
+OT_UNARY(Acos, kF, std::acos(x), g.neg(g.div(dy, g.op("Sqrt", {g.sub(g.like(1, x), square(g, x))}))));
+OT_UNARY(Atan, kF, std::atan(x), g.div(dy, g.add(g.like(1, x), square(g, x))));
+OT_UNARY(Sinh, kF, std::sinh(x), g.mul(dy, g.op("Cosh", {x})));
+OT_UNARY(Cosh, kF, std::cosh(x), g.mul(dy, g.op("Sinh", {x})));
+OT_UNARY(Asinh, kF, std::asinh(x), g.div(dy, g.op("Sqrt", {g.add(square(g, x), g.like(1, x))})));
+OT_UNARY(Acosh, kF, std::acosh(x), g.div(dy, g.op("Sqrt", {g.sub(square(g, x), g.like(1, x))})));
+OT_UNARY(Atanh, kF, std::atanh(x), g.div(dy, g.sub(g.like(1, x), square(g, x))));
+OT_UNARY(Floor, kF, std::floor(x), nullptr);
+OT_UNARY(Ceil, kF, std::ceil(x), nullptr);
+OT_UNARY(Round, kF, std::nearbyint(x), nullptr);  // the default rounding mode rounds half to even
+OT_UNARY(Sign, kN, T((x > T(0)) - (x < T(0))), nullptr);
+OT_UNARY(HardSwish, kF, x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))), g.op("Where", {g.op("Less", {x, g.like(-3, x)}), g.like(0, dy), g.op("Where", {g.op("Greater", {x, g.like(3, x)}), dy, g.mul(dy, g.div(g.add(g.mul(g.like(2, x), x), g.like(3, x)), g.like(6, x)))})}));
+OT_UNARY(Not, kernels::kBool, !x, nullptr);
 #undef OT_UNARY
 
 struct LeakyReluFn {
   explicit LeakyReluFn(const ir::Node& n) : alpha(n.attr_float("alpha", 0.01f)) {}
   template <typename T>
   T operator()(T x) const { return x >= 0 ? x : T(alpha) * x; }
+  Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {
+    return g.op("Where", {positive(g, x), dy, g.mul(dy, g.like(alpha, dy))});
+  }
   float alpha;
 };
 using LeakyReluOp = UnaryOp<LeakyReluFn, kF>;
@@ -92,6 +108,9 @@ struct EluFn {
   explicit EluFn(const ir::Node& n) : alpha(n.attr_float("alpha", 1.0f)) {}
   template <typename T>
   T operator()(T x) const { return x >= 0 ? x : T(alpha) * std::expm1(x); }
+  Value* grad(GradCtx& g, Value* x, Value* y, Value* dy) const {
+    return g.op("Where", {positive(g, x), dy, g.mul(dy, g.add(y, g.like(alpha, y)))});
+  }
   float alpha;
 };
 using EluOp = UnaryOp<EluFn, kF>;
@@ -101,6 +120,9 @@ struct CeluFn {
   explicit CeluFn(const ir::Node& n) : alpha(n.attr_float("alpha", 1.0f)) {}
   template <typename T>
   T operator()(T x) const { return std::max(T(0), x) + std::min(T(0), T(alpha) * std::expm1(x / T(alpha))); }
+  Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {
+    return g.op("Where", {positive(g, x), dy, g.mul(dy, g.op("Exp", {g.div(x, g.like(alpha, x))}))});
+  }
   float alpha;
 };
 using CeluOp = UnaryOp<CeluFn, kF>;
@@ -111,6 +133,9 @@ struct SeluFn {
       : alpha(n.attr_float("alpha", 1.67326319217681884765625f)), gamma(n.attr_float("gamma", 1.05070102214813232421875f)) {}
   template <typename T>
   T operator()(T x) const { return T(gamma) * (x > 0 ? x : T(alpha) * std::expm1(x)); }
+  Value* grad(GradCtx& g, Value* x, Value* y, Value* dy) const {
+    return g.op("Where", {positive(g, x), g.mul(dy, g.like(gamma, dy)), g.mul(dy, g.add(y, g.like(double(alpha) * gamma, y)))});
+  }
   float alpha, gamma;
 };
 using SeluOp = UnaryOp<SeluFn, kF>;
@@ -120,6 +145,11 @@ struct HardSigmoidFn {
   explicit HardSigmoidFn(const ir::Node& n) : alpha(n.attr_float("alpha", 0.2f)), beta(n.attr_float("beta", 0.5f)) {}
   template <typename T>
   T operator()(T x) const { return std::max(T(0), std::min(T(1), T(alpha) * x + T(beta))); }
+  Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {
+    Value* z = g.add(g.mul(x, g.like(alpha, x)), g.like(beta, x));
+    Value* inside = g.op("And", {g.op("Greater", {z, g.like(0, z)}), g.op("Less", {z, g.like(1, z)})});
+    return g.where_or_zero(inside, g.mul(dy, g.like(alpha, dy)));
+  }
   float alpha, beta;
 };
 using HardSigmoidOp = UnaryOp<HardSigmoidFn, kF>;
@@ -129,6 +159,9 @@ struct ThresholdedReluFn {
   explicit ThresholdedReluFn(const ir::Node& n) : alpha(n.attr_float("alpha", 1.0f)) {}
   template <typename T>
   T operator()(T x) const { return x > T(alpha) ? x : T(0); }
+  Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {
+    return g.where_or_zero(g.op("Greater", {x, g.like(alpha, x)}), dy);
+  }
   float alpha;
 };
 using ThresholdedReluOp = UnaryOp<ThresholdedReluFn, kF>;
@@ -145,6 +178,20 @@ struct GeluFn {
       return T(0.5) * x * (T(1) + std::tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
     return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
   }
+  Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {
+    if (tanh_approx) {  // d/dx 0.5x(1+t), t = tanh(k(x + c x^3))
+      Value* x2 = square(g, x);
+      Value* t = g.op("Tanh", {g.mul(g.like(0.7978845608028654, x), g.add(x, g.mul(g.like(0.044715, x), g.mul(x2, x))))});
+      Value* dt = g.mul(g.sub(g.like(1, t), square(g, t)),
+                        g.mul(g.like(0.7978845608028654, x), g.add(g.like(1, x), g.mul(g.like(3 * 0.044715, x), x2))));
+      Value* d = g.add(g.mul(g.like(0.5, t), g.add(g.like(1, t), t)), g.mul(g.mul(g.like(0.5, x), x), dt));
+      return g.mul(dy, d);
+    }
+    // Phi(x) + x phi(x)
+    Value* cdf = g.mul(g.like(0.5, x), g.add(g.like(1, x), g.op("Erf", {g.mul(x, g.like(0.7071067811865476, x))})));
+    Value* pdf = g.mul(g.like(0.3989422804014327, x), g.op("Exp", {g.mul(g.like(-0.5, x), square(g, x))}));
+    return g.mul(dy, g.add(cdf, g.mul(x, pdf)));
+  }
   bool tanh_approx;
 };
 using GeluOp = UnaryOp<GeluFn, kF>;
@@ -154,6 +201,10 @@ struct MishFn {
   explicit MishFn(const ir::Node&) {}
   template <typename T>
   T operator()(T x) const { return x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))); }
+  Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {  // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)
+    Value* t = g.op("Tanh", {g.op("Softplus", {x})});
+    return g.mul(dy, g.add(t, g.mul(g.mul(x, g.op("Sigmoid", {x})), g.sub(g.like(1, t), square(g, t)))));
+  }
 };
 using MishOp = UnaryOp<MishFn, kF>;
 OT_REGISTER_OP("Mish", MishOp);
@@ -167,6 +218,7 @@ class IdentityOp : public Op {
     if (c.out(0).raw() != c.in(0).raw()) std::memcpy(c.out(0).raw(), c.in(0).raw(), c.in(0).nbytes());
   }
   int inplace_input() const override { return 0; }
+  void grad(GradCtx& g) const override { g.set_dx(0, g.dy(0)); }
 };
 OT_REGISTER_OP("Identity", IdentityOp);
 

@@ -5,6 +5,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
 #include "ops/axis_util.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -65,6 +66,24 @@ class GatherOp : public Op {
       for (int64_t j = 0; j < ni; ++j)
         std::memcpy(dst + size_t(o * ni + j) * row, src + size_t(o * v.n + ind[size_t(j)]) * row, row);
   }
+  // Rows picked more than once (embeddings) accumulate: a scatter-add into zeros.
+  void grad(GradCtx& g) const override {
+    ir::Value *x = g.x(0), *idx = g.x(1), *dy = g.dy(0);
+    int64_t r = int64_t(x->shape.size()), a = axis_ < 0 ? axis_ + r : axis_;
+    ir::Value* zeros = g.zeros_like(x);
+    if (a == 0) {
+      g.set_dx(0, g.op("ScatterND", {zeros, g.op("Unsqueeze", {idx, g.ints({-1})}), dy}, {{"reduction", std::string("add")}}));
+      return;
+    }
+    if (idx->shape.size() > 1) no_gradient(g);
+    // One axis of indices: expand them over dy (x's rank) and scatter along the axis.
+    ir::Value* dyr = dy;
+    if (idx->shape.empty()) dyr = g.op("Unsqueeze", {dy, g.ints({a})});
+    std::vector<int64_t> one(size_t(r), 1);
+    one[size_t(a)] = -1;
+    ir::Value* ind = g.op("Expand", {g.op("Reshape", {idx, g.ints(one)}), g.shape(dyr)});
+    g.set_dx(0, g.op("ScatterElements", {zeros, ind, dyr}, {{"axis", a}, {"reduction", std::string("add")}}));
+  }
 
  private:
   int64_t axis_;
@@ -93,6 +112,10 @@ class GatherElementsOp : public Op {
       int64_t off = element_offset(c, i, id, x, xs, a, ind[size_t(i)]);
       std::memcpy(dst + size_t(i) * es, src + size_t(off) * es, es);
     }
+  }
+  void grad(GradCtx& g) const override {
+    g.set_dx(0, g.op("ScatterElements", {g.zeros_like(g.x(0)), g.x(1), g.dy(0)},
+                     {{"axis", axis_}, {"reduction", std::string("add")}}));
   }
 
  private:

@@ -5,6 +5,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -40,6 +41,12 @@ class TransposeOp : public Op {
       using T = typename decltype(tag)::type;
       strided_copy(c.out(0).data<T>(), c.in(0).data<T>(), c.out(0).dims(), st);
     });
+  }
+  void grad(GradCtx& g) const override {
+    auto p = perm(int64_t(g.x(0)->shape.size()));
+    std::vector<int64_t> inv(p.size());
+    for (size_t i = 0; i < p.size(); ++i) inv[size_t(p[i] < 0 ? p[i] + int64_t(p.size()) : p[i])] = int64_t(i);
+    g.set_dx(0, g.op("Transpose", {g.dy(0)}, {{"perm", inv}}));
   }
 
  private:
@@ -91,6 +98,14 @@ class ConcatOp : public Op {
         std::memcpy(o + size_t(i * out_row + at) * es, s + size_t(i * row) * es, size_t(row) * es);
       at += row;
     }
+  }
+  void grad(GradCtx& g) const override {  // split the gradient at the inputs' sizes along the axis
+    std::vector<ir::Value*> sizes;
+    size_t n = g.node().inputs.size();
+    int64_t r = int64_t(g.x(0)->shape.size()), a = axis_ < 0 ? axis_ + r : axis_;
+    for (size_t i = 0; i < n; ++i) sizes.push_back(g.op("Gather", {g.shape(g.x(i)), g.ints({a})}));
+    auto parts = g.ops("Split", {g.dy(0), g.op("Concat", sizes, {{"axis", int64_t(0)}})}, n, {{"axis", a}});
+    for (size_t i = 0; i < n; ++i) g.set_dx(i, parts[i]);
   }
 
  private:
@@ -152,6 +167,11 @@ class SplitOp : public Op {
       }
       at += row;
     }
+  }
+  void grad(GradCtx& g) const override {  // concatenate the outputs' gradients (zeros where none flowed)
+    std::vector<ir::Value*> parts;
+    for (size_t i = 0; i < g.node().outputs.size(); ++i) parts.push_back(g.dy(i) ? g.dy(i) : g.zeros_like(g.y(i)));
+    g.set_dx(0, g.op("Concat", parts, {{"axis", axis_}}));
   }
 
  private:
@@ -255,6 +275,16 @@ class SliceOp : public Op {
     }
     ctx.set(0, ctx.dtype(0), p.size, v);
   }
+  // The gradient scatters dy to the positions the same Slice picks out of an
+  // index tensor 0..numel(x)-1: exact for every start, end, axis and step.
+  void grad(GradCtx& g) const override {
+    ir::Value* x = g.x(0);
+    std::vector<ir::Value*> in = g.node().inputs;
+    in[0] = g.op("Reshape", {g.op("Range", {g.scalar(0, DType::kInt64), g.op("Size", {x}), g.scalar(1, DType::kInt64)}),
+                             g.shape(x)});
+    ir::Value* picked = g.op("Slice", in, g.node().attrs);
+    g.set_dx(0, g.scatter_add_flat(x, picked, g.dy(0)));
+  }
   void compute(ComputeCtx& c) const override {
     Plan p = plan(*c.shapes);
     auto in_st = contiguous_strides(c.in(0).dims());
@@ -299,6 +329,7 @@ class ExpandOp : public Op {
       strided_copy(c.out(0).data<T>(), c.in(0).data<T>(), od, st);
     });
   }
+  void grad(GradCtx& g) const override { g.set_dx(0, g.dy(0)); }  // the engine sums the broadcast dims
 };
 OT_REGISTER_OP("Expand", ExpandOp);
 
@@ -364,6 +395,14 @@ class PadOp : public Op {
     }
     if (int64_t(p.size()) != 2 * r) ctx.fail("pads has " + std::to_string(p.size()) + " entries for rank " + std::to_string(r));
     return p;
+  }
+  void grad(GradCtx& g) const override {
+    if (mode_ != "constant" || from_attr_ || g.node().input(3)) no_gradient(g);
+    ir::Value* x = g.x(0);
+    int64_t r = int64_t(x->shape.size());
+    ir::Value* begins = g.op("Slice", {g.x(1), g.ints({0}), g.ints({r})});
+    ir::Value* ends = g.add(begins, g.shape(x));
+    g.set_dx(0, g.op("Slice", {g.dy(0), begins, ends}));
   }
   void infer(InferCtx& ctx) const override {
     auto p = pads(ctx);
@@ -443,6 +482,11 @@ class TriluOp : public Op {
     });
   }
   int inplace_input() const override { return 0; }
+  void grad(GradCtx& g) const override {
+    std::vector<ir::Value*> in = {g.dy(0)};
+    if (g.x(1)) in.push_back(g.x(1));
+    g.set_dx(0, g.op("Trilu", in, {{"upper", int64_t(upper_)}}));
+  }
 
  private:
   bool upper_;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -15,6 +16,43 @@ class LossOp : public Op {
         ignore_(n.attr_int("ignore_index", INT64_MIN)), has_ignore_(n.has_attr("ignore_index")) {
     if (reduction_ != "none" && reduction_ != "sum" && reduction_ != "mean")
       throw ModelError(n.where() + ": reduction '" + reduction_ + "' is not none, sum or mean");
+  }
+  // d loss / d log-probabilities: -w[t] * dy (scaled for "mean") at each target class;
+  // SoftmaxCrossEntropyLoss then goes through its log-softmax.
+  void grad(GradCtx& g) const override {
+    using ir::Value;
+    Value *x = g.x(0), *t = g.x(1), *w = g.x(2);
+    Value* logp = softmax_ ? g.y(1) : x;
+    Value* dlogp = nullptr;
+    if (Value* dy = g.dy(0)) {
+      Value* ts = t;
+      Value* coef = nullptr;  // per-element weight, or nullptr for 1
+      if (has_ignore_) {
+        Value* valid = g.op("Not", {g.op("Equal", {t, g.scalar(double(ignore_), t->dtype)})});
+        ts = g.op("Where", {valid, t, g.scalar(0, t->dtype)});
+        coef = g.op("Cast", {valid}, {{"to", int64_t(x->dtype)}});
+      }
+      if (w) {
+        Value* wt = g.op("Gather", {w, ts});
+        coef = coef ? g.mul(coef, wt) : wt;
+      }
+      Value* per = dy;
+      if (reduction_ == "mean") {
+        Value* denom = coef ? g.op("ReduceSum", {coef}, {{"keepdims", int64_t(0)}})
+                            : g.op("Cast", {g.op("Size", {t})}, {{"to", int64_t(x->dtype)}});
+        per = g.div(dy, denom);
+      }
+      if (coef) per = g.mul(per, coef);
+      if (reduction_ != "none" && !coef) per = g.op("Expand", {per, g.shape(t)});
+      dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.op("Unsqueeze", {ts, g.ints({1})}),
+                                       g.op("Unsqueeze", {g.neg(per), g.ints({1})})},
+                   {{"axis", int64_t(1)}});
+    }
+    if (softmax_ && g.dy(1)) dlogp = dlogp ? g.add(dlogp, g.dy(1)) : g.dy(1);
+    if (!dlogp) return;
+    if (!softmax_) return g.set_dx(0, dlogp);
+    Value* total = g.op("ReduceSum", {dlogp, g.ints({1})}, {{"keepdims", int64_t(1)}});
+    g.set_dx(0, g.sub(dlogp, g.mul(g.op("Exp", {logp}), total)));
   }
   void infer(InferCtx& ctx) const override {
     const Shape& x = ctx.shape(0);

@@ -4,6 +4,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -13,6 +14,7 @@ namespace {
 class MatMulOp : public Op {
  public:
   explicit MatMulOp(const ir::Node&) {}
+  void grad(GradCtx& g) const override;
   void infer(InferCtx& ctx) const override {
     Shape a = ctx.shape(0), b = ctx.shape(1);
     if (a.empty() || b.empty()) ctx.fail("inputs must have rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
@@ -66,6 +68,7 @@ class GemmOp : public Op {
   explicit GemmOp(const ir::Node& n)
       : alpha_(n.attr_float("alpha", 1)), beta_(n.attr_float("beta", 1)), ta_(n.attr_int("transA", 0)),
         tb_(n.attr_int("transB", 0)) {}
+  void grad(GradCtx& g) const override;
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) != 2 || ctx.rank(1) != 2)
       ctx.fail("A and B must be 2-D, got " + shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(1)));
@@ -98,6 +101,71 @@ class GemmOp : public Op {
   bool ta_, tb_;
 };
 OT_REGISTER_OP("Gemm", GemmOp);
+
+using ir::Value;
+
+// dA = dY B^T, dB = A^T dY. A 2-D B (a Linear layer) gets its gradient from one
+// GEMM over all rows; broadcast batch dims are summed by the engine.
+void MatMulOp::grad(GradCtx& g) const {
+  Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
+  size_t ra = a->shape.size(), rb = b->shape.size();
+  if (ra == 1 || rb == 1) {  // vectors: view them as matrices
+    Value* a2 = ra == 1 ? g.op("Unsqueeze", {a, g.ints({0})}) : a;
+    Value* b2 = rb == 1 ? g.op("Unsqueeze", {b, g.ints({-1})}) : b;
+    Value* dy2 = dy;
+    if (ra == 1) dy2 = g.op("Unsqueeze", {dy2, g.ints({rb == 1 ? 0 : -2})});
+    if (rb == 1) dy2 = g.op("Unsqueeze", {dy2, g.ints({-1})});
+    auto swap = [&](Value* v) {
+      std::vector<int64_t> perm(v->shape.size());
+      for (size_t i = 0; i < perm.size(); ++i) perm[i] = int64_t(i);
+      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+      return g.op("Transpose", {v}, {{"perm", perm}});
+    };
+    if (g.needs(0)) g.set_dx(0, g.op("Reshape", {g.op("MatMul", {dy2, swap(b2)}), g.shape(a)}));
+    if (g.needs(1)) {
+      Value* db = g.op("MatMul", {swap(a2), dy2});
+      if (rb == 1) db = g.op("ReduceSum", {db, g.ints({-1})}, {{"keepdims", int64_t(0)}});
+      g.set_dx(1, rb == 1 && db->shape.size() > 1 ? db : g.op("Reshape", {db, g.shape(b)}));
+    }
+    return;
+  }
+  if (rb == 2) {
+    // (rows, N) with rows = all leading dims of dY; N taken from dY's last dim.
+    Value* dy2 = g.op("Reshape", {dy, g.op("Concat", {g.ints({-1}), g.op("Gather", {g.shape(dy), g.ints({-1})})}, {{"axis", int64_t(0)}})});
+    if (g.needs(0)) {
+      Value* da = g.op("Gemm", {dy2, b}, {{"transB", int64_t(1)}});
+      g.set_dx(0, ra == 2 ? da : g.op("Reshape", {da, g.op("Concat", {g.op("Slice", {g.shape(dy), g.ints({0}), g.ints({-1})}), g.op("Gather", {g.shape(b), g.ints({0})})}, {{"axis", int64_t(0)}})}));
+    }
+    if (g.needs(1)) {
+      Value* a2 = ra == 2 ? a : g.op("Reshape", {a, g.op("Concat", {g.ints({-1}), g.op("Gather", {g.shape(a), g.ints({-1})})}, {{"axis", int64_t(0)}})});
+      g.set_dx(1, g.op("Gemm", {a2, dy2}, {{"transA", int64_t(1)}}));
+    }
+    return;
+  }
+  auto swap_last = [&](Value* v) {
+    std::vector<int64_t> perm(v->shape.size());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = int64_t(i);
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    return g.op("Transpose", {v}, {{"perm", perm}});
+  };
+  if (g.needs(0)) g.set_dx(0, g.op("MatMul", {dy, swap_last(b)}));
+  if (g.needs(1)) g.set_dx(1, g.op("MatMul", {swap_last(a), dy}));
+}
+
+// Y = alpha op(A) op(B) + beta C, each transposition handled by Gemm's own flags.
+void GemmOp::grad(GradCtx& g) const {
+  Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
+  ir::Attributes alpha = {{"alpha", alpha_}};
+  auto with = [&](int64_t ta, int64_t tb) {
+    ir::Attributes at = alpha;
+    at["transA"] = ta;
+    at["transB"] = tb;
+    return at;
+  };
+  if (g.needs(0)) g.set_dx(0, ta_ ? g.op("Gemm", {b, dy}, with(tb_, 1)) : g.op("Gemm", {dy, b}, with(0, !tb_)));
+  if (g.needs(1)) g.set_dx(1, tb_ ? g.op("Gemm", {dy, a}, with(1, ta_)) : g.op("Gemm", {a, dy}, with(!ta_, 0)));
+  if (g.needs(2)) g.set_dx(2, beta_ == 1.0f ? dy : g.mul(dy, g.like(beta_, dy)));
+}
 
 }  // namespace
 }  // namespace onnxtrain::ops

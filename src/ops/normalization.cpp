@@ -4,14 +4,42 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
 namespace {
 
+using ir::Value;
+
+// The input gradient of xhat = (x - mean) * rstd, normalized over `axes`, given
+// dxhat: rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
+Value* normalized_dx(GradCtx& g, Value* xhat, Value* rstd, Value* dxhat, const std::vector<int64_t>& axes) {
+  ir::Attributes keep = {{"keepdims", int64_t(1)}};
+  Value* m1 = g.op("ReduceMean", {dxhat, g.ints(axes)}, keep);
+  Value* m2 = g.op("ReduceMean", {g.mul(dxhat, xhat), g.ints(axes)}, keep);
+  return g.mul(rstd, g.sub(g.sub(dxhat, m1), g.mul(xhat, m2)));
+}
+
+// Batch statistics over `axes` (kept): returns xhat and rstd.
+std::pair<Value*, Value*> normalize(GradCtx& g, Value* x, const std::vector<int64_t>& axes, float eps) {
+  ir::Attributes keep = {{"keepdims", int64_t(1)}};
+  Value* centered = g.sub(x, g.op("ReduceMean", {x, g.ints(axes)}, keep));
+  Value* var = g.op("ReduceMean", {g.mul(centered, centered), g.ints(axes)}, keep);
+  Value* rstd = g.op("Reciprocal", {g.op("Sqrt", {g.add(var, g.like(eps, var))})});
+  return {g.mul(centered, rstd), rstd};
+}
+
+std::vector<int64_t> range_axes(int64_t from, int64_t to) {
+  std::vector<int64_t> r;
+  for (int64_t i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
 class LayerNormOp : public Op {
  public:
   explicit LayerNormOp(const ir::Node& n) : axis_(n.attr_int("axis", -1)), eps_(n.attr_float("epsilon", 1e-5f)) {}
+  void grad(GradCtx& g) const override;
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
     ctx.set(0, ctx.dtype(0), ctx.shape(0));
@@ -62,6 +90,16 @@ class LayerNormOp : public Op {
 };
 OT_REGISTER_OP("LayerNormalization", LayerNormOp);
 
+void LayerNormOp::grad(GradCtx& g) const {
+  Value *x = g.x(0), *w = g.x(1), *dy = g.dy(0);
+  int64_t r = int64_t(x->shape.size()), a = axis_ < 0 ? axis_ + r : axis_;
+  Value* rstd = g.y(2);
+  Value* xhat = g.mul(g.sub(x, g.y(1)), rstd);
+  if (g.needs(0)) g.set_dx(0, normalized_dx(g, xhat, rstd, g.mul(dy, w), range_axes(a, r)));
+  if (g.needs(1)) g.set_dx(1, g.mul(dy, xhat));  // the engine sums the leading dims
+  if (g.needs(2)) g.set_dx(2, dy);
+}
+
 // Per-channel statistics over (N, spatial) of an (N, C, ...) tensor.
 struct ChannelView {
   int64_t n, c, spatial;
@@ -79,6 +117,26 @@ class BatchNormOp : public Op {
         training_(n.attr_int("training_mode", 0)) {
     if (n.opset > 0 && n.opset < 9 && n.has_attr("spatial") && n.attr_int("spatial", 1) == 0)
       throw UnsupportedError(n.where() + ": spatial=0 is not supported");
+  }
+  bool differentiable_output(size_t i) const override { return i == 0; }
+  void grad(GradCtx& g) const override {
+    Value *x = g.x(0), *dy = g.dy(0);
+    int64_t r = int64_t(x->shape.size());
+    std::vector<int64_t> axes = {0}, channel_axes = {0};  // all but the channel dim; where [C] broadcasts
+    for (int64_t i = 2; i < r; ++i) axes.push_back(i), channel_axes.push_back(i);
+    auto per_channel = [&](Value* v) { return g.op("Unsqueeze", {v, g.ints(channel_axes)}); };
+    Value *xhat, *rstd;
+    if (training_) {
+      std::tie(xhat, rstd) = normalize(g, x, axes, eps_);
+    } else {
+      rstd = per_channel(g.op("Reciprocal", {g.op("Sqrt", {g.add(g.x(4), g.like(eps_, g.x(4)))})}));
+      xhat = g.mul(g.sub(x, per_channel(g.x(3))), rstd);
+    }
+    Value* dxhat = g.mul(dy, per_channel(g.x(1)));
+    ir::Attributes drop = {{"keepdims", int64_t(0)}};
+    if (g.needs(0)) g.set_dx(0, training_ ? normalized_dx(g, xhat, rstd, dxhat, axes) : g.mul(dxhat, rstd));
+    if (g.needs(1)) g.set_dx(1, g.op("ReduceSum", {g.mul(dy, xhat), g.ints(axes)}, drop));
+    if (g.needs(2)) g.set_dx(2, g.op("ReduceSum", {dy, g.ints(axes)}, drop));
   }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) < 2) ctx.fail("input must be (N, C, ...), got " + shape_str(ctx.shape(0)));
@@ -129,6 +187,18 @@ OT_REGISTER_OP("BatchNormalization", BatchNormOp);
 class InstanceNormOp : public Op {
  public:
   explicit InstanceNormOp(const ir::Node& n) : eps_(n.attr_float("epsilon", 1e-5f)) {}
+  void grad(GradCtx& g) const override {
+    Value *x = g.x(0), *dy = g.dy(0);
+    int64_t r = int64_t(x->shape.size());
+    std::vector<int64_t> spatial = range_axes(2, r), batch_spatial = range_axes(2, r), trailing = range_axes(1, r - 1);
+    batch_spatial.insert(batch_spatial.begin(), 0);
+    auto [xhat, rstd] = normalize(g, x, spatial, eps_);
+    Value* dxhat = g.mul(dy, g.op("Unsqueeze", {g.x(1), g.ints(trailing)}));
+    ir::Attributes drop = {{"keepdims", int64_t(0)}};
+    if (g.needs(0)) g.set_dx(0, normalized_dx(g, xhat, rstd, dxhat, spatial));
+    if (g.needs(1)) g.set_dx(1, g.op("ReduceSum", {g.mul(dy, xhat), g.ints(batch_spatial)}, drop));
+    if (g.needs(2)) g.set_dx(2, g.op("ReduceSum", {dy, g.ints(batch_spatial)}, drop));
+  }
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
   void compute(ComputeCtx& c) const override {
     const Tensor& x = c.in(0);

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "onnxtrain/error.h"
+#include "ops/grad.h"
 
 namespace onnxtrain::ops {
 
@@ -71,6 +72,14 @@ int64_t InferCtx::axis(int64_t a, int64_t rank) const {
 void InferCtx::unknown(const std::string& what) const {
   if (!graph_) fail(what + " is not known at run time");
   throw ShapeUnknown{what};
+}
+
+void Op::grad(GradCtx& g) const { no_gradient(g); }
+
+void no_gradient(const GradCtx& g) {
+  const ir::Node& n = g.node();
+  throw UnsupportedError(n.where() + ": op " + (n.domain.empty() ? "" : n.domain + ".") + n.op_type +
+                         " has no gradient rule, but a gradient flows through it");
 }
 
 void ComputeCtx::fail(const std::string& msg) const { throw ShapeError(node.where() + ": " + msg); }

@@ -96,9 +96,13 @@ struct ComputeCtx {
   [[noreturn]] void fail(const std::string& msg) const;
 };
 
+class GradCtx;
+
 class Op {
  public:
   virtual ~Op() = default;
+  // Builds the backward nodes of this op (see ops/grad.h). The default: not differentiable.
+  virtual void grad(GradCtx& g) const;
   virtual void infer(InferCtx& ctx) const = 0;
   virtual void compute(ComputeCtx& ctx) const = 0;
   // Output 0 may be written into input `inplace_input()`'s buffer; -1 if not.
@@ -107,7 +111,12 @@ class Op {
   // the executor shares the storage and never calls compute().
   virtual bool is_view() const { return false; }
   virtual bool is_random() const { return false; }
+  // Whether gradients flow through output i (not through BatchNormalization's running statistics).
+  virtual bool differentiable_output(size_t i) const { return true; }
 };
+
+// Raises the error for a gradient that flows into an op without a rule.
+[[noreturn]] void no_gradient(const GradCtx& g);
 
 using OpFactory = std::function<std::shared_ptr<const Op>(const ir::Node&)>;
 

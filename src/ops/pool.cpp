@@ -4,6 +4,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/window.h"
 
@@ -15,6 +16,11 @@ class PoolOp : public Op {
   explicit PoolOp(const ir::Node& n)
       : max_(n.op_type == "MaxPool"), win_(Window::from_node(n)), include_pad_(n.attr_int("count_include_pad", 0)),
         storage_order_(n.attr_int("storage_order", 0)) {}
+  void grad(GradCtx& g) const override {  // MaxPool: dy goes back to where each maximum was
+    if (!max_ || storage_order_) no_gradient(g);
+    g.set_dx(0, g.scatter_add_flat(g.x(0), g.y(1), g.dy(0)));
+  }
+  bool differentiable_output(size_t i) const override { return i == 0; }
   void infer(InferCtx& ctx) const override {
     const Shape& x = ctx.shape(0);
     if (x.size() != win_.kernel.size() + 2)
@@ -102,6 +108,14 @@ OT_REGISTER_OP("AveragePool", PoolOp);
 class GlobalPoolOp : public Op {
  public:
   explicit GlobalPoolOp(const ir::Node& n) : max_(n.op_type == "GlobalMaxPool") {}
+  void grad(GradCtx& g) const override {
+    ir::Value *x = g.x(0), *y = g.y(0);
+    ir::Value* full = g.op("Expand", {g.dy(0), g.shape(x)});
+    if (max_) return g.set_dx(0, g.where_or_zero(g.op("Equal", {x, y}), full));
+    ir::Value* count = g.div(g.op("Cast", {g.op("Size", {x})}, {{"to", int64_t(x->dtype)}}),
+                             g.op("Cast", {g.op("Size", {y})}, {{"to", int64_t(x->dtype)}}));
+    g.set_dx(0, g.div(full, count));
+  }
   void infer(InferCtx& ctx) const override {
     Shape out = ctx.shape(0);
     if (out.size() < 2) ctx.fail("input must be (N, C, ...), got " + shape_str(out));

@@ -8,6 +8,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
 #include "ops/axis_util.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -47,6 +48,7 @@ class ReduceOp : public Op {
     for (int64_t a : axes) m[size_t(ctx.axis(a, r))] = true;
     return m;
   }
+  void grad(GradCtx& g) const override;
   void infer(InferCtx& ctx) const override {
     auto m = mask(ctx);
     Shape out;
@@ -145,6 +147,45 @@ class ReduceOp : public Op {
   std::vector<int64_t> axes_attr_;
   bool has_attr_;
 };
+using ir::Value;
+
+void ReduceOp::grad(GradCtx& g) const {
+  Value *x = g.x(0), *y = g.y(0), *dy = g.dy(0);
+  int64_t r = int64_t(x->shape.size());
+  std::vector<int64_t> axes = axes_attr_;
+  if (!has_attr_ && g.x(1)) {
+    const auto& v = g.x(1)->sym_value;
+    if (!v) no_gradient(g);
+    for (auto& d : *v) {
+      if (!d.is_const()) no_gradient(g);
+      axes.push_back(d.value() < 0 ? d.value() + r : d.value());
+    }
+  }
+  if (axes.empty() && !noop_empty_)
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  for (auto& a : axes) a = a < 0 ? a + r : a;
+  // dy and y with the reduced dims kept, then broadcast back over x.
+  Value* dyk = keepdims_ || axes.empty() ? dy : g.op("Unsqueeze", {dy, g.ints(axes)});
+  Value* yk = keepdims_ || axes.empty() ? y : g.op("Unsqueeze", {y, g.ints(axes)});
+  Value* full = g.op("Expand", {dyk, g.shape(x)});
+  switch (kind_) {
+    case Reduce::kSum: return g.set_dx(0, full);
+    case Reduce::kMean: {
+      Value* count = g.div(g.op("Cast", {g.op("Size", {x})}, {{"to", int64_t(x->dtype)}}),
+                           g.op("Cast", {g.op("Size", {y})}, {{"to", int64_t(x->dtype)}}));
+      return g.set_dx(0, g.div(full, count));
+    }
+    case Reduce::kMax:
+    case Reduce::kMin: return g.set_dx(0, g.where_or_zero(g.op("Equal", {x, yk}), full));
+    case Reduce::kProd: return g.set_dx(0, g.div(g.mul(full, yk), x));
+    case Reduce::kL1: return g.set_dx(0, g.mul(full, g.op("Sign", {x})));
+    case Reduce::kL2: return g.set_dx(0, g.div(g.mul(full, x), yk));
+    case Reduce::kSumSquare: return g.set_dx(0, g.mul(full, g.mul(g.like(2, x), x)));
+    case Reduce::kLogSum: return g.set_dx(0, g.div(full, g.op("Exp", {yk})));
+    case Reduce::kLogSumExp: return g.set_dx(0, g.mul(full, g.op("Exp", {g.sub(x, yk)})));
+  }
+}
+
 OT_REGISTER_OP("ReduceSum", ReduceOp);
 OT_REGISTER_OP("ReduceMean", ReduceOp);
 OT_REGISTER_OP("ReduceMax", ReduceOp);

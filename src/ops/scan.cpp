@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/dispatch.h"
 #include "ops/axis_util.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -38,6 +39,9 @@ class CumSumOp : public Op {
           }
         }
     });
+  }
+  void grad(GradCtx& g) const override {  // a cumulative sum in the other direction
+    g.set_dx(0, g.op("CumSum", {g.dy(0), g.x(1)}, {{"exclusive", int64_t(exclusive_)}, {"reverse", int64_t(!reverse_)}}));
   }
 
  private:
@@ -95,6 +99,11 @@ class TopKOp : public Op {
           }
         }
     });
+  }
+  void grad(GradCtx& g) const override {
+    if (!g.dy(0)) return;
+    g.set_dx(0, g.op("ScatterElements", {g.zeros_like(g.x(0)), g.y(1), g.dy(0)},
+                     {{"axis", axis_}, {"reduction", std::string("add")}}));
   }
 
  private:

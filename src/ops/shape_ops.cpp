@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -50,11 +51,13 @@ class SizeOp : public Op {
 };
 OT_REGISTER_OP("Size", SizeOp);
 
-// Base of the view ops: the output shape is all that differs.
+// Base of the view ops: the output shape is all that differs, so the gradient
+// is the output gradient viewed in the input's shape.
 class ViewOp : public Op {
  public:
   bool is_view() const override { return true; }
   void compute(ComputeCtx&) const override {}
+  void grad(GradCtx& g) const override { g.set_dx(0, g.op("Reshape", {g.dy(0), g.shape(g.x(0))})); }
 };
 
 class ReshapeOp : public ViewOp {

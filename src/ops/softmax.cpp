@@ -5,6 +5,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "ops/axis_util.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -37,6 +38,17 @@ class SoftmaxOp : public Op {
     });
   }
   int inplace_input() const override { return 0; }
+  void grad(GradCtx& g) const override {
+    ir::Value *y = g.y(0), *dy = g.dy(0);
+    int64_t r = int64_t(y->shape.size()), a = axis_ < 0 ? axis_ + r : axis_;
+    if (kind_ == kHardmax || (flatten_ && a != r - 1)) no_gradient(g);
+    ir::Value* axes = g.ints({a});
+    ir::Attributes keep = {{"keepdims", int64_t(1)}};
+    if (kind_ == kSoftmax)  // y (dy - sum(dy y))
+      g.set_dx(0, g.mul(y, g.sub(dy, g.op("ReduceSum", {g.mul(dy, y), axes}, keep))));
+    else  // dy - exp(y) sum(dy)
+      g.set_dx(0, g.sub(dy, g.mul(g.op("Exp", {y}), g.op("ReduceSum", {dy, axes}, keep))));
+  }
 
  private:
   template <typename T>

@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
 #include "python/init.h"
 
@@ -59,14 +60,67 @@ py::array to_numpy(const Tensor& t) {
   return py::array(numpy_dtype(t.dtype()), shape, t.raw(), cap);
 }
 
+std::map<std::string, Tensor> tensors_of(const py::dict& d) {
+  std::map<std::string, Tensor> r;
+  for (auto& [k, v] : d) {
+    std::string name = py::str(k);
+    r[name] = from_numpy(name, py::array::ensure(v));
+  }
+  return r;
+}
+
+py::dict arrays_of(const std::map<std::string, Tensor>& m) {
+  py::dict r;
+  for (auto& [name, t] : m) r[py::str(name)] = to_numpy(t);
+  return r;
+}
+
 }  // namespace
 
 void init_session(py::module_& m) {
+  py::class_<RunState>(m, "RunState", "The stash of one forward call, for its backward call.")
+      .def_property_readonly("stash_bytes", &RunState::stash_bytes, "Bytes of the activations it holds.");
+
   py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named numpy inputs.")
       .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))
       .def_static("from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
+      .def_static(
+          "for_training",
+          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss) {
+            autodiff::TrainingSpec spec{wrt, loss};
+            return Session(ir::load_model_bytes(std::string(b)), spec);
+          },
+          py::arg("model"), py::arg("wrt"), py::arg("loss") = "",
+          "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
+          "is empty, of the outputs whose gradients run_backward receives.")
       .def_property_readonly("input_names", &Session::input_names)
       .def_property_readonly("output_names", &Session::output_names)
+      .def_property_readonly("grad_names", &Session::grad_names)
+      .def_property_readonly("output_grad_names", &Session::output_grad_names)
+      .def(
+          "run_forward",
+          [](Session& s, const py::dict& feeds) {
+            auto in = tensors_of(feeds);
+            std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> r;
+            {
+              py::gil_scoped_release nogil;
+              r = s.run_forward(in);
+            }
+            return py::make_tuple(arrays_of(r.first), std::move(r.second));
+          },
+          py::arg("feeds"), "Runs the forward part: ({output name: array}, RunState).")
+      .def(
+          "run_backward",
+          [](Session& s, RunState& state, const py::dict& output_grads) {
+            auto in = tensors_of(output_grads);
+            std::map<std::string, Tensor> r;
+            {
+              py::gil_scoped_release nogil;
+              r = s.run_backward(state, in);
+            }
+            return arrays_of(r);
+          },
+          py::arg("state"), py::arg("output_grads") = py::dict(), "Runs the backward part: {input name: gradient}.")
       .def(
           "run",
           [](Session& s, const py::dict& feeds) {
@@ -80,9 +134,7 @@ void init_session(py::module_& m) {
               py::gil_scoped_release nogil;
               out = s.run(in);
             }
-            py::dict r;
-            for (auto& name : s.output_names()) r[py::str(name)] = to_numpy(out.at(name));
-            return r;
+            return arrays_of(out);
           },
           py::arg("feeds"), "Runs the graph; returns {output name: numpy array}.")
       .def(

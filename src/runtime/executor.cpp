@@ -8,6 +8,14 @@
 
 namespace onnxtrain::runtime {
 
+// Random ops draw from the run's seed and a key of their own (a hash of the node's
+// name), so a node and its recomputed clone (which keeps the key) draw the same numbers.
+static uint64_t random_key(const ir::Node& n) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char ch : n.random_key.empty() ? n.name : n.random_key) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  return h;
+}
+
 static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, CachingAllocator* alloc, uint64_t seed) {
   const memory::StepPlan& step = plan.steps()[s];
   const ir::Node& n = *step.node;
@@ -42,7 +50,7 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
     out_ptrs[i] = &outs[i];
   }
   if (!n.op->is_view()) {
-    ops::ComputeCtx c{n, ins, out_ptrs, seed + s * 0x9E3779B97F4A7C15ull, alloc, &ctx};
+    ops::ComputeCtx c{n, ins, out_ptrs, seed ^ random_key(n), alloc, &ctx};
     n.op->compute(c);
   }
   for (size_t i = 0; i < n.outputs.size(); ++i)

@@ -1,22 +1,50 @@
 #include "onnxtrain/session.h"
 
+#include <set>
+
 #include "ir/onnx_io.h"
 #include "ops/bind.h"
 #include "runtime/executor.h"
 
 namespace onnxtrain {
 
-static std::vector<const ir::Node*> model_order(const ir::Graph& g) {
-  std::vector<const ir::Node*> order;
-  for (auto& n : g.nodes()) order.push_back(n.get());
-  return order;
+int64_t RunState::stash_bytes() const {
+  std::set<const Storage*> seen;
+  int64_t total = 0;
+  for (auto& [v, t] : env_)
+    if (v->producer && t.storage() && seen.insert(t.storage().get()).second) total += int64_t(t.storage()->bytes());
+  return total;
 }
 
 Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
     : graph_(std::move(graph)), options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
   ops::bind_graph(*graph_);
   ops::infer_shapes(*graph_);
-  plan_ = memory::AllocationPlan::build(*graph_, model_order(*graph_), options_.allow_inplace);
+  forward_inputs_ = graph_->inputs;
+  forward_outputs_ = graph_->outputs;
+  boundary_ = graph_->nodes().size();
+  init();
+}
+
+Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec, SessionOptions options)
+    : options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
+  std::vector<ir::Value*> inputs = graph->inputs;
+  autodiff::TrainingGraph tg = autodiff::build_training_graph(std::move(graph), spec);
+  graph_ = std::move(tg.graph);
+  training_ = true;
+  boundary_ = tg.boundary;
+  forward_inputs_ = inputs;
+  forward_outputs_ = tg.forward_outputs;
+  output_grads_ = tg.output_grads;
+  grads_ = tg.grads;
+  wrt_ = spec.wrt;
+  init();
+}
+
+void Session::init() {
+  std::vector<const ir::Node*> order;
+  for (auto& n : graph_->nodes()) order.push_back(n.get());
+  plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace);
 }
 
 Session Session::load(const std::string& path, SessionOptions options) {
@@ -29,31 +57,37 @@ Session Session::from_bytes(const std::string& bytes, SessionOptions options) {
 
 void Session::set_profiling(bool on) { profile_ = on ? std::make_unique<runtime::Profile>() : nullptr; }
 
-std::vector<std::string> Session::input_names() const {
+static std::vector<std::string> names_of(const std::vector<ir::Value*>& vs) {
   std::vector<std::string> r;
-  for (auto* v : graph_->inputs) r.push_back(v->name);
+  for (auto* v : vs)
+    if (v) r.push_back(v->name);
   return r;
 }
 
-std::vector<std::string> Session::output_names() const {
+std::vector<std::string> Session::input_names() const { return names_of(forward_inputs_); }
+std::vector<std::string> Session::output_names() const { return names_of(forward_outputs_); }
+std::vector<std::string> Session::grad_names() const { return wrt_; }
+std::vector<std::string> Session::output_grad_names() const {
   std::vector<std::string> r;
-  for (auto* v : graph_->outputs) r.push_back(v->name);
+  for (size_t i = 0; i < output_grads_.size(); ++i)
+    if (output_grads_[i]) r.push_back(forward_outputs_[i]->name);
   return r;
 }
 
 Bindings Session::bind_inputs(const std::map<std::string, std::vector<int64_t>>& dims,
-                              const std::map<std::string, DType>& dtypes) const {
+                              const std::map<std::string, DType>& dtypes, bool forward_only) const {
+  const std::vector<ir::Value*>& inputs = forward_only ? forward_inputs_ : graph_->inputs;
   for (auto& [name, d] : dims) {
     bool known = false;
-    for (auto* v : graph_->inputs) known = known || v->name == name;
-    if (!known) {
+    for (auto* v : inputs) known = known || v->name == name;
+    if (!known) throw InputError("input '" + name + "' is not an input of the model (inputs: " + [&] {
       std::string names;
-      for (auto* v : graph_->inputs) names += (names.empty() ? "" : ", ") + v->name;
-      throw InputError("input '" + name + "' is not an input of the model (inputs: " + names + ")");
-    }
+      for (auto* v : inputs) names += (names.empty() ? "" : ", ") + v->name;
+      return names;
+    }() + ")");
   }
   Bindings b;
-  for (const ir::Value* v : graph_->inputs) {
+  for (const ir::Value* v : inputs) {
     auto it = dims.find(v->name);
     if (it == dims.end()) throw InputError("input '" + v->name + "' of type " + v->type_str() + " is missing");
     auto dt = dtypes.find(v->name);
@@ -84,22 +118,68 @@ Bindings Session::bind_inputs(const std::map<std::string, std::vector<int64_t>>&
   return b;
 }
 
-std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {
+void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const {
   std::map<std::string, std::vector<int64_t>> dims;
   std::map<std::string, DType> dtypes;
   for (auto& [k, t] : feeds) {
     dims[k] = t.dims();
     dtypes[k] = t.dtype();
   }
-  bind_inputs(dims, dtypes);
-  runtime::Env env;
-  for (const ir::Value* v : graph_->inputs) env[v] = feeds.at(v->name);
+  bind_inputs(dims, dtypes, forward_only);
+  for (const ir::Value* v : forward_only ? forward_inputs_ : graph_->inputs) env[v] = feeds.at(v->name);
   for (const ir::Value* v : graph_->initializers) env[v] = *v->initializer;
-  runtime::execute(plan_, 0, plan_.steps().size(), env, alloc_, options_.seed + 0x5851F42D4C957F2Dull * run_count_++,
-                   profile_.get());
+}
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {
+  runtime::Env env;
+  feed(env, feeds, false);
+  runtime::execute(plan_, 0, plan_.steps().size(), env, alloc_, next_seed(), profile_.get());
   std::map<std::string, Tensor> out;
   for (const ir::Value* v : graph_->outputs) out[v->name] = env.at(v);
   return out;
+}
+
+std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run_forward(
+    const std::map<std::string, Tensor>& feeds) {
+  if (!training_) throw Error("run_forward needs a session built for training");
+  auto state = std::make_unique<RunState>();
+  state->seed_ = next_seed();
+  feed(state->env_, feeds, true);
+  runtime::execute(plan_, 0, boundary_, state->env_, alloc_, state->seed_, profile_.get());
+  std::map<std::string, Tensor> out;
+  for (const ir::Value* v : forward_outputs_) {
+    out[v->name] = state->env_.at(v);
+    bool read_in_backward = false;
+    for (const ir::Node* c : v->consumers)
+      read_in_backward = read_in_backward || std::find_if(graph_->nodes().begin() + long(boundary_), graph_->nodes().end(),
+                                                          [&](auto& n) { return n.get() == c; }) != graph_->nodes().end();
+    if (!read_in_backward) state->env_.erase(v);  // the caller holds it; the stash does not
+  }
+  return {out, std::move(state)};
+}
+
+std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads) {
+  if (!training_) throw Error("run_backward needs a session built for training");
+  if (state.consumed_) throw Error("run_backward: this RunState was already used by a backward call");
+  for (auto& [name, t] : output_grads) {
+    auto it = std::find_if(forward_outputs_.begin(), forward_outputs_.end(), [&](auto* v) { return v->name == name; });
+    if (it == forward_outputs_.end()) throw InputError("output gradient for '" + name + "', which is not a model output");
+    ir::Value* gin = output_grads_[size_t(it - forward_outputs_.begin())];
+    if (!gin) throw InputError("output '" + name + "' does not depend on any input that needs a gradient");
+    if (t.dtype() != gin->dtype) throw InputError("output gradient '" + name + "': dtype " + dtype_name(t.dtype()) + ", expected " + dtype_name(gin->dtype));
+    state.env_[gin] = t;
+  }
+  for (ir::Value* gin : output_grads_)
+    if (gin && !state.env_.count(gin)) {
+      const ir::Value* out = forward_outputs_[size_t(std::find(output_grads_.begin(), output_grads_.end(), gin) - output_grads_.begin())];
+      throw InputError("output gradient for '" + out->name + "' is missing");
+    }
+  state.consumed_ = true;
+  runtime::execute(plan_, boundary_, plan_.steps().size(), state.env_, alloc_, state.seed_, profile_.get());
+  std::map<std::string, Tensor> grads;
+  for (size_t i = 0; i < grads_.size(); ++i) grads[wrt_[i]] = state.env_.at(grads_[i]);
+  state.env_.clear();
+  return grads;
 }
 
 }  // namespace onnxtrain

@@ -1,0 +1,64 @@
+// What a gradient rule sees: the forward node's inputs and outputs, the
+// gradients flowing into its outputs, and a builder for backward nodes made of
+// ordinary ops. The autodiff engine implements it (src/autodiff/), so rules live
+// next to their ops without the op table knowing the engine.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onnxtrain::ops {
+
+class GradCtx {
+ public:
+  virtual ~GradCtx() = default;
+  virtual const ir::Node& node() const = 0;
+  // Forward input i / output i (an omitted optional output is added to the node).
+  virtual ir::Value* x(size_t i) = 0;
+  virtual ir::Value* y(size_t i) = 0;
+  // The gradient of output i, or nullptr when none flows into it.
+  virtual ir::Value* dy(size_t i) = 0;
+  // Whether input i needs a gradient.
+  virtual bool needs(size_t i) const = 0;
+  // Contributes the gradient of input i; the engine reduces broadcast dims and accumulates.
+  virtual void set_dx(size_t i, ir::Value* g) = 0;
+  // A backward node with `outputs` fresh outputs; returns them.
+  virtual std::vector<ir::Value*> ops(const std::string& type, const std::vector<ir::Value*>& inputs, size_t outputs,
+                                      ir::Attributes attrs = {}, const std::string& domain = "") = 0;
+  // Constants: a scalar of dtype t, a 1-D int64 tensor.
+  virtual ir::Value* scalar(double v, DType t) = 0;
+  virtual ir::Value* ints(const std::vector<int64_t>& v) = 0;
+
+  ir::Value* op(const std::string& type, const std::vector<ir::Value*>& inputs, ir::Attributes attrs = {}) {
+    return ops(type, inputs, 1, std::move(attrs))[0];
+  }
+  ir::Value* add(ir::Value* a, ir::Value* b) { return op("Add", {a, b}); }
+  ir::Value* sub(ir::Value* a, ir::Value* b) { return op("Sub", {a, b}); }
+  ir::Value* mul(ir::Value* a, ir::Value* b) { return op("Mul", {a, b}); }
+  ir::Value* div(ir::Value* a, ir::Value* b) { return op("Div", {a, b}); }
+  ir::Value* neg(ir::Value* a) { return op("Neg", {a}); }
+  // A scalar with the dtype of v.
+  ir::Value* like(double c, ir::Value* v) { return scalar(c, v->dtype); }
+  ir::Value* shape(ir::Value* v) { return op("Shape", {v}); }
+  ir::Value* zeros_like(ir::Value* v);
+  // Zeros of x's shape with dy added at the flat element positions `index` (dy's shape).
+  ir::Value* scatter_add_flat(ir::Value* x, ir::Value* index, ir::Value* dy);
+  // `cond ? a : 0`, with a float mask kept as bool.
+  ir::Value* where_or_zero(ir::Value* cond, ir::Value* a) { return op("Where", {cond, a, like(0, a)}); }
+};
+
+inline ir::Value* GradCtx::zeros_like(ir::Value* v) {
+  Tensor zero = Tensor::zeros(v->dtype, {1});
+  return op("ConstantOfShape", {shape(v)}, {{"value", zero}});
+}
+
+inline ir::Value* GradCtx::scatter_add_flat(ir::Value* x, ir::Value* index, ir::Value* dy) {
+  ir::Value* flat = ints({-1});
+  ir::Value* zeros = op("ConstantOfShape", {op("Reshape", {op("Size", {x}), ints({1})})}, {{"value", Tensor::zeros(x->dtype, {1})}});
+  ir::Value* dx = op("ScatterElements", {zeros, op("Reshape", {index, flat}), op("Reshape", {dy, flat})},
+                     {{"axis", int64_t(0)}, {"reduction", std::string("add")}});
+  return op("Reshape", {dx, shape(x)});
+}
+
+}  // namespace onnxtrain::ops
