@@ -12,6 +12,7 @@ from onnxtrain._onnxtrain import (
     UnsupportedError,
     allocator_stats,
     empty_cache,
+    registered_ops,
     reset_peak_stats,
     set_memory_limit,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "UnsupportedError",
     "allocator_stats",
     "empty_cache",
+    "registered_ops",
     "reset_peak_stats",
     "set_memory_limit",
 ]

@@ -1,8 +1,10 @@
 // Einsum: any equation with ellipsis and implicit output, evaluated as one
 // loop over all labels (correct for every case; no BLAS fast path yet).
 #include <map>
+#include <set>
 
 #include "kernels/cpu/dispatch.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -64,6 +66,25 @@ class EinsumOp : public Op {
     return e;
   }
 
+  // Two operands without repeated labels or ellipsis: each operand's gradient is
+  // the einsum of dY with the other operand, when every label of the operand
+  // appears in the output or in the other operand.
+  void grad(GradCtx& g) const override {
+    size_t arrow = eq_.find("->");
+    if (g.node().inputs.size() != 2 || arrow == std::string::npos || eq_.find("...") != std::string::npos) no_gradient(g);
+    std::string lhs = eq_.substr(0, arrow), out = eq_.substr(arrow + 2);
+    size_t comma = lhs.find(',');
+    std::string terms[2] = {lhs.substr(0, comma), lhs.substr(comma + 1)};
+    auto repeats = [](const std::string& t) { return std::set<char>(t.begin(), t.end()).size() != t.size(); };
+    if (repeats(terms[0]) || repeats(terms[1]) || repeats(out)) no_gradient(g);
+    for (size_t i = 0; i < 2; ++i) {
+      if (!g.needs(i)) continue;
+      const std::string &mine = terms[i], &other = terms[1 - i];
+      for (char ch : mine)
+        if (out.find(ch) == std::string::npos && other.find(ch) == std::string::npos) no_gradient(g);
+      g.set_dx(i, g.op("Einsum", {g.dy(0), g.x(1 - i)}, {{"equation", out + "," + other + "->" + mine}}));
+    }
+  }
   void infer(InferCtx& ctx) const override {
     Equation e = parse(ctx);
     std::map<char, Dim> size;

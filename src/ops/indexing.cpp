@@ -146,6 +146,17 @@ class ScatterElementsOp : public Op {
     });
   }
 
+  // Without a reduction: the data's gradient is dy with the overwritten places
+  // zeroed; the updates' gradient is dy read back at those places.
+  void grad(GradCtx& g) const override {
+    if (reduction_ != "none") no_gradient(g);
+    bool nd = g.node().op_type == "ScatterND";
+    ir::Value *idx = g.x(1), *dy = g.dy(0);
+    ir::Attributes axis = {{"axis", axis_}};
+    if (g.needs(0)) g.set_dx(0, g.op(g.node().op_type, {dy, idx, g.zeros_like(g.x(2))}, nd ? ir::Attributes{} : axis));
+    if (g.needs(2)) g.set_dx(2, nd ? g.op("GatherND", {dy, idx}) : g.op("GatherElements", {dy, idx}, axis));
+  }
+
   template <typename T>
   T combine(T old, T v) const {
     if (reduction_ == "add") return T(old + v);
@@ -190,6 +201,10 @@ OT_REGISTER_OP("ScatterND", ScatterNDOp);
 class GatherNDOp : public Op {
  public:
   explicit GatherNDOp(const ir::Node& n) : batch_dims_(n.attr_int("batch_dims", 0)) {}
+  void grad(GradCtx& g) const override {
+    if (batch_dims_ != 0) no_gradient(g);
+    g.set_dx(0, g.op("ScatterND", {g.zeros_like(g.x(0)), g.x(1), g.dy(0)}, {{"reduction", std::string("add")}}));
+  }
   void infer(InferCtx& ctx) const override {
     const Shape &d = ctx.shape(0), &i = ctx.shape(1);
     if (!i.back().is_const()) ctx.unknown("the index depth");

@@ -360,6 +360,12 @@ class TileOp : public Op {
       strided_copy(c.out(0).data<T>(), c.in(0).data<T>(), dims, st);
     });
   }
+  void grad(GradCtx& g) const override {  // every copy adds back to its source: tile the source positions
+    ir::Value* x = g.x(0);
+    ir::Value* positions = g.op("Reshape", {g.op("Range", {g.scalar(0, DType::kInt64), g.op("Size", {x}), g.scalar(1, DType::kInt64)}),
+                                            g.shape(x)});
+    g.set_dx(0, g.scatter_add_flat(x, g.op("Tile", {positions, g.x(1)}), g.dy(0)));
+  }
 };
 OT_REGISTER_OP("Tile", TileOp);
 

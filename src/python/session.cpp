@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "ir/onnx_io.h"
+#include "ops/op.h"
 #include "onnxtrain/session.h"
 #include "python/init.h"
 
@@ -78,6 +79,7 @@ py::dict arrays_of(const std::map<std::string, Tensor>& m) {
 }  // namespace
 
 void init_session(py::module_& m) {
+  m.def("registered_ops", &ops::registered_ops, "Every op in onnxtrain's op table (domain.name for other domains).");
   py::class_<RunState>(m, "RunState", "The stash of one forward call, for its backward call.")
       .def_property_readonly("stash_bytes", &RunState::stash_bytes, "Bytes of the activations it holds.");
 

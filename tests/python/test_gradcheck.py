@@ -1,0 +1,154 @@
+"""Every op with a gradient rule, checked against float64 central finite differences over several
+shapes, broadcasting cases and attribute values; every other op of the table is listed with why."""
+
+import numpy as np
+import pytest
+
+import onnxtrain
+from gradcheck import Case, Const, check
+
+rng = np.random.default_rng(0)
+
+
+def r(*shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, shape)
+
+
+def away(*shape, frm=0.0, gap=0.2):
+    """Values at least `gap` away from `frm` (for kinks)."""
+    x = rng.uniform(gap, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
+    return x + frm
+
+
+def distinct(*shape):
+    """A permutation of well-separated values (for max/min/sort ties)."""
+    n = int(np.prod(shape))
+    return (rng.permutation(n) * 0.37 - n * 0.18).reshape(shape)
+
+
+def ints(values):
+    return Const(np.array(values, dtype=np.int64))
+
+
+UNARY = {
+    "Abs": away(3, 4), "Neg": r(3, 4), "Exp": r(3, 4), "Log": r(3, 4, lo=0.5, hi=2), "Sqrt": r(3, 4, lo=0.5, hi=2),
+    "Reciprocal": away(3, 4, gap=0.5), "Tanh": r(3, 4), "Sigmoid": r(3, 4), "Relu": away(3, 4), "Softsign": r(3, 4),
+    "Softplus": r(3, 4), "Erf": r(3, 4), "Sin": r(3, 4), "Cos": r(3, 4), "Tan": r(3, 4), "Asin": r(3, 4, lo=-0.8, hi=0.8),
+    "Acos": r(3, 4, lo=-0.8, hi=0.8), "Atan": r(3, 4), "Sinh": r(3, 4), "Cosh": r(3, 4), "Asinh": r(3, 4),
+    "Acosh": r(3, 4, lo=1.2, hi=3), "Atanh": r(3, 4, lo=-0.8, hi=0.8), "HardSwish": r(3, 4, lo=-2.5, hi=2.5) * 2,
+    "Mish": r(3, 4), "Identity": r(2, 3), "Elu": away(3, 4), "Celu": away(3, 4), "Selu": away(3, 4), "Gelu": r(3, 4) * 2,
+    "LeakyRelu": away(3, 4), "ThresholdedRelu": away(3, 4, frm=1.0), "HardSigmoid": r(3, 4) * 4,
+}
+
+CASES = [Case(op, [x]) for op, x in UNARY.items()]
+CASES += [
+    Case("LeakyRelu", [away(2, 5)], {"alpha": 0.3}),
+    Case("Elu", [away(2, 5)], {"alpha": 0.7}),
+    Case("Celu", [away(2, 5)], {"alpha": 2.0}),
+    Case("Selu", [away(2, 5)], {"alpha": 1.5, "gamma": 2.0}),
+    Case("HardSigmoid", [r(2, 5) * 4], {"alpha": 0.3, "beta": 0.4}),
+    Case("ThresholdedRelu", [away(2, 5, frm=0.5)], {"alpha": 0.5}),
+    Case("Gelu", [r(2, 5) * 2], {"approximate": "tanh"}),
+    Case("Cast", [r(2, 3)], {"to": 11}),
+    Case("CastLike", [r(2, 3), Const(np.zeros(1))]),
+]
+for shapes in [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 1, 4), (3, 1)), ((1,), (2, 2))]:
+    a, b = r(*shapes[0]), r(*shapes[1])
+    CASES += [Case("Add", [a, b]), Case("Sub", [a, b]), Case("Mul", [a, b]),
+              Case("Div", [a, away(*shapes[1], gap=0.5)]), Case("Pow", [r(*shapes[0], lo=0.5, hi=2), b]),
+              Case("PRelu", [away(*shapes[0]), b])]
+for op in ["Sum", "Mean", "Max", "Min"]:
+    CASES += [Case(op, [distinct(2, 3), distinct(3) + 0.1, distinct(2, 1) + 0.05]), Case(op, [r(4)])]
+CASES += [
+    Case("Where", [Const(rng.random((2, 3)) > 0.5), r(2, 3), r(3)]),
+    Case("Clip", [away(2, 4, frm=0.3, gap=0.1), Const(np.array(-0.2)), Const(np.array(0.3))]),
+    Case("Clip", [away(2, 4, frm=0.3, gap=0.1), None, Const(np.array(0.3))]),
+    Case("Pow", [r(2, 3, lo=0.5, hi=2), Const(np.array(3, dtype=np.int64))]),
+]
+for a, b in [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)), ((4,), (4, 5)), ((3, 4), (4,)),
+             ((2, 1, 3, 4), (3, 4, 2)), ((2, 3, 4), (1, 4, 2))]:
+    CASES.append(Case("MatMul", [r(*a), r(*b)]))
+for ta in (0, 1):
+    for tb in (0, 1):
+        a = r(4, 3) if ta else r(3, 4)
+        b = r(5, 4) if tb else r(4, 5)
+        CASES.append(Case("Gemm", [a, b, r(5)], {"transA": ta, "transB": tb, "alpha": 0.7, "beta": 1.3}))
+CASES += [Case("Gemm", [r(3, 4), r(4, 5), r(3, 5)]), Case("Gemm", [r(3, 4), r(4, 5)])]
+for op in ["Softmax", "LogSoftmax"]:
+    CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
+REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,
+          "ReduceL1": away, "ReduceL2": r, "ReduceSumSquare": r, "ReduceLogSum": lambda *s: r(*s, lo=0.5, hi=2),
+          "ReduceLogSumExp": r}
+for op, gen in REDUCE.items():
+    CASES += [Case(op, [gen(2, 3, 4), ints([1])]), Case(op, [gen(2, 3, 4), ints([0, 2])], {"keepdims": 0}),
+              Case(op, [gen(3, 4)], {"keepdims": 0})]
+CASES += [
+    Case("Reshape", [r(2, 6), ints([3, -1])]), Case("Flatten", [r(2, 3, 4)], {"axis": 2}),
+    Case("Squeeze", [r(2, 1, 3), ints([1])]), Case("Unsqueeze", [r(2, 3), ints([0, 3])]),
+    Case("Transpose", [r(2, 3, 4)], {"perm": [2, 0, 1]}), Case("Transpose", [r(2, 3)]),
+    Case("Concat", [r(2, 3), r(2, 1), r(2, 2)], {"axis": 1}), Case("Concat", [r(1, 3), r(2, 3)], {"axis": -2}),
+    Case("Split", [r(2, 6), ints([2, 4])], {"axis": 1}, outputs=2), Case("Split", [r(6, 2)], {"num_outputs": 3}, outputs=3),
+    Case("Slice", [r(4, 5), ints([1, 0]), ints([3, 5]), ints([0, 1]), ints([1, 2])]),
+    Case("Slice", [r(4, 5), ints([-1]), ints([-5]), ints([1]), ints([-2])]),
+    Case("Expand", [r(3, 1), ints([2, 3, 4])]), Case("Tile", [r(2, 3), ints([2, 1])]),
+    Case("Pad", [r(2, 3), ints([0, 1, 1, 2]), Const(np.array(0.5))]),
+    Case("Trilu", [r(3, 4)]), Case("Trilu", [r(2, 3, 4), ints(1)], {"upper": 0}),
+    Case("CumSum", [r(3, 4), ints(1)]), Case("CumSum", [r(3, 4), ints(0)], {"exclusive": 1, "reverse": 1}),
+    Case("Gather", [r(5, 3), ints([[0, 4], [4, 2]])]), Case("Gather", [r(2, 5), ints([3, 0, 3])], {"axis": 1}),
+    Case("Gather", [r(2, 5), ints(2)], {"axis": 1}),
+    Case("GatherElements", [r(3, 4), ints([[0, 2], [1, 1], [3, 0]])], {"axis": 1}),
+    Case("GatherND", [r(3, 4), ints([[0, 1], [2, 3], [0, 1]])]),
+    Case("ScatterElements", [r(3, 4), ints([[0, 2], [1, 3], [3, 0]]), r(3, 2)], {"axis": 1}),
+    Case("ScatterND", [r(3, 4), ints([[0], [2]]), r(2, 4)]),
+    Case("TopK", [distinct(3, 5), ints([2])], outputs=2), Case("TopK", [distinct(4, 3), ints([2])], {"axis": 0, "largest": 0}, outputs=2),
+    Case("Einsum", [r(3, 4), r(4, 5)], {"equation": "ij,jk->ik"}), Case("Einsum", [r(2, 3, 4), r(2, 4)], {"equation": "bij,bj->bi"}),
+    Case("LayerNormalization", [r(2, 3, 4), r(4), r(4)]), Case("LayerNormalization", [r(2, 3, 4), r(3, 4)], {"axis": -2}),
+    Case("BatchNormalization", [r(4, 3, 2, 2), r(3, lo=0.5, hi=1.5), r(3), Const(r(3)), Const(r(3, lo=0.5, hi=1.5))], {"epsilon": 1e-3}),
+    Case("BatchNormalization", [r(4, 3, 2), r(3, lo=0.5, hi=1.5), r(3), Const(r(3)), Const(r(3, lo=0.5, hi=1.5))],
+         {"training_mode": 1}, rtol=1e-4),
+    Case("InstanceNormalization", [r(2, 3, 5), r(3), r(3)], rtol=1e-4),
+    Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))], {"seed": 3}, outputs=2),
+    Case("Dropout", [r(4, 5)]),
+    Case("Conv", [r(2, 3, 5, 5), r(4, 3, 3, 3), r(4)], {"pads": [1, 1, 1, 1]}),
+    Case("Conv", [r(1, 4, 7), r(4, 2, 3)], {"group": 2, "strides": [2], "dilations": [2]}),
+    Case("Conv", [r(1, 2, 5, 6), r(2, 2, 2, 3)], {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+    Case("MaxPool", [distinct(2, 2, 4, 4)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    Case("MaxPool", [distinct(1, 2, 5)], {"kernel_shape": [3], "pads": [1, 1]}),
+    Case("GlobalAveragePool", [r(2, 3, 2, 2)]), Case("GlobalMaxPool", [distinct(2, 3, 4)]),
+]
+for op in ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]:
+    logp = r(4, 3) if op == "SoftmaxCrossEntropyLoss" else np.log(rng.dirichlet(np.ones(3), 4))
+    labels = ints([0, 2, 1, 2])
+    weights = Const(r(3, lo=0.5, hi=2))  # class weights are held fixed
+    CASES += [Case(op, [logp, labels]), Case(op, [logp, labels, weights], {"reduction": "sum"}),
+              Case(op, [logp, labels, weights], {"reduction": "mean", "ignore_index": 2}),
+              Case(op, [r(2, 3, 4), ints([[0, 1, 2, 1], [2, 2, 0, 1]])], {"reduction": "none"})]
+
+# Ops of the table without a gradient rule, and why.
+NOT_DIFFERENTIABLE = {
+    **{op: "bool output" for op in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor",
+                                    "Not", "IsNaN", "IsInf"]},
+    **{op: "integer output" for op in ["Shape", "Size", "ArgMax", "ArgMin", "Range"]},
+    **{op: "no float input" for op in ["Constant", "ConstantOfShape", "OneHot"]},
+    **{op: "gradient is zero almost everywhere" for op in ["Floor", "Ceil", "Round", "Sign", "Hardmax"]},
+    "Mod": "no gradient rule yet", "Resize": "no gradient rule yet", "AveragePool": "no gradient rule yet",
+    "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
+}
+
+
+def test_every_op_is_checked_or_listed():
+    checked = {c.op for c in CASES}
+    missing = [op for op in onnxtrain.registered_ops() if op not in checked and op not in NOT_DIFFERENTIABLE]
+    assert not missing, f"ops with neither gradient cases nor a reason: {missing}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
+def test_gradient(case):
+    assert check(case) <= 1.0
+
+
+def test_report(capsys):
+    ops = {c.op for c in CASES}
+    with capsys.disabled():
+        print(f"\ngradient check: {len(ops)} ops, {len(CASES)} cases against float64 central differences; "
+              f"{len(NOT_DIFFERENTIABLE)} ops listed as not differentiable")
