@@ -1,4 +1,9 @@
-"""Exports a PyTorch module to ONNX with PyTorch's exporter, every listed axis dynamic."""
+"""Exports a PyTorch module to ONNX with PyTorch's exporters, every listed axis dynamic.
+
+For training, `export_training` uses the TorchScript-based exporter in TRAINING mode: PyTorch 2.13's
+default (torch.export-based) exporter emits BatchNormalization with inference semantics even for a
+module in training mode (tests/python/test_exporter_training_mode.py shows both).
+"""
 
 import contextlib
 import io
@@ -19,4 +24,14 @@ def export(module, args, path, input_names, dynamic_axes):
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, path, input_names=input_names, dynamic_shapes=shapes, dynamo=True)
+    return path
+
+
+def export_training(module, args, path, input_names, dynamic_axes, output_names=None):
+    """TorchScript-based export in TRAINING mode: training BatchNormalization and Dropout, params as initializers."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, path, input_names=input_names, output_names=output_names,
+                          dynamic_axes=dynamic_axes, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, opset_version=18)
     return path

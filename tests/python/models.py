@@ -80,3 +80,75 @@ class CNN(nn.Module):
         x = self.pool(F.relu(self.bn1(self.conv1(x))))
         x = F.relu(self.bn2(self.conv2(x)))
         return self.fc(torch.flatten(self.avg(x), 1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dims=(16, 32, 32, 10)):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = torch.tanh(x) if i % 2 else F.relu(x)
+        return x
+
+
+class EncoderLayer(nn.Module):
+    """A BERT-style post-norm layer: bidirectional attention with a padding mask, then a GELU MLP."""
+
+    def __init__(self, dim, heads, dropout=0.0):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln1 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.out = nn.Linear(4 * dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, bias):  # x: (B, T, D); bias: (B, 1, 1, T), 0 or -1e4
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q = q.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+        att = F.softmax((q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads) + bias, dim=-1)
+        y = (self.drop(att) @ v).transpose(1, 2).reshape(b, t, d)
+        x = self.ln1(x + self.drop(self.proj(y)))
+        return self.ln2(x + self.drop(self.out(F.gelu(self.fc(x)))))
+
+
+class BERT(nn.Module):
+    """A small BERT-like encoder with a masked-token head."""
+
+    def __init__(self, vocab=100, dim=32, heads=4, layers=2, block=64, dropout=0.0):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(block, dim)
+        self.ln = nn.LayerNorm(dim)
+        self.layers = nn.ModuleList(EncoderLayer(dim, heads, dropout) for _ in range(layers))
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx, mask):  # idx: (B, T) int64; mask: (B, T) float, 1 for tokens, 0 for padding
+        t = idx.shape[1]
+        x = self.ln(self.tok(idx) + self.pos(torch.arange(t, device=idx.device)))
+        bias = (1.0 - mask)[:, None, None, :] * -10000.0
+        for layer in self.layers:
+            x = layer(x, bias)
+        return self.head(x)
+
+
+class WithLoss(nn.Module):
+    """A model followed by cross entropy over its last dim: forward(*inputs, target) -> loss."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args):
+        *inputs, target = args
+        out = self.model(*inputs)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
