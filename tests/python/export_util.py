@@ -15,10 +15,11 @@ import torch
 
 def export(module, args, path, input_names, dynamic_axes):
     """dynamic_axes: {input name: {axis: dim name}}; returns the path."""
-    shapes = {
-        name: {axis: torch.export.Dim(dim_name) for axis, dim_name in axes.items()}
-        for name, axes in dynamic_axes.items()
-    }
+    dims = {}  # one Dim object per name, shared by every input that uses it
+    shapes = tuple(
+        {axis: dims.setdefault(dim_name, torch.export.Dim(dim_name)) for axis, dim_name in dynamic_axes.get(name, {}).items()}
+        for name in input_names
+    )
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     # The exporter reports its phases on stdout; keep the caller's output readable.
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
