@@ -21,6 +21,7 @@ namespace onnxtrain {
 
 struct SessionOptions {
   bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
+  bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the global allocator when null
 };

@@ -44,6 +44,7 @@ class Engine {
                       ir::Attributes attrs, const std::string& domain, std::vector<ir::Value*>* outs) {
     for (size_t i = 0; i < outputs; ++i) outs->push_back(g_.add_value(g_.unique_name("grad")));
     ir::Node* n = g_.add_node(type, inputs, *outs, std::move(attrs), g_.unique_name(type + "_grad"));
+    n->backward = true;
     n->domain = domain;
     n->opset = domain.empty() ? opset_ : 1;
     ops::bind_node(*n);
@@ -180,7 +181,7 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
         if (is_float(n->outputs[i]) && n->op->differentiable_output(i)) e.needs_grad_.insert(n->outputs[i]);
   }
   tg.forward_outputs = g.outputs;
-  tg.boundary = order.size();
+  tg.boundary = order.size();  // the forward nodes; every node added from here on is marked backward
   if (!spec.loss.empty()) {
     ir::Value* loss = g.find(spec.loss);
     bool is_output = std::find(g.outputs.begin(), g.outputs.end(), loss) != g.outputs.end();

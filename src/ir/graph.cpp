@@ -1,5 +1,7 @@
 #include "ir/graph.h"
 
+#include <algorithm>
+
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::ir {
@@ -80,6 +82,31 @@ Node* Graph::add_node(const std::string& op_type, const std::vector<Value*>& inp
   for (Value* v : outputs)
     if (v) v->producer = n;
   return n;
+}
+
+void Graph::remove_nodes(const std::function<bool(const Node&)>& drop) {
+  std::vector<const Node*> dropped;
+  for (auto& n : nodes_)
+    if (drop(*n)) dropped.push_back(n.get());
+  auto is_dropped = [&](const Node* n) { return std::find(dropped.begin(), dropped.end(), n) != dropped.end(); };
+  for (const Node* n : dropped) {
+    for (Value* v : n->inputs)
+      if (v) v->consumers.erase(std::remove(v->consumers.begin(), v->consumers.end(), n), v->consumers.end());
+    for (Value* v : n->outputs)
+      if (v) v->producer = nullptr;
+  }
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return is_dropped(n.get()); }), nodes_.end());
+}
+
+void Graph::replace_uses(Value* from, Value* to) {
+  for (Node* c : from->consumers) {
+    for (Value*& in : c->inputs)
+      if (in == from) in = to;
+    to->consumers.push_back(c);
+  }
+  from->consumers.clear();
+  for (Value*& out : outputs)
+    if (out == from) out = to;
 }
 
 std::string Graph::unique_name(const std::string& base) {

@@ -1,6 +1,7 @@
 // The graph: values (typed, symbolically shaped), nodes (ops with typed
 // attributes) and the graph's inputs, outputs and initializers.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,6 +42,7 @@ struct Node {
   Attributes attrs;
   std::shared_ptr<const ops::Op> op;  // bound at import: typed attributes, shape function, kernel
   std::string random_key;             // random ops: the key their numbers derive from (the name when empty)
+  bool backward = false;              // made by autodiff: runs in the backward part of a training step
 
   // "node 'name' (OpType)": the prefix of every message about this node.
   std::string where() const;
@@ -67,6 +69,10 @@ class Graph {
   Node* add_node(const std::string& op_type, const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,
                  Attributes attrs = {}, const std::string& name = "");
   std::string unique_name(const std::string& base);
+  // Removes nodes for which `drop` is true (their outputs must have no remaining readers).
+  void remove_nodes(const std::function<bool(const Node&)>& drop);
+  // Makes every reader of `from` read `to` instead (graph outputs included).
+  void replace_uses(Value* from, Value* to);
 
   std::vector<std::unique_ptr<Node>>& nodes() { return nodes_; }
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }

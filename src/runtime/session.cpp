@@ -4,6 +4,7 @@
 
 #include "ir/onnx_io.h"
 #include "ops/bind.h"
+#include "passes/pass.h"
 #include "runtime/executor.h"
 
 namespace onnxtrain {
@@ -22,7 +23,6 @@ Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
   ops::infer_shapes(*graph_);
   forward_inputs_ = graph_->inputs;
   forward_outputs_ = graph_->outputs;
-  boundary_ = graph_->nodes().size();
   init();
 }
 
@@ -32,7 +32,6 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
   autodiff::TrainingGraph tg = autodiff::build_training_graph(std::move(graph), spec);
   graph_ = std::move(tg.graph);
   training_ = true;
-  boundary_ = tg.boundary;
   forward_inputs_ = inputs;
   forward_outputs_ = tg.forward_outputs;
   output_grads_ = tg.output_grads;
@@ -42,8 +41,14 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
 }
 
 void Session::init() {
+  if (options_.optimize) passes::run_passes(*graph_, passes::default_passes());
+  // The forward part first, then the backward part, each in graph order.
   std::vector<const ir::Node*> order;
-  for (auto& n : graph_->nodes()) order.push_back(n.get());
+  for (auto& n : graph_->nodes())
+    if (!n->backward) order.push_back(n.get());
+  boundary_ = order.size();
+  for (auto& n : graph_->nodes())
+    if (n->backward) order.push_back(n.get());
   plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace);
 }
 
@@ -150,9 +155,7 @@ std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run
   for (const ir::Value* v : forward_outputs_) {
     out[v->name] = state->env_.at(v);
     bool read_in_backward = false;
-    for (const ir::Node* c : v->consumers)
-      read_in_backward = read_in_backward || std::find_if(graph_->nodes().begin() + long(boundary_), graph_->nodes().end(),
-                                                          [&](auto& n) { return n.get() == c; }) != graph_->nodes().end();
+    for (const ir::Node* c : v->consumers) read_in_backward = read_in_backward || c->backward;
     if (!read_in_backward) state->env_.erase(v);  // the caller holds it; the stash does not
   }
   return {out, std::move(state)};

@@ -1,0 +1,22 @@
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+
+std::vector<std::unique_ptr<Pass>> default_passes() {
+  std::vector<std::unique_ptr<Pass>> r;
+  r.push_back(constant_folding());
+  r.push_back(common_subexpressions());
+  r.push_back(dead_code());
+  return r;
+}
+
+void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes) {
+  constexpr int kMaxRounds = 4;
+  for (int round = 0; round < kMaxRounds; ++round) {
+    bool changed = false;
+    for (auto& p : passes) changed = p->apply(g) || changed;
+    if (!changed) return;
+  }
+}
+
+}  // namespace onnxtrain::passes

@@ -1,0 +1,29 @@
+// Graph rewrites: one class per pass, each with a name and apply(graph) that
+// says whether it changed anything; run_passes applies the ordered list.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onnxtrain::passes {
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  // Rewrites g; returns true when it changed. Graph outputs and inputs are kept.
+  virtual bool apply(ir::Graph& g) const = 0;
+};
+
+std::unique_ptr<Pass> constant_folding();
+std::unique_ptr<Pass> common_subexpressions();
+std::unique_ptr<Pass> dead_code();
+
+// The default list, in order: constant folding, common subexpressions, dead code.
+std::vector<std::unique_ptr<Pass>> default_passes();
+// Applies the passes in order until none changes the graph (at most a few rounds).
+void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);
+
+}  // namespace onnxtrain::passes
