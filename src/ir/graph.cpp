@@ -41,6 +41,11 @@ float Node::attr_float(const std::string& key, float dflt) const {
   auto v = get_attr<float>(*this, key, "float");
   return v ? *v : dflt;
 }
+float Node::attr_float(const std::string& key) const {
+  auto v = get_attr<float>(*this, key, "float");
+  if (!v) throw ModelError(where() + ": required attribute '" + key + "' is missing");
+  return *v;
+}
 std::string Node::attr_string(const std::string& key, const std::string& dflt) const {
   auto v = get_attr<std::string>(*this, key, "string");
   return v ? *v : dflt;

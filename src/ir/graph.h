@@ -52,6 +52,7 @@ struct Node {
   int64_t attr_int(const std::string& key, int64_t dflt) const;
   int64_t attr_int(const std::string& key) const;
   float attr_float(const std::string& key, float dflt) const;
+  float attr_float(const std::string& key) const;
   std::string attr_string(const std::string& key, const std::string& dflt) const;
   std::vector<int64_t> attr_ints(const std::string& key, std::vector<int64_t> dflt = {}) const;
   std::vector<float> attr_floats(const std::string& key, std::vector<float> dflt = {}) const;
