@@ -31,6 +31,10 @@ class InputError : public Error {
 class OutOfMemoryError : public Error {
   using Error::Error;
 };
+// A checkpoint that is truncated, corrupt or of an unknown format version.
+class CheckpointError : public Error {
+  using Error::Error;
+};
 // A file that cannot be read or written.
 class IoError : public Error {
   using Error::Error;

@@ -72,6 +72,8 @@ class Session {
   std::vector<std::string> output_names() const;      // forward outputs
   std::vector<std::string> grad_names() const;        // training: the `wrt` inputs, in order
   std::vector<std::string> output_grad_names() const; // output-gradient mode: forward outputs that take a gradient
+  // Training: whether the loss (or the outputs) depends on each `wrt` input (else its gradient is zeros).
+  const std::vector<bool>& grads_reached() const { return reached_; }
   CachingAllocator& allocator() const { return *alloc_; }
   // Per-op-type time of every run since profiling was switched on.
   void set_profiling(bool on);
@@ -90,6 +92,7 @@ class Session {
   size_t boundary_ = 0;
   std::vector<ir::Value*> forward_inputs_, forward_outputs_, output_grads_, grads_;
   std::vector<std::string> wrt_;
+  std::vector<bool> reached_;
   uint64_t run_count_ = 0;
   std::unique_ptr<runtime::Profile> profile_;
 };

@@ -1,14 +1,17 @@
 """onnxtrain: train PyTorch models and ONNX graphs with a C++ runtime that plans memory."""
 
 from onnxtrain._onnxtrain import (
+    CheckpointError,
     Error,
     InputError,
     IoError,
     ModelError,
+    OptimizerOptions,
     OutOfMemoryError,
     RunState,
     Session,
     ShapeError,
+    TrainingSession,
     UnsupportedError,
     allocator_stats,
     empty_cache,
@@ -18,14 +21,17 @@ from onnxtrain._onnxtrain import (
 )
 
 __all__ = [
+    "CheckpointError",
     "Error",
     "InputError",
     "IoError",
     "ModelError",
+    "OptimizerOptions",
     "OutOfMemoryError",
     "RunState",
     "Session",
     "ShapeError",
+    "TrainingSession",
     "UnsupportedError",
     "allocator_stats",
     "empty_cache",

@@ -219,6 +219,7 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
   }
   for (ir::Value* v : wrt) {
     ir::Value* gv = e.total(v);
+    tg.reached.push_back(gv != nullptr);
     if (!gv) {  // no path from the loss: a zero gradient
       std::vector<ir::Value*> outs;
       Tensor zero = Tensor::zeros(v->dtype, {1});

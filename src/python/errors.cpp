@@ -14,23 +14,26 @@ void init_errors(py::module_& m) {
   static py::exception<InputError> input_error(m, "InputError", error.ptr());
   static py::exception<OutOfMemoryError> oom_error(m, "OutOfMemoryError", error.ptr());
   static py::exception<IoError> io_error(m, "IoError", error.ptr());
+  static py::exception<CheckpointError> checkpoint_error(m, "CheckpointError", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ModelError& e) {
-      model_error(e.what());
+      py::set_error(model_error, e.what());
     } catch (const UnsupportedError& e) {
-      unsupported_error(e.what());
+      py::set_error(unsupported_error, e.what());
     } catch (const ShapeError& e) {
-      shape_error(e.what());
+      py::set_error(shape_error, e.what());
     } catch (const InputError& e) {
-      input_error(e.what());
+      py::set_error(input_error, e.what());
     } catch (const OutOfMemoryError& e) {
-      oom_error(e.what());
+      py::set_error(oom_error, e.what());
     } catch (const IoError& e) {
-      io_error(e.what());
+      py::set_error(io_error, e.what());
+    } catch (const CheckpointError& e) {
+      py::set_error(checkpoint_error, e.what());
     } catch (const Error& e) {
-      error(e.what());
+      py::set_error(error, e.what());
     }
   });
 }

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_onnxtrain, m) {
   onnxtrain::python::init_errors(m);
   onnxtrain::python::init_memory(m);
   onnxtrain::python::init_session(m);
+  onnxtrain::python::init_training(m);
 }

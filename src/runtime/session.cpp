@@ -36,6 +36,7 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
   forward_outputs_ = tg.forward_outputs;
   output_grads_ = tg.output_grads;
   grads_ = tg.grads;
+  reached_ = tg.reached;
   wrt_ = spec.wrt;
   init();
 }

@@ -1,0 +1,206 @@
+#include "onnxtrain/training_session.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "ir/onnx_io.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/optimizer.h"
+#include "passes/pass.h"
+#include "runtime/checkpoint.h"
+
+namespace onnxtrain {
+
+double LrSchedule::factor(int64_t step) const {
+  if (warmup_steps > 0 && step < warmup_steps) return double(step + 1) / double(warmup_steps);
+  if (total_steps <= warmup_steps) return 1.0;
+  double t = std::min(1.0, double(step - warmup_steps) / double(total_steps - warmup_steps));
+  return 1.0 - t * (1.0 - final_fraction);
+}
+
+TrainingSession::TrainingSession(std::unique_ptr<ir::Graph> model, const std::string& loss, OptimizerOptions optimizer,
+                                 SessionOptions options)
+    : loss_(loss), opt_(optimizer) {
+  if (opt_.kind != "adamw" && opt_.kind != "sgd")
+    throw InputError("optimizer '" + opt_.kind + "' is not supported (adamw, sgd)");
+  onnx::ModelProto proto;
+  ir::export_model(*model, &proto);
+  model_bytes_ = proto.SerializeAsString();
+  ir::Graph& g = *model;
+  for (ir::Value* v : g.inputs) inputs_.push_back(v->name);
+  // Float initializers become graph inputs fed from values_, so that no pass folds them.
+  std::vector<std::string> wrt;
+  std::vector<ir::Value*> keep;
+  for (ir::Value* v : g.initializers) {
+    if (!dtype_is_float(v->dtype)) {
+      keep.push_back(v);
+      continue;
+    }
+    values_[v->name] = *v->initializer;
+    v->initializer.reset();
+    g.inputs.push_back(v);
+    wrt.push_back(v->name);
+  }
+  g.initializers = keep;
+  // Training BatchNormalization writes its running statistics back into the buffers after each step.
+  for (auto& n : g.nodes()) {
+    if (n->op_type != "BatchNormalization" || !n->attr_int("training_mode", 0)) continue;
+    for (size_t i = 1; i <= 2; ++i) {
+      ir::Value* stat = n->input(2 + i);
+      if (!stat || !values_.count(stat->name)) continue;
+      if (n->outputs.size() <= i) n->outputs.resize(i + 1, nullptr);
+      if (!n->outputs[i]) {
+        n->outputs[i] = g.add_value(g.unique_name(n->name + "_running"));
+        n->outputs[i]->producer = n.get();
+      }
+      g.outputs.push_back(n->outputs[i]);
+      buffer_updates_[n->outputs[i]->name] = stat->name;
+    }
+  }
+  session_ = std::make_unique<Session>(std::move(model), autodiff::TrainingSpec{wrt, loss}, options);
+  const auto& reached = session_->grads_reached();
+  for (size_t i = 0; i < wrt.size(); ++i) (reached[i] ? params_ : buffers_).push_back(wrt[i]);
+}
+
+TrainingSession TrainingSession::load(const std::string& path, const std::string& loss, OptimizerOptions optimizer,
+                                      SessionOptions options) {
+  return TrainingSession(ir::load_model_file(path), loss, optimizer, options);
+}
+
+std::map<std::string, Tensor> TrainingSession::feeds(const std::map<std::string, Tensor>& inputs) const {
+  std::map<std::string, Tensor> f = inputs;
+  for (auto& [name, t] : values_) {
+    if (inputs.count(name)) throw InputError("input '" + name + "' is a parameter of the model, owned by the session");
+    f[name] = t;
+  }
+  return f;
+}
+
+double TrainingSession::train_step(const std::map<std::string, Tensor>& inputs) {
+  auto [outs, state] = session_->run_forward(feeds(inputs));
+  last_stash_ = state->stash_bytes();
+  auto grads = session_->run_backward(*state);
+  for (auto& [out, buffer] : buffer_updates_) {
+    Tensor& dst = values_.at(buffer);
+    std::memcpy(dst.raw(), outs.at(out).raw(), dst.nbytes());
+  }
+  for (auto& name : params_) {
+    Tensor& g = grads.at(name);
+    auto it = grads_.find(name);
+    if (reset_grad_ || it == grads_.end()) {
+      grads_[name] = g.storage().use_count() > 1 ? g.clone() : g;
+      continue;
+    }
+    kernels::dispatch<kernels::kFloats>(g.dtype(), "train_step", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* acc = it->second.data<T>();
+      const T* add = g.data<T>();
+      for (int64_t i = 0; i < g.numel(); ++i) acc[i] += add[i];
+    });
+  }
+  reset_grad_ = false;
+  return outs.at(loss_).to_double()[0];
+}
+
+double TrainingSession::eval_step(const std::map<std::string, Tensor>& inputs) {
+  auto [outs, state] = session_->run_forward(feeds(inputs));
+  return outs.at(loss_).to_double()[0];
+}
+
+void TrainingSession::optimizer_step() {
+  if (grads_.empty()) throw Error("optimizer_step: no gradients (call train_step first)");
+  double lr = learning_rate();
+  ++step_;
+  for (auto& name : params_) {
+    Tensor& x = values_.at(name);
+    const Tensor& g = grads_.at(name);
+    if (!state1_.count(name)) {
+      state1_[name] = Tensor::zeros(x.dtype(), x.dims());
+      state2_[name] = Tensor::zeros(x.dtype(), x.dims());
+    }
+    kernels::dispatch<kernels::kFloats>(x.dtype(), "optimizer_step", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (opt_.kind == "adamw")
+        kernels::adamw_step<T>(x.numel(), x.data<T>(), g.data<T>(), state1_[name].data<T>(), state2_[name].data<T>(), lr,
+                               opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step_);
+      else  // PyTorch's SGD: the first step's momentum buffer is the gradient itself
+        kernels::momentum_step<T>(x.numel(), x.data<T>(), g.data<T>(), opt_.momentum > 0 ? state1_[name].data<T>() : nullptr,
+                                  lr, opt_.weight_decay, opt_.momentum, 1.0, opt_.nesterov);
+    });
+  }
+}
+
+void TrainingSession::save_checkpoint(const std::string& path) const {
+  runtime::Checkpoint c;
+  c.step = step_;
+  c.learning_rate = opt_.lr;
+  c.optimizer = opt_.kind;
+  for (auto& n : params_) c.tensors["param/" + n] = values_.at(n);
+  for (auto& n : buffers_) c.tensors["buffer/" + n] = values_.at(n);
+  for (auto& [n, t] : state1_) c.tensors["state1/" + n] = t;
+  for (auto& [n, t] : state2_) c.tensors["state2/" + n] = t;
+  runtime::write_checkpoint(path, c);
+}
+
+void TrainingSession::load_checkpoint(const std::string& path) {
+  runtime::Checkpoint c = runtime::read_checkpoint(path);
+  std::string where = "checkpoint '" + path + "'";
+  if (c.optimizer != opt_.kind)
+    throw CheckpointError(where + ": written by optimizer '" + c.optimizer + "', this session uses '" + opt_.kind + "'");
+  auto take = [&](const std::string& key, const Tensor& like) {
+    auto it = c.tensors.find(key);
+    if (it == c.tensors.end()) throw CheckpointError(where + ": has no tensor '" + key + "'");
+    if (it->second.dims() != like.dims() || it->second.dtype() != like.dtype())
+      throw CheckpointError(where + ": '" + key + "' is " + dtype_name(it->second.dtype()) + dims_str(it->second.dims()) +
+                            ", the model has " + dtype_name(like.dtype()) + dims_str(like.dims()));
+    return it->second;
+  };
+  std::map<std::string, Tensor> values, s1, s2;
+  for (auto& n : params_) values[n] = take("param/" + n, values_.at(n));
+  for (auto& n : buffers_) values[n] = take("buffer/" + n, values_.at(n));
+  for (auto& [key, t] : c.tensors) {
+    if (key.rfind("state1/", 0) == 0) s1[key.substr(7)] = take(key, values.at(key.substr(7)));
+    if (key.rfind("state2/", 0) == 0) s2[key.substr(7)] = take(key, values.at(key.substr(7)));
+  }
+  for (auto& [n, t] : values) std::memcpy(values_.at(n).raw(), t.raw(), t.nbytes());  // in place: feeds share storage
+  state1_ = s1;
+  state2_ = s2;
+  step_ = c.step;
+  opt_.lr = c.learning_rate;
+  grads_.clear();
+  reset_grad_ = true;
+}
+
+void TrainingSession::export_model_for_inferencing(const std::string& path, std::vector<std::string> outputs) const {
+  auto g = ir::load_model_bytes(model_bytes_);
+  for (ir::Value* v : g->initializers)
+    if (values_.count(v->name)) v->initializer = values_.at(v->name).clone();
+  if (outputs.empty())
+    for (ir::Value* v : g->outputs)
+      if (v->name != loss_) outputs.push_back(v->name);
+  std::vector<ir::Value*> outs;
+  for (auto& name : outputs) {
+    ir::Value* v = g->find(name);
+    if (!v) throw InputError("export: '" + name + "' is not a value of the model");
+    outs.push_back(v);
+  }
+  g->outputs = outs;
+  passes::dead_code()->apply(*g);
+  // Inputs nothing reads any more (the loss's targets) are dropped.
+  std::vector<ir::Value*> used;
+  for (ir::Value* v : g->inputs)
+    if (!v->consumers.empty() || std::find(outs.begin(), outs.end(), v) != outs.end()) used.push_back(v);
+  g->inputs = used;
+  std::vector<ir::Value*> inits;
+  for (ir::Value* v : g->initializers)
+    if (!v->consumers.empty()) inits.push_back(v);
+  g->initializers = inits;
+  ir::save_model_file(*g, path);
+}
+
+}  // namespace onnxtrain
