@@ -1,4 +1,4 @@
-// onnxtrain command-line tool: inspect, run, conformance.
+// onnxtrain command-line tool: inspect, run, conformance, train.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   onnxtrain::cli::add_inspect(app);
   onnxtrain::cli::add_run(app);
   onnxtrain::cli::add_conformance(app);
+  onnxtrain::cli::add_train(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -53,7 +53,10 @@ class Session {
   // Runs every node; every graph input must be given. Returns the graph outputs by name.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds);
   // Training sessions: the forward part only; returns the forward outputs and the stash.
-  std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> run_forward(const std::map<std::string, Tensor>& feeds);
+  // Random ops draw from `seed` when given (the same seed gives bit-identical dropout masks), else from
+  // the session's next seed.
+  std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> run_forward(
+      const std::map<std::string, Tensor>& feeds, std::optional<uint64_t> seed = std::nullopt);
   // The backward part of one forward call: gradients of the `wrt` inputs by name. Output-gradient mode
   // takes a gradient for every differentiable forward output (output_grad_names()), by output name.
   std::map<std::string, Tensor> run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads = {});

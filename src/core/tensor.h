@@ -21,6 +21,8 @@ class Storage {
   ~Storage();
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // The allocator it came from; null for borrowed memory.
+  const CachingAllocator* allocator() const { return alloc_; }
 
  private:
   Storage() = default;

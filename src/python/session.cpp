@@ -14,7 +14,8 @@ namespace onnxtrain::python {
 void init_session(py::module_& m) {
   m.def("registered_ops", &ops::registered_ops, "Every op in onnxtrain's op table (domain.name for other domains).");
   py::class_<RunState>(m, "RunState", "The stash of one forward call, for its backward call.")
-      .def_property_readonly("stash_bytes", &RunState::stash_bytes, "Bytes of the activations it holds.");
+      .def_property_readonly("stash_bytes", &RunState::stash_bytes, "Bytes of the activations it holds.")
+      .def_property_readonly("seed", &RunState::seed, "The seed its random ops drew from.");
 
   py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named numpy inputs.")
       .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))
@@ -34,16 +35,17 @@ void init_session(py::module_& m) {
       .def_property_readonly("output_grad_names", &Session::output_grad_names)
       .def(
           "run_forward",
-          [](Session& s, const py::dict& feeds) {
+          [](Session& s, const py::dict& feeds, std::optional<uint64_t> seed) {
             auto in = tensors_of(feeds);
             std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> r;
             {
               py::gil_scoped_release nogil;
-              r = s.run_forward(in);
+              r = s.run_forward(in, seed);
             }
             return py::make_tuple(arrays_of(r.first), std::move(r.second));
           },
-          py::arg("feeds"), "Runs the forward part: ({output name: array}, RunState).")
+          py::arg("feeds"), py::arg("seed") = py::none(),
+          "Runs the forward part: ({output name: array}, RunState). Random ops draw from `seed` when given.")
       .def(
           "run_backward",
           [](Session& s, RunState& state, const py::dict& output_grads) {

@@ -9,11 +9,13 @@
 
 namespace onnxtrain {
 
+// Activations only: views of inputs or parameters borrow memory the stash does not own.
 int64_t RunState::stash_bytes() const {
   std::set<const Storage*> seen;
   int64_t total = 0;
   for (auto& [v, t] : env_)
-    if (v->producer && t.storage() && seen.insert(t.storage().get()).second) total += int64_t(t.storage()->bytes());
+    if (v->producer && t.storage() && t.storage()->allocator() && seen.insert(t.storage().get()).second)
+      total += int64_t(t.storage()->bytes());
   return total;
 }
 
@@ -146,10 +148,10 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
 }
 
 std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run_forward(
-    const std::map<std::string, Tensor>& feeds) {
+    const std::map<std::string, Tensor>& feeds, std::optional<uint64_t> seed) {
   if (!training_) throw Error("run_forward needs a session built for training");
   auto state = std::make_unique<RunState>();
-  state->seed_ = next_seed();
+  state->seed_ = seed ? *seed : next_seed();
   feed(state->env_, feeds, true);
   runtime::execute(plan_, 0, boundary_, state->env_, alloc_, state->seed_, profile_.get());
   std::map<std::string, Tensor> out;
