@@ -193,7 +193,7 @@ void add_conformance(CLI::App& app) {
       } else {
         try {
           r = run_test(t);
-        } catch (const Error& e) {
+        } catch (const std::exception& e) {
           r = {Outcome::kFail, e.what()};
         }
       }

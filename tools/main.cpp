@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   } catch (const onnxtrain::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error (please report it): " << e.what() << "\n";
+    return 2;
   }
   return onnxtrain::cli::exit_code();
 }

@@ -32,6 +32,8 @@ class RunState {
  public:
   // Bytes of the activations it holds (each storage counted once).
   int64_t stash_bytes() const;
+  // Each stashed activation: value name -> bytes (a view and its base both listed).
+  std::map<std::string, int64_t> stash_values() const;
   uint64_t seed() const { return seed_; }
 
  private:

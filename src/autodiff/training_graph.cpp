@@ -44,7 +44,10 @@ class Engine {
                       ir::Attributes attrs, const std::string& domain, std::vector<ir::Value*>* outs) {
     for (size_t i = 0; i < outputs; ++i) outs->push_back(g_.add_value(g_.unique_name("grad")));
     ir::Node* n = g_.add_node(type, inputs, *outs, std::move(attrs), g_.unique_name(type + "_grad"));
-    n->backward = true;
+    // The shape of a forward value is taken in the forward part: the backward part then
+    // keeps a few integers instead of the whole activation.
+    bool shape_of_forward = (type == "Shape" || type == "Size") && inputs[0] && !(inputs[0]->producer && inputs[0]->producer->backward);
+    n->backward = !shape_of_forward;
     n->domain = domain;
     n->opset = domain.empty() ? opset_ : 1;
     ops::bind_node(*n);

@@ -103,6 +103,23 @@ void Graph::remove_nodes(const std::function<bool(const Node&)>& drop) {
   nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return is_dropped(n.get()); }), nodes_.end());
 }
 
+void Graph::sort_nodes() {
+  std::vector<std::unique_ptr<Node>> sorted;
+  std::map<const Node*, size_t> index;
+  for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = i;
+  std::vector<int> state(nodes_.size(), 0);  // 0 new, 1 visiting, 2 emitted
+  std::function<void(size_t)> visit = [&](size_t i) {
+    if (state[i]) return;
+    state[i] = 1;
+    for (Value* v : nodes_[i]->inputs)
+      if (v && v->producer) visit(index.at(v->producer));
+    state[i] = 2;
+    sorted.push_back(std::move(nodes_[i]));
+  };
+  for (size_t i = 0; i < nodes_.size(); ++i) visit(i);
+  nodes_ = std::move(sorted);
+}
+
 void Graph::replace_uses(Value* from, Value* to) {
   for (Node* c : from->consumers) {
     for (Value*& in : c->inputs)

@@ -28,6 +28,7 @@ struct Value {
   Node* producer = nullptr;
   std::vector<Node*> consumers;
   std::optional<Tensor> initializer;       // constant data (initializer or folded constant)
+  bool trainable = false;                  // an initializer that training updates: never folded
   std::optional<std::vector<Dim>> sym_value;  // elements of a small integer tensor, symbolically
   std::string type_str() const;           // "float32[batch, 4]"
 };
@@ -72,6 +73,8 @@ class Graph {
   std::string unique_name(const std::string& base);
   // Removes nodes for which `drop` is true (their outputs must have no remaining readers).
   void remove_nodes(const std::function<bool(const Node&)>& drop);
+  // Orders nodes so that producers come before readers, keeping the existing order otherwise.
+  void sort_nodes();
   // Makes every reader of `from` read `to` instead (graph outputs included).
   void replace_uses(Value* from, Value* to);
 

@@ -133,7 +133,11 @@ void MatMulOp::grad(GradCtx& g) const {
     // (rows, N) with rows = all leading dims of dY; N taken from dY's last dim.
     Value* dy2 = g.op("Reshape", {dy, g.op("Concat", {g.ints({-1}), g.op("Gather", {g.shape(dy), g.ints({-1})})}, {{"axis", int64_t(0)}})});
     if (g.needs(0)) {
-      Value* da = g.op("Gemm", {dy2, b}, {{"transB", int64_t(1)}});
+      // B = Transpose(W) (a Linear layer as exporters write it): use W itself, so that
+      // backward reads the parameter instead of keeping the transposed copy alive.
+      const ir::Node* t = b->producer;
+      bool of_weight = t && t->op_type == "Transpose" && t->inputs[0]->shape.size() == 2;
+      Value* da = of_weight ? g.op("Gemm", {dy2, t->inputs[0]}) : g.op("Gemm", {dy2, b}, {{"transB", int64_t(1)}});
       g.set_dx(0, ra == 2 ? da : g.op("Reshape", {da, g.op("Concat", {g.op("Slice", {g.shape(dy), g.ints({0}), g.ints({-1})}), g.op("Gather", {g.shape(b), g.ints({0})})}, {{"axis", int64_t(0)}})}));
     }
     if (g.needs(1)) {

@@ -40,7 +40,7 @@ class ConstantFolding : public Pass {
     for (auto& n : g.nodes()) {
       if (!n->op || n->op->is_random() || n->outputs.empty()) continue;
       bool all_const = true;
-      for (ir::Value* v : n->inputs) all_const = all_const && (!v || v->initializer);
+      for (ir::Value* v : n->inputs) all_const = all_const && (!v || (v->initializer && !v->trainable));
       bool values_known = true;
       for (ir::Value* v : n->outputs) values_known = values_known && (!v || known_values(v));
       if (values_known) {

@@ -4,6 +4,8 @@ namespace onnxtrain::passes {
 
 std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> r;
+  r.push_back(identity_elimination());
+  r.push_back(gelu_fusion());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());
   r.push_back(dead_code());

@@ -15,7 +15,8 @@ void init_session(py::module_& m) {
   m.def("registered_ops", &ops::registered_ops, "Every op in onnxtrain's op table (domain.name for other domains).");
   py::class_<RunState>(m, "RunState", "The stash of one forward call, for its backward call.")
       .def_property_readonly("stash_bytes", &RunState::stash_bytes, "Bytes of the activations it holds.")
-      .def_property_readonly("seed", &RunState::seed, "The seed its random ops drew from.");
+      .def_property_readonly("seed", &RunState::seed, "The seed its random ops drew from.")
+      .def("stash_values", &RunState::stash_values, "Each stashed activation: {value name: bytes}.");
 
   py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named numpy inputs.")
       .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))

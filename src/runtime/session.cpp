@@ -19,6 +19,13 @@ int64_t RunState::stash_bytes() const {
   return total;
 }
 
+std::map<std::string, int64_t> RunState::stash_values() const {
+  std::map<std::string, int64_t> r;
+  for (auto& [v, t] : env_)
+    if (v->producer && t.storage() && t.storage()->allocator()) r[v->name] = int64_t(t.nbytes());
+  return r;
+}
+
 Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
     : graph_(std::move(graph)), options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
   ops::bind_graph(*graph_);
@@ -31,6 +38,13 @@ Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
 Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec, SessionOptions options)
     : options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
   std::vector<ir::Value*> inputs = graph->inputs;
+  for (auto& name : spec.wrt)
+    if (ir::Value* v = graph->find(name)) v->trainable = true;
+  if (options_.optimize) {  // simplify and fuse the forward graph before differentiating it
+    ops::bind_graph(*graph);
+    ops::infer_shapes(*graph);
+    passes::run_passes(*graph, passes::default_passes());
+  }
   autodiff::TrainingGraph tg = autodiff::build_training_graph(std::move(graph), spec);
   graph_ = std::move(tg.graph);
   training_ = true;

@@ -103,3 +103,46 @@ TEST(Passes, ConstantFoldingRunsConstantNodesAndKnownShapes) {
   EXPECT_EQ(count(*g, "Add"), 1u);
   expect_same_results(with_constants);
 }
+
+namespace {
+
+ir::Value* scalar(ir::Graph& g, float v) {
+  ir::Value* c = g.add_value("");
+  Tensor t(DType::kFloat32, {});
+  *t.data<float>() = v;
+  c->initializer = t;
+  c->dtype = DType::kFloat32;
+  c->has_shape = true;
+  g.initializers.push_back(c);
+  return c;
+}
+
+// x * 0.5 * (1 + erf(x / sqrt(2))), as PyTorch's TorchScript exporter writes GELU, then a Dropout of ratio 0.
+std::unique_ptr<ir::Graph> erf_gelu() {
+  auto g = base();
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
+  ir::Value* e = add_op(*g, "Erf", {add_op(*g, "Div", {x, scalar(*g, 1.4142135f)})});
+  ir::Value* y = add_op(*g, "Mul", {add_op(*g, "Mul", {x, add_op(*g, "Add", {e, scalar(*g, 1.0f)})}), scalar(*g, 0.5f)});
+  g->outputs.push_back(add_op(*g, "Tanh", {add_op(*g, "Dropout", {y, scalar(*g, 0.0f)})}));
+  return g;
+}
+
+}  // namespace
+
+TEST(Passes, GeluFusionAndIdentityElimination) {
+  auto g = erf_gelu();
+  ops::bind_graph(*g);
+  ops::infer_shapes(*g);
+  EXPECT_TRUE(passes::gelu_fusion()->apply(*g));
+  EXPECT_EQ(count(*g, "Gelu"), 1u);
+  EXPECT_EQ(count(*g, "Erf") + count(*g, "Mul") + count(*g, "Div"), 0u);
+  EXPECT_TRUE(passes::identity_elimination()->apply(*g));
+  EXPECT_EQ(count(*g, "Dropout"), 0u);
+  EXPECT_EQ(g->nodes().size(), 2u);  // Gelu, Tanh
+  SessionOptions plain;
+  plain.optimize = false;
+  Session a(erf_gelu(), plain), b(erf_gelu());
+  Tensor x = test_graphs::pattern_tensor({3, 4});
+  Tensor ya = a.run({{"x", x}}).begin()->second, yb = b.run({{"x", x}}).begin()->second;
+  for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(ya.data<float>()[i], yb.data<float>()[i], 1e-6);
+}

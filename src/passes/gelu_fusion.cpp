@@ -1,0 +1,81 @@
+// GELU fusion: the erf form exporters emit, x * 0.5 * (1 + erf(x / sqrt(2))) in
+// any order of its products, becomes one Gelu node: one kernel, and one stashed
+// activation instead of four for training.
+#include <cmath>
+
+#include "ops/bind.h"
+#include "ops/op.h"
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+bool is_scalar(const ir::Value* v, double want) {
+  if (!v || !v->initializer || v->initializer->numel() != 1) return false;
+  return std::abs(v->initializer->to_double()[0] - want) < 1e-4 * std::abs(want);
+}
+
+// The other input of a binary node whose input `known` is one of them.
+ir::Value* other_input(const ir::Node* n, const ir::Value* known) {
+  if (!n || n->inputs.size() != 2) return nullptr;
+  return n->inputs[0] == known ? n->inputs[1] : n->inputs[1] == known ? n->inputs[0] : nullptr;
+}
+
+const ir::Node* single_reader(const ir::Value* v) { return v && v->consumers.size() == 1 ? v->consumers[0] : nullptr; }
+
+class GeluFusion : public Pass {
+ public:
+  std::string name() const override { return "gelu_fusion"; }
+  bool apply(ir::Graph& g) const override {
+    std::vector<const ir::Node*> gone;
+    for (auto& n : g.nodes()) {
+      if (n->op_type != "Erf") continue;
+      // erf's input: x / sqrt(2) or x * (1 / sqrt(2))
+      const ir::Node* scale = n->inputs[0]->producer;
+      if (!scale || scale->outputs[0]->consumers.size() != 1) continue;
+      ir::Value* x = nullptr;
+      if (scale->op_type == "Div" && is_scalar(scale->inputs[1], std::sqrt(2.0))) x = scale->inputs[0];
+      if (scale->op_type == "Mul" && is_scalar(scale->inputs[1], 1 / std::sqrt(2.0))) x = scale->inputs[0];
+      if (!x) continue;
+      const ir::Node* add = single_reader(n->outputs[0]);  // 1 + erf(...)
+      if (!add || add->op_type != "Add" || !is_scalar(other_input(add, n->outputs[0]), 1.0)) continue;
+      // Then two products with x and 0.5, in either order.
+      const ir::Node* m1 = single_reader(add->outputs[0]);
+      if (!m1 || m1->op_type != "Mul") continue;
+      ir::Value* f1 = other_input(m1, add->outputs[0]);
+      const ir::Node* m2 = nullptr;
+      if (f1 == x || is_scalar(f1, 0.5)) m2 = single_reader(m1->outputs[0]);
+      else if (f1 && f1->producer && f1->producer->op_type == "Mul" && other_input(f1->producer, x) &&
+               is_scalar(other_input(f1->producer, x), 0.5) && f1->consumers.size() == 1)
+        m2 = m1;  // (x * 0.5) * (1 + erf)
+      if (!m2 || m2->op_type != "Mul") continue;
+      if (m2 != m1) {
+        ir::Value* f2 = other_input(m2, m1->outputs[0]);
+        bool ok = (f1 == x && is_scalar(f2, 0.5)) || (is_scalar(f1, 0.5) && f2 == x);
+        if (!ok) continue;
+      }
+      ir::Value* out = m2->outputs[0];
+      std::vector<const ir::Node*> chain = {scale, n.get(), add, m1};
+      if (m2 != m1) chain.push_back(m2);
+      else chain.push_back(f1->producer);
+      // The Gelu node takes over the chain's output value, name and readers included.
+      const_cast<ir::Node*>(m2)->outputs[0] = g.add_value(g.unique_name(out->name + "_unfused"));
+      ir::Node* gelu = g.add_node("Gelu", {x}, {out}, {}, g.unique_name("Gelu_fused"));
+      gelu->opset = 20;
+      gelu->backward = m2->backward;
+      ops::bind_node(*gelu);
+      ops::infer_node(g, *gelu);
+      gone.insert(gone.end(), chain.begin(), chain.end());
+    }
+    if (gone.empty()) return false;
+    g.remove_nodes([&](const ir::Node& n) { return std::find(gone.begin(), gone.end(), &n) != gone.end(); });
+    g.sort_nodes();
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> gelu_fusion() { return std::make_unique<GeluFusion>(); }
+
+}  // namespace onnxtrain::passes
