@@ -1,0 +1,82 @@
+"""The onnxtrain CLI as a user runs it: inspect, run, train, and clear errors for bad input."""
+
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from export_util import export_training
+from models import MLP, WithLoss
+
+CLI = os.path.join(os.path.dirname(__file__), "..", "..", "build", "onnxtrain")
+
+
+def cli(*args):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("mlp")
+    module = WithLoss(MLP()).train()
+    path = export_training(module, (torch.randn(2, 16), torch.randint(0, 10, (2,))), str(d / "mlp.onnx"),
+                           ["x", "target"], {"x": {0: "batch"}, "target": {0: "batch"}}, ["loss"])
+    return path, d
+
+
+def test_inspect_shows_symbolic_inputs_ops_and_parameters(mlp):
+    path, _ = mlp
+    r = cli("inspect", path)
+    assert r.returncode == 0, r.stderr
+    assert "x: float32[batch, 16]" in r.stdout
+    assert "SoftmaxCrossEntropyLoss: 1" in r.stdout
+    assert "parameters: 6 tensors, 1930 elements, 7720 bytes" in r.stdout
+
+
+def test_run_reads_and_writes_tensor_protos(mlp):
+    path, d = mlp
+    x, t = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32), np.array([1, 2, 3])
+    (d / "x.pb").write_bytes(numpy_helper.from_array(x, "x").SerializeToString())
+    (d / "t.pb").write_bytes(numpy_helper.from_array(t, "target").SerializeToString())
+    r = cli("run", path, "-i", f"x={d / 'x.pb'}", "-i", f"target={d / 't.pb'}", "-o", d / "out")
+    assert r.returncode == 0, r.stderr
+    loss = numpy_helper.to_array(onnx.load_tensor(str(d / "out" / "output_0.pb")))
+    assert loss.shape == () and np.isfinite(loss)
+
+
+def test_train_prints_falling_loss_and_memory(mlp):
+    path, _ = mlp
+    r = cli("train", path, "--loss", "loss", "--dims", "batch=8", "--steps", "6", "--int-range", "0,10", "--lr", "0.05")
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert len(rows) == 6
+    losses = [float(row[1]) for row in rows]
+    assert losses[-1] < losses[0]
+    assert "peak MiB" in r.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dims", "batch=zero"], "--dims: 'batch=zero' is not NAME=POSITIVE_INTEGER"),
+    (["--dims", "batch=4", "--steps", "0"], "--steps must be positive"),
+    (["--dims", "batch=4", "--int-range", "5,1"], "--int-range: '5,1' is not LOW,HIGH"),
+    (["--steps", "2"], "give its dims with --dims (batch)"),
+    (["--dims", "batch=4", "--optimizer", "lamb"], "lamb not in {adamw,sgd}"),
+])
+def test_train_rejects_bad_options_clearly(mlp, args, message):
+    path, _ = mlp
+    r = cli("train", path, "--loss", "loss", *args)
+    assert r.returncode != 0
+    assert message in r.stderr + r.stdout
+
+
+def test_missing_and_corrupt_models_are_errors_not_crashes(tmp_path):
+    r = cli("inspect", tmp_path / "none.onnx")
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    (tmp_path / "bad.onnx").write_bytes(b"\x0a\xff\xff garbage")
+    r = cli("run", tmp_path / "bad.onnx")
+    assert r.returncode == 1 and "not a valid ONNX model" in r.stderr
