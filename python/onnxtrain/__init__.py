@@ -20,7 +20,12 @@ from onnxtrain._onnxtrain import (
     set_memory_limit,
 )
 
+from onnxtrain.module import Module
+from onnxtrain.options import Options
+
 __all__ = [
+    "Module",
+    "Options",
     "CheckpointError",
     "Error",
     "InputError",

@@ -46,7 +46,9 @@ class Engine {
     ir::Node* n = g_.add_node(type, inputs, *outs, std::move(attrs), g_.unique_name(type + "_grad"));
     // The shape of a forward value is taken in the forward part: the backward part then
     // keeps a few integers instead of the whole activation.
-    bool shape_of_forward = (type == "Shape" || type == "Size") && inputs[0] && !(inputs[0]->producer && inputs[0]->producer->backward);
+    const ir::Value* in = inputs.empty() ? nullptr : inputs[0];
+    bool backward_value = in && ((in->producer && in->producer->backward) || backward_inputs_.count(in));
+    bool shape_of_forward = (type == "Shape" || type == "Size") && in && !backward_value;
     n->backward = !shape_of_forward;
     n->domain = domain;
     n->opset = domain.empty() ? opset_ : 1;
@@ -118,6 +120,7 @@ class Engine {
   ir::Graph& g_;
   int64_t opset_;
   std::set<const ir::Value*> needs_grad_;
+  std::set<const ir::Value*> backward_inputs_;  // the output gradients fed to the backward part
   std::map<ir::Value*, std::vector<ir::Value*>> contrib_;
 };
 
@@ -207,6 +210,7 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
       gin->shape = out->shape;
       gin->has_shape = out->has_shape;
       g.inputs.push_back(gin);
+      e.backward_inputs_.insert(gin);
       tg.output_grads.push_back(gin);
       e.contribute(out, gin);
     }

@@ -114,7 +114,7 @@ class BatchNormOp : public Op {
  public:
   explicit BatchNormOp(const ir::Node& n)
       : eps_(n.attr_float("epsilon", 1e-5f)), momentum_(n.attr_float("momentum", 0.9f)),
-        training_(n.attr_int("training_mode", 0)) {
+        training_(n.attr_int("training_mode", 0)), unbiased_(n.attr_int("unbiased_running_var", 0)) {
     if (n.opset > 0 && n.opset < 9 && n.has_attr("spatial") && n.attr_int("spatial", 1) == 0)
       throw UnsupportedError(n.where() + ": spatial=0 is not supported");
   }
@@ -166,7 +166,10 @@ class BatchNormOp : public Op {
             }
           var = s2 / cnt;
           if (c.wants(1)) c.out(1).data<T>()[ch] = T(rmean[ch] * momentum_ + mean * (1 - momentum_));
-          if (c.wants(2)) c.out(2).data<T>()[ch] = T(rvar[ch] * momentum_ + var * (1 - momentum_));
+          // ONNX updates running_var with the batch's population variance; PyTorch (the wrapper sets
+          // the onnxtrain attribute unbiased_running_var) with the unbiased one.
+          double run_var = unbiased_ && cnt > 1 ? var * cnt / (cnt - 1) : var;
+          if (c.wants(2)) c.out(2).data<T>()[ch] = T(rvar[ch] * momentum_ + run_var * (1 - momentum_));
         }
         double k = scale[ch] / std::sqrt(var + eps_), off = bias[ch] - mean * k;
         for (int64_t b = 0; b < v.n; ++b)
@@ -180,7 +183,7 @@ class BatchNormOp : public Op {
 
  private:
   float eps_, momentum_;
-  bool training_;
+  bool training_, unbiased_;
 };
 OT_REGISTER_OP("BatchNormalization", BatchNormOp);
 

@@ -1,0 +1,26 @@
+"""The bridge to PyTorch's autograd: one Function call per forward; backward runs the graph's backward part.
+Tensors cross as numpy views of the same memory, in both directions."""
+
+import torch
+
+
+def as_numpy(t):
+    return t.detach().contiguous().numpy()
+
+
+class Apply(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runner, *tensors):
+        outs, state = runner.forward(tensors)
+        ctx.runner, ctx.state = runner, state
+        results = tuple(torch.from_numpy(outs[name]) for name in runner.output_names)
+        ctx.mark_non_differentiable(*[r for r, name in zip(results, runner.output_names) if name not in runner.grad_outputs])
+        return results
+
+    @staticmethod
+    def backward(ctx, *grads):
+        runner, state = ctx.runner, ctx.state
+        ctx.state = None  # the stash goes as soon as backward is done
+        output_grads = {name: as_numpy(g) for name, g in zip(runner.output_names, grads) if name in runner.grad_outputs}
+        result = runner.session.run_backward(state, output_grads)
+        return (None, *[torch.from_numpy(result[n]) if n in result else None for n in runner.feed_names])

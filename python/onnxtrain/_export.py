@@ -1,0 +1,86 @@
+"""Export of a module's call to an ONNX graph with PyTorch's TorchScript-based exporter (TRAINING or EVAL mode):
+every input dim dynamic and named `<input>_dim<i>`, parameters and buffers as graph inputs (no weights in the
+graph), training BatchNorm's updated statistics as extra outputs."""
+
+import contextlib
+import dataclasses
+import io
+import warnings
+
+import onnx
+import torch
+from onnx import helper
+
+from onnxtrain._schema import flatten, unflatten
+
+OPSET = 18
+
+
+@dataclasses.dataclass
+class Exported:
+    model: onnx.ModelProto
+    input_names: list     # the call's tensors, in order
+    state_names: list     # parameters and buffers the graph reads, in graph-input order
+    output_names: list    # the module's outputs, in order
+    out_schema: object    # the structure of the module's outputs
+    buffer_updates: dict  # graph output -> buffer it overwrites after a training call
+
+
+class _Flat(torch.nn.Module):
+    """The module called on flat tensors, returning flat tensors."""
+
+    def __init__(self, module, schema):
+        super().__init__()
+        self.module = module
+        self.schema = schema
+        self.out_schema = None
+
+    def forward(self, *flat):
+        args, kwargs = unflatten(self.schema, list(flat))
+        outs, names = [], []
+        self.out_schema = flatten(self.module(*args, **kwargs), "output", outs, names)
+        return tuple(outs)
+
+
+def export(module, schema, tensors, names, training):
+    flat = _Flat(module, schema)
+    saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
+    f = io.BytesIO()
+    axes = {n: {i: f"{n}_dim{i}" for i in range(t.dim())} for n, t in zip(names, tensors)}
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(flat, tuple(tensors), f, input_names=names, dynamic_axes=axes, dynamo=False,
+                              export_params=False, training=mode, do_constant_folding=False, opset_version=OPSET)
+    finally:
+        with torch.no_grad():
+            for n, b in module.named_buffers():
+                b.copy_(saved[n])
+    model = onnx.load_from_string(f.getvalue())
+    # Parameters and buffers arrive as inputs named "module.<name>"; strip the wrapper's prefix.
+    rename = {i.name: i.name[len("module."):] for i in model.graph.input if i.name.startswith("module.")}
+    for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        v.name = rename.get(v.name, v.name)
+    for node in model.graph.node:
+        node.input[:] = [rename.get(x, x) for x in node.input]
+        node.output[:] = [rename.get(x, x) for x in node.output]
+    state = [i.name for i in model.graph.input if i.name not in names]
+    buffers = {n for n, _ in module.named_buffers()}
+    updates = {}
+    for node in model.graph.node:
+        training_bn = node.op_type == "BatchNormalization" and any(
+            a.name == "training_mode" and a.i == 1 for a in node.attribute)
+        if not training_bn or len(node.input) < 5 or node.input[3] not in buffers:
+            continue
+        # PyTorch updates running_var with the unbiased batch variance (an onnxtrain extension attribute).
+        node.attribute.append(helper.make_attribute("unbiased_running_var", 1))
+        while len(node.output) < 3:
+            node.output.append("")
+        for k, buffer in ((1, node.input[3]), (2, node.input[4])):
+            out = node.output[k] or f"{buffer}.updated"
+            node.output[k] = out
+            model.graph.output.append(helper.make_tensor_value_info(out, onnx.TensorProto.UNDEFINED, None))
+            updates[out] = buffer
+    outputs = [o.name for o in model.graph.output if o.name not in updates]
+    return Exported(model, list(names), state, outputs, flat.out_schema, updates)

@@ -1,0 +1,56 @@
+"""Flattening of a call's inputs and outputs: nested tuples, lists and dicts of tensors and plain values.
+
+A schema is the structure with every tensor replaced by a placeholder; two calls with the same schema (and the
+same dtypes, ranks and requires-grad flags) share one exported graph whatever their sizes.
+"""
+
+import torch
+
+
+class TensorSlot:
+    """Where a tensor stands in a structure, with what the graph depends on (not its sizes)."""
+
+    def __init__(self, index, dtype, ndim, requires_grad):
+        self.index, self.dtype, self.ndim, self.requires_grad = index, dtype, ndim, requires_grad
+
+    def key(self):
+        return ("tensor", str(self.dtype), self.ndim, self.requires_grad)
+
+
+def flatten(obj, name, tensors, names):
+    """Appends obj's tensors (and their input names) in order; returns obj's schema."""
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        names.append(name)
+        return TensorSlot(len(tensors) - 1, obj.dtype, obj.dim(), obj.requires_grad)
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), [flatten(v, f"{name}_{i}", tensors, names) for i, v in enumerate(obj)])
+    if isinstance(obj, dict):
+        return (dict, {k: flatten(v, f"{name}_{k}", tensors, names) for k, v in obj.items()})
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return ("const", obj)
+    raise TypeError(f"onnxtrain: inputs of type {type(obj).__name__} ({name}) are not supported; "
+                    "use tensors, numbers, strings, None, or tuples, lists and dicts of them")
+
+
+def key(schema):
+    """A hashable key: equal for calls that can share one exported graph."""
+    if isinstance(schema, TensorSlot):
+        return schema.key()
+    kind, inner = schema
+    if kind == "const":
+        return ("const", inner)
+    if kind is dict:
+        return ("dict", tuple((k, key(v)) for k, v in inner.items()))
+    return (kind.__name__, tuple(key(v) for v in inner))
+
+
+def unflatten(schema, tensors):
+    if isinstance(schema, TensorSlot):
+        return tensors[schema.index]
+    kind, inner = schema
+    if kind == "const":
+        return inner
+    if kind is dict:
+        return {k: unflatten(v, tensors) for k, v in inner.items()}
+    return kind(unflatten(v, tensors) for v in inner)

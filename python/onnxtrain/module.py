@@ -1,0 +1,161 @@
+"""onnxtrain.Module: a torch.nn.Module that runs the module it wraps as an ONNX graph in onnxtrain.
+
+    model = onnxtrain.Module(model)   # the rest of the training loop is unchanged
+
+Parameters, buffers, state_dict, optimizers and gradient accumulation stay plain PyTorch: the weights are
+fed to the graph on every call and gradients come back through torch.autograd into `p.grad`.
+"""
+
+import inspect
+import logging
+import os
+import time
+
+import torch
+
+from onnxtrain import _onnxtrain as C
+from onnxtrain._autograd import Apply, as_numpy
+from onnxtrain._export import export
+from onnxtrain._schema import flatten, key, unflatten
+from onnxtrain.options import Options
+
+logger = logging.getLogger("onnxtrain")
+
+
+class _Runner:
+    """One exported graph and its session, for one input schema and mode."""
+
+    def __init__(self, module, exported, training, options, inputs_requiring_grad):
+        self.module = module
+        self.exported = exported
+        self.training = training
+        self.output_names = exported.output_names
+        self.feed_names = exported.input_names + exported.state_names
+        params = dict(module.named_parameters())
+        self.state = {**dict(module.named_buffers()), **params}
+        model_bytes = exported.model.SerializeToString()
+        if options.save_onnx:
+            os.makedirs(options.save_onnx, exist_ok=True)
+            path = os.path.join(options.save_onnx, f"{type(module).__name__}_{'train' if training else 'eval'}.onnx")
+            with open(path, "wb") as f:
+                f.write(model_bytes)
+        if training:
+            self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
+            self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "")
+            self.grad_outputs = set(self.session.output_grad_names)
+        else:
+            self.session = C.Session.from_bytes(model_bytes)
+            self.grad_outputs = set()
+
+    def feeds(self, tensors):
+        feeds = {n: as_numpy(t) for n, t in zip(self.exported.input_names, tensors)}
+        for n in self.exported.state_names:
+            feeds[n] = as_numpy(self.state[n])
+        return feeds
+
+    def forward(self, tensors):
+        # Random ops draw from PyTorch's generator, so torch.manual_seed makes runs reproducible.
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        outs, state = self.session.run_forward(self.feeds(tensors), seed)
+        self.update_buffers(outs)
+        return outs, state
+
+    def run(self, tensors):
+        outs = self.session.run(self.feeds(tensors))
+        return tuple(torch.from_numpy(outs[n]) for n in self.output_names)
+
+    def update_buffers(self, outs):
+        if not self.exported.buffer_updates:
+            return
+        with torch.no_grad():
+            for out, buffer in self.exported.buffer_updates.items():
+                self.state[buffer].copy_(torch.from_numpy(outs[out]))
+            for name, b in self.module.named_buffers():
+                if name.endswith("num_batches_tracked"):
+                    b.add_(1)
+
+
+class Module(torch.nn.Module):
+    def __init__(self, module, options=None):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"onnxtrain.Module wraps a torch.nn.Module, not {type(module).__name__}")
+        self.module = module
+        self._options = (options or Options()).resolved()
+        self._runners = {}
+        self._warned = False
+        self.export_count = 0
+        logger.setLevel(self._options.log_level)
+        try:
+            self._signature = inspect.signature(module.forward)
+        except (TypeError, ValueError):
+            self._signature = None
+
+    # Parameters, buffers and state are the wrapped module's own, under its own names.
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self.module.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        return self.module.named_buffers(prefix, recurse, remove_duplicate)
+
+    def state_dict(self, *args, **kwargs):
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        return self.module.load_state_dict(state_dict, strict, assign)
+
+    def _input_names(self, args, kwargs):
+        names = []
+        if self._signature is not None:
+            params = [p.name for p in self._signature.parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            names = params[: len(args)]
+        names += [f"input_{i}" for i in range(len(names), len(args))]
+        return names
+
+    def forward(self, *args, **kwargs):
+        try:
+            return self._forward(args, kwargs)
+        except C.Error as e:
+            if self._options.fallback != "torch":
+                raise type(e)(f"onnxtrain.Module({type(self.module).__name__}): {e}. Set ONNXTRAIN_FALLBACK=torch "
+                              "to run this module in PyTorch instead, or rewrite the part named above.") from e
+            if not self._warned:
+                logger.warning("onnxtrain: running %s in PyTorch (fallback): %s", type(self.module).__name__, e)
+                self._warned = True
+            return self.module(*args, **kwargs)
+
+    def _forward(self, args, kwargs):
+        training = self.module.training and torch.is_grad_enabled()
+        tensors, names = [], []
+        positional = self._input_names(args, kwargs)
+        schema = (tuple, [flatten(a, n, tensors, names) for a, n in zip(args, positional)])
+        kw = (dict, {k: flatten(v, k, tensors, names) for k, v in kwargs.items()})
+        full = (tuple, [schema, kw])
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise C.InputError(f"onnxtrain runs on the CPU; an input is on {t.device}")
+        cache_key = (key(full), training, self.module.training)
+        runner = self._runners.get(cache_key)
+        if runner is None:
+            runner = self._build(full, tensors, names, training)
+            self._runners[cache_key] = runner
+        if training:
+            state = [runner.state[n] for n in runner.exported.state_names]
+            outs = Apply.apply(runner, *tensors, *state)
+        else:
+            outs = runner.run(tensors)
+        return unflatten(runner.exported.out_schema, list(outs))
+
+    def _build(self, full, tensors, names, training):
+        t0 = time.perf_counter()
+        exported = export(self.module, full, tensors, names, self.module.training)
+        t1 = time.perf_counter()
+        self.export_count += 1
+        needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]
+        runner = _Runner(self.module, exported, training, self._options, needs)
+        t2 = time.perf_counter()
+        logger.info("onnxtrain: %s: exported in %.2f s (%d nodes), session built in %.2f s",
+                    type(self.module).__name__, t1 - t0, len(exported.model.graph.node), t2 - t1)
+        return runner
+

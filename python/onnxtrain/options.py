@@ -1,0 +1,24 @@
+"""Options of onnxtrain.Module, each overridable by an environment variable (the environment wins)."""
+
+import dataclasses
+import logging
+import os
+
+
+@dataclasses.dataclass
+class Options:
+    log_level: str = "WARNING"   # ONNXTRAIN_LOG_LEVEL: INFO logs each first-step phase and its time
+    save_onnx: str = ""          # ONNXTRAIN_SAVE_ONNX: a folder to save the exported graphs in
+    fallback: str = "raise"      # ONNXTRAIN_FALLBACK: "raise", or "torch" to run the module itself, warning once
+
+    def resolved(self):
+        """These options with the environment's overrides applied and checked."""
+        o = dataclasses.replace(self)
+        o.log_level = os.environ.get("ONNXTRAIN_LOG_LEVEL", o.log_level).upper()
+        o.save_onnx = os.environ.get("ONNXTRAIN_SAVE_ONNX", o.save_onnx)
+        o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
+        if o.fallback not in ("raise", "torch"):
+            raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; use 'raise' or 'torch'")
+        if o.log_level not in logging.getLevelNamesMapping():
+            raise ValueError(f"onnxtrain: log level '{o.log_level}' is not one of DEBUG, INFO, WARNING, ERROR")
+        return o
