@@ -48,8 +48,8 @@ def export(module, schema, tensors, names, training):
     f = io.BytesIO()
     axes = {n: {i: f"{n}_dim{i}" for i in range(t.dim())} for n, t in zip(names, tensors)}
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+    try:  # tracing runs the module once: it must not draw from PyTorch's generator either
+        with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(flat, tuple(tensors), f, input_names=names, dynamic_axes=axes, dynamo=False,
                               export_params=False, training=mode, do_constant_folding=False, opset_version=OPSET)
