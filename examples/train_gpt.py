@@ -1,0 +1,102 @@
+"""Trains a small character-level GPT, defined in plain PyTorch, on the license texts every Debian machine has
+(/usr/share/common-licenses), with onnxtrain.Module (or --eager for plain PyTorch), then samples from it."""
+
+import argparse
+import glob
+import logging
+import math
+import os
+import sys
+import time
+
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+import onnxtrain  # noqa: E402
+from models import GPT  # noqa: E402
+
+
+def load_text(folder="/usr/share/common-licenses"):
+    files = sorted(f for f in glob.glob(os.path.join(folder, "*")) if os.path.isfile(f) and not os.path.islink(f))
+    if not files:
+        raise SystemExit(f"no text files in {folder}")
+    return "\n".join(open(f, encoding="utf-8", errors="replace").read() for f in files)
+
+
+class CharLM(torch.nn.Module):
+    """The GPT with its loss: forward(idx, target) -> (loss, logits)."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, idx, target):
+        logits = self.gpt(idx)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)), logits
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--block", type=int, default=64, help="context length")
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--eager", action="store_true", help="plain PyTorch, for comparison")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    torch.manual_seed(args.seed)
+    text = load_text()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.int64)
+    model = CharLM(GPT(vocab=len(chars), dim=args.dim, heads=args.heads, layers=args.layers, block=args.block))
+    print(f"{len(text)} characters, vocabulary {len(chars)}, {sum(q.numel() for q in model.parameters())} parameters, "
+          f"{'PyTorch eager' if args.eager else 'onnxtrain'}, {torch.get_num_threads()} threads")
+    if not args.eager:
+        model = onnxtrain.Module(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+
+    def batch():
+        start = torch.randint(0, len(data) - args.block - 1, (args.batch,))
+        idx = torch.stack([data[s:s + args.block] for s in start])
+        return idx, torch.stack([data[s + 1:s + args.block + 1] for s in start])
+
+    model.train()
+    first = None
+    t0 = time.perf_counter()
+    bar = tqdm(range(args.steps), desc="training", unit="step", mininterval=1.0)
+    for step in bar:
+        lr = args.lr * min(1.0, (step + 1) / 20) * (0.5 * (1 + math.cos(math.pi * step / args.steps)) * 0.9 + 0.1)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        idx, target = batch()
+        loss, _ = model(idx, target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if step % max(1, args.steps // 10) == 0 or step == args.steps - 1:
+            tqdm.write(f"step {step:5d}  loss {loss.item():.4f}")
+    elapsed = time.perf_counter() - t0
+    print(f"loss {first:.3f} -> {loss.item():.3f} in {args.steps} steps, {elapsed / args.steps * 1e3:.1f} ms/step")
+
+    model.eval()
+    context = torch.tensor([[stoi[c] for c in "Permission is "]], dtype=torch.int64)
+    with torch.no_grad():
+        for _ in range(120):
+            ctx = context[:, -args.block:]
+            _, logits = model(ctx, torch.zeros_like(ctx))
+            probs = F.softmax(logits[0, -1] / 0.8, dim=-1)
+            context = torch.cat([context, torch.multinomial(probs, 1)[None]], dim=1)
+    print("sample:", "".join(chars[i] for i in context[0].tolist()))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(format="%(message)s")
+    main()
