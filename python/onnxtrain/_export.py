@@ -11,7 +11,10 @@ import onnx
 import torch
 from onnx import helper
 
+from onnxtrain import _symbolics
 from onnxtrain._schema import flatten, unflatten
+
+_symbolics.register()
 
 OPSET = 18
 
