@@ -11,6 +11,7 @@ import onnx
 import torch
 from onnx import helper
 
+from onnxtrain import _onnxtrain as C
 from onnxtrain import _symbolics
 from onnxtrain._schema import flatten, unflatten
 
@@ -42,7 +43,23 @@ class _Flat(torch.nn.Module):
         args, kwargs = unflatten(self.schema, list(flat))
         outs, names = [], []
         self.out_schema = flatten(self.module(*args, **kwargs), "output", outs, names)
+        self.custom_functions = custom_functions(outs)
         return tuple(outs)
+
+
+def custom_functions(outputs):
+    """Names of the custom torch.autograd.Functions the outputs' autograd graph went through."""
+    seen, found, todo = set(), [], [t.grad_fn for t in outputs if t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        cls = getattr(node, "_forward_cls", None)
+        if cls is not None and cls.__name__ not in found:
+            found.append(cls.__name__)
+        todo.extend(n for n, _ in node.next_functions)
+    return found
 
 
 def export(module, schema, tensors, names, training):
@@ -60,6 +77,10 @@ def export(module, schema, tensors, names, training):
         with torch.no_grad():
             for n, b in module.named_buffers():
                 b.copy_(saved[n])
+    if flat.custom_functions:
+        raise C.UnsupportedError(
+            f"custom torch.autograd.Function {', '.join(flat.custom_functions)}: onnxtrain differentiates the "
+            "exported graph itself and would ignore its backward; run it outside the wrapped module or use fallback")
     model = onnx.load_from_string(f.getvalue())
     # Parameters and buffers arrive as inputs named "module.<name>"; strip the wrapper's prefix.
     rename = {i.name: i.name[len("module."):] for i in model.graph.input if i.name.startswith("module.")}

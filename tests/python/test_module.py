@@ -210,3 +210,30 @@ def test_dropout_follows_torch_manual_seed():
     b = model(x)
     c = model(x)
     assert torch.equal(a, b) and not torch.equal(b, c)
+
+
+class MyExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+class WithCustomFunction(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return MyExp.apply(self.lin(x)).sum()
+
+
+def test_custom_autograd_function_is_named_in_the_error():
+    with pytest.raises(onnxtrain.UnsupportedError, match=r"WithCustomFunction.*custom torch.autograd.Function MyExp"):
+        onnxtrain.Module(WithCustomFunction())(torch.randn(2, 3))
