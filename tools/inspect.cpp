@@ -46,6 +46,13 @@ static void inspect(const std::string& path) {
     for (auto& u : unsupported) std::cout << "  " << u << "\n";
   }
   if (!why.empty()) std::cout << "shape inference failed: " << why << "\n";
+  if (inferred && !g->unknown_shape_nodes().empty()) {
+    std::cout << "nodes whose output shapes are known only at run time:";
+    size_t k = 0;
+    for (const ir::Node* n : g->unknown_shape_nodes())
+      if (k++ < 8) std::cout << " " << n->where() << ";";
+    std::cout << (g->unknown_shape_nodes().size() > 8 ? " ...\n" : "\n");
+  }
   if (inferred && !g->invented_symbols().empty()) {
     std::cout << "dims that depend on data:";
     for (auto& s : g->invented_symbols()) std::cout << " " << s;

@@ -25,8 +25,8 @@ def flatten(obj, name, tensors, names):
         return TensorSlot(len(tensors) - 1, obj.dtype, obj.dim(), obj.requires_grad)
     if isinstance(obj, (tuple, list)):
         return (type(obj), [flatten(v, f"{name}_{i}", tensors, names) for i, v in enumerate(obj)])
-    if isinstance(obj, dict):
-        return (dict, {k: flatten(v, f"{name}_{k}", tensors, names) for k, v in obj.items()})
+    if isinstance(obj, dict):  # dict subclasses (OrderedDict, transformers' ModelOutput) keep their class
+        return (type(obj), {k: flatten(v, f"{name}_{k}", tensors, names) for k, v in obj.items()})
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return ("const", obj)
     raise TypeError(f"onnxtrain: inputs of type {type(obj).__name__} ({name}) are not supported; "
@@ -40,8 +40,8 @@ def key(schema):
     kind, inner = schema
     if kind == "const":
         return ("const", inner)
-    if kind is dict:
-        return ("dict", tuple((k, key(v)) for k, v in inner.items()))
+    if isinstance(inner, dict):
+        return (kind.__qualname__, tuple((k, key(v)) for k, v in inner.items()))
     return (kind.__name__, tuple(key(v) for v in inner))
 
 
@@ -51,6 +51,6 @@ def unflatten(schema, tensors):
     kind, inner = schema
     if kind == "const":
         return inner
-    if kind is dict:
-        return {k: unflatten(v, tensors) for k, v in inner.items()}
+    if isinstance(inner, dict):
+        return kind(**{k: unflatten(v, tensors) for k, v in inner.items()})
     return kind(unflatten(v, tensors) for v in inner)

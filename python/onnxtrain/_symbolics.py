@@ -1,5 +1,5 @@
 """onnxtrain's own ONNX translations for what PyTorch's TorchScript-based exporter cannot export: losses
-(l1, smooth l1, huber, binary cross entropy, cross entropy with label smoothing) and rms_norm, each written
+(l1, smooth l1, huber, binary cross entropy, cross entropy with label smoothing), rms_norm and diff, each written
 with ordinary ONNX ops (so their gradients come from onnxtrain's op table)."""
 
 import torch
@@ -96,8 +96,22 @@ def rms_norm(g, x, normalized_shape, weight, eps):
     return y if sh._is_none(weight) else g.op("Mul", y, weight)
 
 
+@sh.parse_args("v", "i", "i", "v", "v")
+def diff(g, x, n, dim, prepend, append):
+    if n != 1:
+        raise torch.onnx.errors.SymbolicValueError("onnxtrain: torch.diff is translated for n=1", x)
+    parts = [v for v in (prepend, x, append) if not sh._is_none(v)]
+    if len(parts) > 1:
+        x = g.op("Concat", *parts, axis_i=dim)
+    axes = g.op("Constant", value_t=torch.tensor([dim]))
+    big = g.op("Constant", value_t=torch.tensor([2**62]))
+    head = g.op("Slice", x, g.op("Constant", value_t=torch.tensor([1])), big, axes)
+    tail = g.op("Slice", x, g.op("Constant", value_t=torch.tensor([0])), g.op("Constant", value_t=torch.tensor([-1])), axes)
+    return g.op("Sub", head, tail)
+
+
 def register():
     for name, fn in [("l1_loss", l1_loss), ("smooth_l1_loss", smooth_l1_loss), ("huber_loss", huber_loss),
                      ("binary_cross_entropy", binary_cross_entropy), ("cross_entropy_loss", cross_entropy_loss),
-                     ("rms_norm", rms_norm)]:
+                     ("rms_norm", rms_norm), ("diff", diff)]:
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, OPSET)

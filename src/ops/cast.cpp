@@ -54,6 +54,9 @@ class CastOp : public Op {
     ctx.set(0, to, ctx.shape(0), int_like ? ctx.value_opt(0) : std::nullopt);
   }
   void compute(ComputeCtx& c) const override { cast_tensor(c.in(0), c.out(0), c.node.where()); }
+  DType output_dtype(size_t, const std::vector<DType>& in) const override {
+    return to_ == DType::kUndefined ? in.at(1) : to_;
+  }
   void grad(GradCtx& g) const override {  // back to the input's float type
     g.set_dx(0, g.op("Cast", {g.dy(0)}, {{"to", int64_t(g.x(0)->dtype)}}));
   }

@@ -179,10 +179,21 @@ template <typename F>
 class CompareOp : public Op {
  public:
   explicit CompareOp(const ir::Node&) {}
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kBool; }
   void infer(InferCtx& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1))
       ctx.fail("input dtypes differ: " + dtype_name(ctx.dtype(0)) + " and " + dtype_name(ctx.dtype(1)));
     infer_broadcast(ctx, DType::kBool);
+    // Shape arithmetic compares sizes (Equal(shape, -1) before an Expand): fold what is decidable.
+    ctx.outputs()[0].value = fold_values(ctx, [](const Dim& a, const Dim& b) -> std::optional<Dim> {
+      if (a.is_const() && b.is_const()) return Dim(int64_t(F()(a.value(), b.value())));
+      if (std::is_same_v<F, std::equal_to<>>) {
+        if (a == b) return Dim(1);
+        // A size is never negative: it differs from any negative constant.
+        if ((a.is_const() && a.value() < 0) || (b.is_const() && b.value() < 0)) return Dim(0);
+      }
+      return std::nullopt;
+    });
   }
   void compute(ComputeCtx& c) const override {
     dispatch<kernels::kAll>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
@@ -296,6 +307,7 @@ OT_REGISTER_OP("Mean", VariadicOp);
 class WhereOp : public Op {
  public:
   explicit WhereOp(const ir::Node&) {}
+  DType output_dtype(size_t, const std::vector<DType>& in) const override { return in.at(1); }
   void grad(GradCtx& g) const override {
     Value *c = g.x(0), *dy = g.dy(0);
     if (g.needs(1)) g.set_dx(1, g.where_or_zero(c, dy));
@@ -303,7 +315,18 @@ class WhereOp : public Op {
   }
   void infer(InferCtx& ctx) const override {
     Shape s = broadcast_shapes(ctx, broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1)), ctx.shape(2));
-    ctx.set(0, ctx.dtype(1), s);
+    std::optional<std::vector<Dim>> value;
+    const auto *c = ctx.value(0), *x = ctx.value(1), *y = ctx.value(2);
+    if (c && x && y && s.size() <= 1) {  // selecting among known sizes
+      size_t n = std::max({c->size(), x->size(), y->size()});
+      value.emplace();
+      for (size_t i = 0; i < n && value; ++i) {
+        const Dim& ci = (*c)[c->size() == 1 ? 0 : i];
+        if (!ci.is_const()) value.reset();
+        else value->push_back(ci.value() ? (*x)[x->size() == 1 ? 0 : i] : (*y)[y->size() == 1 ? 0 : i]);
+      }
+    }
+    ctx.set(0, ctx.dtype(1), s, value);
   }
   void compute(ComputeCtx& c) const override {
     const bool* cond = c.in(0).data<bool>();

@@ -227,6 +227,7 @@ class IsNaNOp : public Op {
  public:
   explicit IsNaNOp(const ir::Node& n)
       : inf_(n.op_type == "IsInf"), pos_(n.attr_int("detect_positive", 1)), neg_(n.attr_int("detect_negative", 1)) {}
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kBool; }
   void infer(InferCtx& ctx) const override { ctx.set(0, DType::kBool, ctx.shape(0)); }
   void compute(ComputeCtx& c) const override {
     dispatch<kF>(c.in(0).dtype(), c.node.where(), [&](auto tag) {

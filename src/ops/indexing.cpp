@@ -244,6 +244,7 @@ OT_REGISTER_OP("GatherND", GatherNDOp);
 class OneHotOp : public Op {
  public:
   explicit OneHotOp(const ir::Node& n) : axis_(n.attr_int("axis", -1)) {}
+  DType output_dtype(size_t, const std::vector<DType>& in) const override { return in.at(2); }
   void infer(InferCtx& ctx) const override {
     auto* depth = ctx.value(1);
     Dim d;

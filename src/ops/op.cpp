@@ -32,7 +32,7 @@ std::vector<std::string> registered_ops() {
 const std::vector<Dim>* InferCtx::value(size_t i) {
   if (!has(i)) return nullptr;
   InputInfo& in = in_[i];
-  if (!in.value && in.tensor && (in.dtype == DType::kInt64 || in.dtype == DType::kInt32) &&
+  if (!in.value && in.tensor && (in.dtype == DType::kInt64 || in.dtype == DType::kInt32 || in.dtype == DType::kBool) &&
       in.tensor->numel() <= 4096) {
     auto v = in.tensor->to_int64();
     in.value = std::vector<Dim>(v.begin(), v.end());

@@ -111,6 +111,11 @@ class Op {
   // the executor shares the storage and never calls compute().
   virtual bool is_view() const { return false; }
   virtual bool is_random() const { return false; }
+  // Output i's dtype from the input dtypes, for when shapes are not known before a run
+  // (infer() decides otherwise). The default: the first input's dtype.
+  virtual DType output_dtype(size_t i, const std::vector<DType>& inputs) const {
+    return inputs.empty() ? DType::kUndefined : inputs[0];
+  }
   // Whether gradients flow through output i (not through BatchNormalization's running statistics).
   virtual bool differentiable_output(size_t i) const { return true; }
 };

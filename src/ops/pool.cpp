@@ -16,6 +16,7 @@ class PoolOp : public Op {
   explicit PoolOp(const ir::Node& n)
       : max_(n.op_type == "MaxPool"), win_(Window::from_node(n)), include_pad_(n.attr_int("count_include_pad", 0)),
         storage_order_(n.attr_int("storage_order", 0)) {}
+  DType output_dtype(size_t i, const std::vector<DType>& in) const override { return i == 1 ? DType::kInt64 : in[0]; }
   void grad(GradCtx& g) const override {  // MaxPool: dy goes back to where each maximum was
     if (!max_ || storage_order_) no_gradient(g);
     g.set_dx(0, g.scatter_add_flat(g.x(0), g.y(1), g.dy(0)));

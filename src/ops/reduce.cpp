@@ -202,6 +202,7 @@ class ArgReduceOp : public Op {
   explicit ArgReduceOp(const ir::Node& n)
       : max_(n.op_type == "ArgMax"), axis_(n.attr_int("axis", 0)), keepdims_(n.attr_int("keepdims", 1)),
         last_(n.attr_int("select_last_index", 0)) {}
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kInt64; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
     Shape out = ctx.shape(0);

@@ -13,9 +13,19 @@ namespace {
 class CumSumOp : public Op {
  public:
   explicit CumSumOp(const ir::Node& n) : exclusive_(n.attr_int("exclusive", 0)), reverse_(n.attr_int("reverse", 0)) {}
-  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
+  // A bool input counts its true values into int64 (PyTorch's promotion, which its exporter relies on).
+  void infer(InferCtx& ctx) const override {
+    ctx.set(0, ctx.dtype(0) == DType::kBool ? DType::kInt64 : ctx.dtype(0), ctx.shape(0));
+  }
+  DType output_dtype(size_t, const std::vector<DType>& in) const override {
+    return in[0] == DType::kBool ? DType::kInt64 : in[0];
+  }
   void compute(ComputeCtx& c) const override {
-    const Tensor& x = c.in(0);
+    const Tensor& x0 = c.in(0);
+    Tensor counted = x0.dtype() == DType::kBool ? Tensor(DType::kInt64, x0.dims()) : Tensor();
+    if (counted.defined())
+      for (int64_t i = 0; i < x0.numel(); ++i) counted.data<int64_t>()[i] = x0.data<bool>()[i];
+    const Tensor& x = counted.defined() ? counted : x0;
     int64_t a = c.in(1).to_int64()[0];
     if (a < -x.rank() || a >= x.rank()) c.fail("axis " + std::to_string(a) + " out of range for " + dims_str(x.dims()));
     AxisView v = axis_view(x.dims(), a < 0 ? a + x.rank() : a);
@@ -54,6 +64,7 @@ class TopKOp : public Op {
   explicit TopKOp(const ir::Node& n)
       : axis_(n.attr_int("axis", -1)), largest_(n.attr_int("largest", 1)), sorted_(n.attr_int("sorted", 1)),
         k_attr_(n.attr_int("k", -1)) {}
+  DType output_dtype(size_t i, const std::vector<DType>& in) const override { return i == 1 ? DType::kInt64 : in[0]; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
     Dim k;

@@ -23,6 +23,7 @@ void write_int64(Tensor& t, const std::vector<int64_t>& v) {
 class ShapeOp : public Op {
  public:
   explicit ShapeOp(const ir::Node& n) : start_(n.attr_int("start", 0)), end_(n.attr_int("end", INT64_MAX)) {}
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kInt64; }
   void infer(InferCtx& ctx) const override {
     int64_t r = ctx.rank(0);
     int64_t s = std::clamp(start_ < 0 ? start_ + r : start_, int64_t(0), r);
@@ -46,6 +47,7 @@ OT_REGISTER_OP("Shape", ShapeOp);
 class SizeOp : public Op {
  public:
   explicit SizeOp(const ir::Node&) {}
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kInt64; }
   void infer(InferCtx& ctx) const override { ctx.set(0, DType::kInt64, {}, std::vector<Dim>{shape_numel(ctx.shape(0))}); }
   void compute(ComputeCtx& c) const override { c.out(0).data<int64_t>()[0] = c.in(0).numel(); }
 };
@@ -232,6 +234,7 @@ class ConstantOfShapeOp : public Op {
     if (const Tensor* t = n.attr_tensor("value")) value_ = *t;
     else value_ = Tensor::zeros(DType::kFloat32, {1});
   }
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return value_.dtype(); }
   void infer(InferCtx& ctx) const override {
     const std::vector<Dim>* v = ctx.value(0);
     Shape s;
