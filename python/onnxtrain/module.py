@@ -34,10 +34,10 @@ class _Runner:
         params = dict(module.named_parameters())
         self.state = {**dict(module.named_buffers()), **params}
         model_bytes = exported.model.SerializeToString()
+        stem = os.path.join(options.save_onnx, f"{type(module).__name__}_{'train' if training else 'eval'}")
         if options.save_onnx:
             os.makedirs(options.save_onnx, exist_ok=True)
-            path = os.path.join(options.save_onnx, f"{type(module).__name__}_{'train' if training else 'eval'}.onnx")
-            with open(path, "wb") as f:
+            with open(stem + "_exported.onnx", "wb") as f:
                 f.write(model_bytes)
         if training:
             self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
@@ -46,6 +46,8 @@ class _Runner:
         else:
             self.session = C.Session.from_bytes(model_bytes)
             self.grad_outputs = set()
+        if options.save_onnx:  # what onnxtrain runs: the training graph, after its passes
+            self.session.save(stem + "_optimized.onnx")
 
     def feeds(self, tensors):
         feeds = {n: as_numpy(t) for n, t in zip(self.exported.input_names, tensors)}

@@ -1,7 +1,6 @@
 // Elementwise ops of one input: each is a functor line; the loop and the dtype
 // dispatch are written once in UnaryOp.
 #include <cmath>
-#include <cstring>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
@@ -209,15 +208,13 @@ struct MishFn {
 using MishOp = UnaryOp<MishFn, kF>;
 OT_REGISTER_OP("Mish", MishOp);
 
-// Identity and the other ops that pass data through unchanged.
+// Identity: a view of its input (the same memory, as PyTorch's nn.Identity returns the same tensor).
 class IdentityOp : public Op {
  public:
   explicit IdentityOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0), ctx.value_opt(0)); }
-  void compute(ComputeCtx& c) const override {
-    if (c.out(0).raw() != c.in(0).raw()) std::memcpy(c.out(0).raw(), c.in(0).raw(), c.in(0).nbytes());
-  }
-  int inplace_input() const override { return 0; }
+  void compute(ComputeCtx&) const override {}
+  bool is_view() const override { return true; }
   void grad(GradCtx& g) const override { g.set_dx(0, g.dy(0)); }
 };
 OT_REGISTER_OP("Identity", IdentityOp);

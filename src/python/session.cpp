@@ -78,6 +78,8 @@ void init_session(py::module_& m) {
           },
           py::arg("input_dims"), "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
       .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
+      .def("save", [](const Session& s, const std::string& path) { ir::save_model_file(s.graph(), path); }, py::arg("path"),
+           "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
       .def("set_profiling", &Session::set_profiling, py::arg("on"), "Switches per-op-type timing on (resetting it) or off.")
       .def(
           "profile",

@@ -237,3 +237,20 @@ class WithCustomFunction(nn.Module):
 def test_custom_autograd_function_is_named_in_the_error():
     with pytest.raises(onnxtrain.UnsupportedError, match=r"WithCustomFunction.*custom torch.autograd.Function MyExp"):
         onnxtrain.Module(WithCustomFunction())(torch.randn(2, 3))
+
+
+def test_inputs_and_outputs_cross_without_copies():
+    wrapped = onnxtrain.Module(nn.Identity()).eval()
+    x = torch.randn(3, 4)
+    y = wrapped(x)
+    assert y.data_ptr() == x.data_ptr(), "the input's memory goes in and comes back out as it is"
+
+
+def test_environment_options_save_graphs_and_log_phases(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("ONNXTRAIN_SAVE_ONNX", str(tmp_path))
+    monkeypatch.setenv("ONNXTRAIN_LOG_LEVEL", "INFO")
+    wrapped = onnxtrain.Module(nn.Linear(4, 2))
+    with caplog.at_level("INFO", logger="onnxtrain"):
+        wrapped(torch.randn(3, 4)).sum().backward()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Linear_train_exported.onnx", "Linear_train_optimized.onnx"]
+    assert any("exported in" in r.message and "session built in" in r.message for r in caplog.records)
