@@ -35,6 +35,10 @@ class OutOfMemoryError : public Error {
 class CheckpointError : public Error {
   using Error::Error;
 };
+// A memory optimizer config that cannot be understood (the message quotes the entry).
+class ConfigError : public Error {
+  using Error::Error;
+};
 // A file that cannot be read or written.
 class IoError : public Error {
   using Error::Error;

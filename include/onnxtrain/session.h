@@ -14,6 +14,7 @@
 #include "core/tensor.h"
 #include "ir/graph.h"
 #include "memory/allocation_plan.h"
+#include "memory/recompute.h"
 #include "onnxtrain/error.h"
 #include "runtime/executor.h"
 
@@ -22,6 +23,7 @@ namespace onnxtrain {
 struct SessionOptions {
   bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
   bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
+  std::string memory_config;              // training: recompute plans, "ClusterId:Strategy:Count,..." or a JSON file
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the global allocator when null
 };
@@ -71,6 +73,8 @@ class Session {
 
   const ir::Graph& graph() const { return *graph_; }
   const memory::AllocationPlan& plan() const { return plan_; }
+  // Training: every recompute candidate cluster, and which the memory config applied.
+  const memory::RecomputeReport& memory_report() const { return report_; }
   bool is_training() const { return training_; }
   size_t boundary() const { return boundary_; }
   std::vector<std::string> input_names() const;       // forward inputs
@@ -93,6 +97,7 @@ class Session {
   SessionOptions options_;
   CachingAllocator* alloc_;
   memory::AllocationPlan plan_;
+  memory::RecomputeReport report_;
   bool training_ = false;
   size_t boundary_ = 0;
   std::vector<ir::Value*> forward_inputs_, forward_outputs_, output_grads_, grads_;

@@ -2,6 +2,7 @@
 
 from onnxtrain._onnxtrain import (
     CheckpointError,
+    ConfigError,
     Error,
     InputError,
     IoError,
@@ -24,6 +25,7 @@ from onnxtrain.module import Module
 from onnxtrain.options import Options
 
 __all__ = [
+    "ConfigError",
     "Module",
     "Options",
     "CheckpointError",

@@ -47,6 +47,7 @@ class CastOp : public Op {
     if (to_ == DType::kUndefined)
       throw UnsupportedError(n.where() + ": cast to ONNX dtype " + std::to_string(code) + " is not supported");
   }
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     DType to = to_ == DType::kUndefined ? ctx.dtype(1) : to_;
     if (ctx.dtype(0) == DType::kString || to == DType::kString) ctx.fail("string tensors are not supported");

@@ -58,6 +58,7 @@ class DropoutOp : public Op {
   }
   int inplace_input() const override { return 0; }
   bool is_random() const override { return true; }
+  bool recomputable() const override { return true; }
   bool differentiable_output(size_t i) const override { return i == 0; }
   DType output_dtype(size_t i, const std::vector<DType>& in) const override { return i == 1 ? DType::kBool : in[0]; }
   void grad(GradCtx& g) const override {  // dy * mask / (1 - ratio) in training mode, dy otherwise

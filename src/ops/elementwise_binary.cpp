@@ -35,6 +35,7 @@ template <typename F, int Types>
 class BinaryOp : public Op {
  public:
   explicit BinaryOp(const ir::Node& n) : f_(n) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1))
       ctx.fail("input dtypes differ: " + dtype_name(ctx.dtype(0)) + " and " + dtype_name(ctx.dtype(1)));
@@ -218,6 +219,7 @@ OT_REGISTER_OP("GreaterOrEqual", GreaterOrEqualOp);
 class PowOp : public Op {
  public:
   explicit PowOp(const ir::Node&) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
   void grad(GradCtx& g) const override {  // d(a^b) = b a^(b-1) da + a^b log(a) db
     Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
@@ -261,6 +263,7 @@ OT_REGISTER_OP("Pow", PowOp);
 class VariadicOp : public Op {
  public:
   explicit VariadicOp(const ir::Node& n) : kind_(n.op_type) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
   void grad(GradCtx& g) const override {
     Value* dy = g.dy(0);

@@ -16,6 +16,7 @@ template <typename F, int Types>
 class UnaryOp : public Op {
  public:
   explicit UnaryOp(const ir::Node& n) : f_(n) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
   void compute(ComputeCtx& c) const override {
     dispatch<Types>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
@@ -212,6 +213,7 @@ OT_REGISTER_OP("Mish", MishOp);
 class IdentityOp : public Op {
  public:
   explicit IdentityOp(const ir::Node&) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0), ctx.value_opt(0)); }
   void compute(ComputeCtx&) const override {}
   bool is_view() const override { return true; }

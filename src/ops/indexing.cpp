@@ -32,6 +32,7 @@ int64_t element_offset(const ComputeCtx& c, int64_t i, const std::vector<int64_t
 class GatherOp : public Op {
  public:
   explicit GatherOp(const ir::Node& n) : axis_(n.attr_int("axis", 0)) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
     const Shape& d = ctx.shape(0);

@@ -19,6 +19,7 @@ using kernels::strided_copy;
 class TransposeOp : public Op {
  public:
   explicit TransposeOp(const ir::Node& n) : perm_(n.attr_ints("perm")) {}
+  bool recomputable() const override { return true; }
   std::vector<int64_t> perm(int64_t rank) const {
     if (!perm_.empty()) return perm_;
     auto p = std::vector<int64_t>(size_t(rank));
@@ -316,6 +317,7 @@ OT_REGISTER_OP("Slice", SliceOp);
 class ExpandOp : public Op {
  public:
   explicit ExpandOp(const ir::Node&) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     auto* v = ctx.value(1);
     if (!v) ctx.unknown("the target shape");

@@ -15,6 +15,12 @@ class MatMulOp : public Op {
  public:
   explicit MatMulOp(const ir::Node&) {}
   void grad(GradCtx& g) const override;
+  bool recomputable() const override { return true; }
+  Dim flops(const ir::Node& n) const override {  // 2 M N K per output of (..., M, N)
+    const ir::Value *a = n.inputs[0], *y = n.outputs[0];
+    if (!a->has_shape || !y->has_shape) return Op::flops(n);
+    return Dim(2) * shape_numel(y->shape) * a->shape.back();
+  }
   void infer(InferCtx& ctx) const override {
     Shape a = ctx.shape(0), b = ctx.shape(1);
     if (a.empty() || b.empty()) ctx.fail("inputs must have rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
@@ -69,6 +75,12 @@ class GemmOp : public Op {
       : alpha_(n.attr_float("alpha", 1)), beta_(n.attr_float("beta", 1)), ta_(n.attr_int("transA", 0)),
         tb_(n.attr_int("transB", 0)) {}
   void grad(GradCtx& g) const override;
+  bool recomputable() const override { return true; }
+  Dim flops(const ir::Node& n) const override {
+    const ir::Value *a = n.inputs[0], *y = n.outputs[0];
+    if (!a->has_shape || !y->has_shape) return Op::flops(n);
+    return Dim(2) * shape_numel(y->shape) * (ta_ ? a->shape[0] : a->shape[1]);
+  }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) != 2 || ctx.rank(1) != 2)
       ctx.fail("A and B must be 2-D, got " + shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(1)));

@@ -40,6 +40,7 @@ class LayerNormOp : public Op {
  public:
   explicit LayerNormOp(const ir::Node& n) : axis_(n.attr_int("axis", -1)), eps_(n.attr_float("epsilon", 1e-5f)) {}
   void grad(GradCtx& g) const override;
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
     ctx.set(0, ctx.dtype(0), ctx.shape(0));

@@ -76,6 +76,13 @@ void InferCtx::unknown(const std::string& what) const {
 
 void Op::grad(GradCtx& g) const { no_gradient(g); }
 
+Dim Op::flops(const ir::Node& n) const {  // one operation per output element
+  Dim total(0);
+  for (const ir::Value* v : n.outputs)
+    if (v && v->has_shape) total = total + shape_numel(v->shape);
+  return total;
+}
+
 void no_gradient(const GradCtx& g) {
   const ir::Node& n = g.node();
   throw UnsupportedError(n.where() + ": op " + (n.domain.empty() ? "" : n.domain + ".") + n.op_type +

@@ -111,6 +111,11 @@ class Op {
   // the executor shares the storage and never calls compute().
   virtual bool is_view() const { return false; }
   virtual bool is_random() const { return false; }
+  // The memory optimizer may run this op again in the backward part (cheap, or worth it, and deterministic
+  // given its inputs and random key).
+  virtual bool recomputable() const { return false; }
+  // Work of one run, in floating-point operations, for the memory optimizer's costs (symbolic).
+  virtual Dim flops(const ir::Node& n) const;
   // Output i's dtype from the input dtypes, for when shapes are not known before a run
   // (infer() decides otherwise). The default: the first input's dtype.
   virtual DType output_dtype(size_t i, const std::vector<DType>& inputs) const {

@@ -58,6 +58,7 @@ OT_REGISTER_OP("Size", SizeOp);
 class ViewOp : public Op {
  public:
   bool is_view() const override { return true; }
+  bool recomputable() const override { return true; }
   void compute(ComputeCtx&) const override {}
   void grad(GradCtx& g) const override { g.set_dx(0, g.op("Reshape", {g.dy(0), g.shape(g.x(0))})); }
 };

@@ -38,6 +38,7 @@ class SoftmaxOp : public Op {
     });
   }
   int inplace_input() const override { return 0; }
+  bool recomputable() const override { return true; }
   void grad(GradCtx& g) const override {
     ir::Value *y = g.y(0), *dy = g.dy(0);
     int64_t r = int64_t(y->shape.size()), a = axis_ < 0 ? axis_ + r : axis_;

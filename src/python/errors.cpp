@@ -15,6 +15,7 @@ void init_errors(py::module_& m) {
   static py::exception<OutOfMemoryError> oom_error(m, "OutOfMemoryError", error.ptr());
   static py::exception<IoError> io_error(m, "IoError", error.ptr());
   static py::exception<CheckpointError> checkpoint_error(m, "CheckpointError", error.ptr());
+  static py::exception<ConfigError> config_error(m, "ConfigError", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -32,6 +33,8 @@ void init_errors(py::module_& m) {
       py::set_error(io_error, e.what());
     } catch (const CheckpointError& e) {
       py::set_error(checkpoint_error, e.what());
+    } catch (const ConfigError& e) {
+      py::set_error(config_error, e.what());
     } catch (const Error& e) {
       py::set_error(error, e.what());
     }

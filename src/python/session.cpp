@@ -23,11 +23,13 @@ void init_session(py::module_& m) {
       .def_static("from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
       .def_static(
           "for_training",
-          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss) {
+          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const std::string& memory_config) {
             autodiff::TrainingSpec spec{wrt, loss};
-            return Session(ir::load_model_bytes(std::string(b)), spec);
+            SessionOptions options;
+            options.memory_config = memory_config;
+            return Session(ir::load_model_bytes(std::string(b)), spec, options);
           },
-          py::arg("model"), py::arg("wrt"), py::arg("loss") = "",
+          py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
           "is empty, of the outputs whose gradients run_backward receives.")
       .def_property_readonly("input_names", &Session::input_names)
@@ -78,6 +80,13 @@ void init_session(py::module_& m) {
           },
           py::arg("input_dims"), "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
       .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
+      .def(
+          "memory_report",
+          [](const Session& s, const Bindings& dims, bool as_json) {
+            return as_json ? s.memory_report().json(dims) : s.memory_report().str(dims);
+          },
+          py::arg("dims") = Bindings{}, py::arg("json") = false,
+          "Recompute clusters of a training session: frequency, status, bytes saved, flops, config entry.")
       .def("save", [](const Session& s, const std::string& path) { ir::save_model_file(s.graph(), path); }, py::arg("path"),
            "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
       .def("set_profiling", &Session::set_profiling, py::arg("on"), "Switches per-op-type timing on (resetting it) or off.")

@@ -59,6 +59,8 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
 
 void Session::init() {
   if (options_.optimize) passes::run_passes(*graph_, passes::default_passes());
+  // Recompute clones go in after the passes (common-subexpression elimination would merge them back).
+  if (training_) report_ = memory::apply_recompute(*graph_, memory::parse_config(options_.memory_config));
   // The forward part first, then the backward part, each in graph order.
   std::vector<const ir::Node*> order;
   for (auto& n : graph_->nodes())

@@ -1,0 +1,223 @@
+#include "memory/recompute.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "onnxtrain/error.h"
+#include "ops/op.h"
+
+namespace onnxtrain::memory {
+
+static bool read_in_backward(const ir::Value* v) {
+  for (const ir::Node* c : v->consumers)
+    if (c->backward) return true;
+  return false;
+}
+
+std::vector<const ir::Value*> stashed_values(const ir::Graph& g) {
+  std::vector<const ir::Value*> r;
+  for (auto& n : g.nodes())
+    if (!n->backward)
+      for (const ir::Value* v : n->outputs)
+        if (v && read_in_backward(v)) r.push_back(v);
+  return r;
+}
+
+static Dim bytes_of(const ir::Value* v) {
+  return v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("bytes(" + v->name + ")");
+}
+
+std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
+  std::vector<Candidate> out;
+  for (const ir::Value* target : stashed_values(g)) {
+    std::set<const ir::Node*> chosen;
+    std::vector<const ir::Node*> todo = {target->producer};
+    bool ok = true;
+    while (ok && !todo.empty()) {
+      const ir::Node* n = todo.back();
+      todo.pop_back();
+      if (chosen.count(n)) continue;
+      if (!n->op || !n->op->recomputable() || chosen.size() >= node_cap) {
+        ok = false;
+        break;
+      }
+      chosen.insert(n);
+      for (const ir::Value* u : n->inputs) {
+        // Free in backward: graph inputs, parameters, constants, and values stashed anyway.
+        if (!u || !u->producer || u->producer->backward || read_in_backward(u)) continue;
+        todo.push_back(u->producer);
+      }
+    }
+    if (!ok) continue;
+    Candidate c;
+    c.target = target;
+    for (auto& n : g.nodes())
+      if (chosen.count(n.get())) c.nodes.push_back(n.get());  // forward order
+    c.flops = Dim(0);
+    for (const ir::Node* n : c.nodes) {
+      c.cluster += n->op_type + "+";
+      c.flops = c.flops + n->op->flops(*n);
+    }
+    c.bytes = bytes_of(target);
+    out.push_back(c);
+  }
+  return out;
+}
+
+static ConfigEntry parse_entry(const std::string& entry) {
+  auto bad = [&](const std::string& why) { return ConfigError("memory config entry '" + entry + "': " + why); };
+  size_t a = entry.find(':'), b = a == std::string::npos ? a : entry.find(':', a + 1);
+  if (a == std::string::npos || b == std::string::npos || entry.find(':', b + 1) != std::string::npos)
+    throw bad("expected ClusterId:Strategy:Count");
+  ConfigEntry e;
+  e.cluster = entry.substr(0, a);
+  if (e.cluster.empty()) throw bad("empty cluster id");
+  std::string strategy = entry.substr(a + 1, b - a - 1), count = entry.substr(b + 1);
+  if (strategy != "0" && strategy != "1")
+    throw bad("strategy '" + strategy + "' is not 0 (off) or 1 (recompute)" +
+              (strategy == "2" ? "; 2 (recompute with compromise) is not supported yet" : ""));
+  e.strategy = strategy[0] - '0';
+  try {
+    size_t used = 0;
+    e.count = std::stoll(count, &used);
+    if (used != count.size() || e.count < -1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw bad("count '" + count + "' is not -1 (all) or a number of occurrences >= 0");
+  }
+  return e;
+}
+
+std::vector<ConfigEntry> parse_config(const std::string& text) {
+  std::vector<std::string> items;
+  bool inline_list = text.find(':') != std::string::npos && text.find(".json") == std::string::npos;
+  if (inline_list) {
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) {
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      if (!item.empty()) items.push_back(item);
+    }
+  } else if (!text.empty()) {
+    std::ifstream f(text);
+    if (!f) throw ConfigError("memory config file '" + text + "' cannot be read");
+    try {
+      for (auto& e : nlohmann::json::parse(f)) items.push_back(e.get<std::string>());
+    } catch (const nlohmann::json::exception& e) {
+      throw ConfigError("memory config file '" + text + "': not a JSON array of strings (" + e.what() + ")");
+    }
+  }
+  std::vector<ConfigEntry> r;
+  for (auto& item : items) {
+    ConfigEntry e = parse_entry(item);
+    r.erase(std::remove_if(r.begin(), r.end(), [&](auto& x) { return x.cluster == e.cluster; }), r.end());
+    r.push_back(e);  // a duplicate id: the last wins
+  }
+  return r;
+}
+
+static void clone_into_backward(ir::Graph& g, const Candidate& c) {
+  std::map<const ir::Value*, ir::Value*> clone_of;
+  std::vector<ir::Node*> clones;
+  for (const ir::Node* n : c.nodes) {
+    std::vector<ir::Value*> ins, outs;
+    for (ir::Value* u : n->inputs) ins.push_back(u && clone_of.count(u) ? clone_of[u] : u);
+    for (ir::Value* v : n->outputs) {
+      if (!v) {
+        outs.push_back(nullptr);
+        continue;
+      }
+      ir::Value* w = g.add_value(g.unique_name(v->name + "_recompute"));
+      w->dtype = v->dtype;
+      w->shape = v->shape;
+      w->has_shape = v->has_shape;
+      w->sym_value = v->sym_value;
+      clone_of[v] = w;
+      outs.push_back(w);
+    }
+    ir::Node* k = g.add_node(n->op_type, ins, outs, n->attrs, g.unique_name(n->name + "_recompute"));
+    k->domain = n->domain;
+    k->opset = n->opset;
+    k->op = n->op;
+    k->backward = true;
+    k->random_key = n->random_key.empty() ? n->name : n->random_key;  // the same dropout mask
+    clones.push_back(k);
+  }
+  // Backward readers of the target read the clone; the first of them anchors the clones.
+  ir::Value* target = const_cast<ir::Value*>(c.target);
+  ir::Value* clone = clone_of.at(target);
+  const ir::Node* first = nullptr;
+  std::set<const ir::Node*> rewired;
+  for (auto& n : g.nodes()) {
+    if (!n->backward || std::find(clones.begin(), clones.end(), n.get()) != clones.end()) continue;
+    for (ir::Value*& in : n->inputs)
+      if (in == target) in = clone, rewired.insert(n.get());
+    if (rewired.count(n.get())) {
+      clone->consumers.push_back(n.get());
+      if (!first) first = n.get();
+    }
+  }
+  target->consumers.erase(std::remove_if(target->consumers.begin(), target->consumers.end(),
+                                         [&](const ir::Node* n) { return rewired.count(n) != 0; }),
+                          target->consumers.end());
+  g.move_before(clones, first);
+}
+
+RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config) {
+  auto candidates = find_candidates(g);
+  RecomputeReport report;
+  std::map<std::string, size_t> row;  // cluster + shape -> report row
+  for (auto& c : candidates) {
+    std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
+    auto [it, fresh] = row.emplace(c.cluster + shape, report.clusters.size());
+    if (fresh) report.clusters.push_back(ClusterReport{c.cluster, shape, 0, 0, 0, c.bytes, c.flops});
+    report.clusters[it->second].frequency++;
+  }
+  std::map<std::string, int64_t> applied;  // cluster -> occurrences applied so far (forward order)
+  for (auto& c : candidates) {
+    auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == c.cluster; });
+    if (e == config.end() || e->strategy == 0) continue;
+    if (e->count != -1 && applied[c.cluster] >= e->count) continue;
+    clone_into_backward(g, c);
+    applied[c.cluster]++;
+    std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
+    report.clusters[row.at(c.cluster + shape)].applied++;
+  }
+  for (auto& r : report.clusters) {
+    auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == r.cluster; });
+    r.requested = e == config.end() || e->strategy == 0 ? 0 : (e->count == -1 ? r.frequency : e->count);
+  }
+  return report;
+}
+
+static std::string evaluated(const Dim& d, const Bindings& dims) {
+  auto v = d.eval(dims);
+  return v ? std::to_string(*v) : "?";
+}
+
+std::string RecomputeReport::str(const Bindings& dims) const {
+  std::ostringstream os;
+  os << "cluster | shape | frequency | status (applied/requested) | bytes saved each (symbolic = evaluated) | "
+        "recompute flops each | config entry\n";
+  for (auto& c : clusters)
+    os << c.cluster << " | " << c.shape << " | " << c.frequency << " | " << (c.applied ? "ON" : "OFF") << " ("
+       << c.applied << "/" << c.requested << ") | " << c.bytes.str() << " = " << evaluated(c.bytes, dims) << " | "
+       << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.cluster << ":1:-1\n";
+  return os.str();
+}
+
+std::string RecomputeReport::json(const Bindings& dims) const {
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto& c : clusters) {
+    auto b = c.bytes.eval(dims), f = c.flops.eval(dims);
+    rows.push_back({{"cluster", c.cluster}, {"shape", c.shape}, {"frequency", c.frequency}, {"requested", c.requested},
+                    {"applied", c.applied}, {"bytes", c.bytes.str()}, {"bytes_evaluated", b ? nlohmann::json(*b) : nullptr},
+                    {"flops", c.flops.str()}, {"flops_evaluated", f ? nlohmann::json(*f) : nullptr},
+                    {"config", c.cluster + ":1:-1"}});
+  }
+  return nlohmann::json{{"clusters", rows}}.dump(2);
+}
+
+}  // namespace onnxtrain::memory
