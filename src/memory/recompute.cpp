@@ -92,7 +92,9 @@ static ConfigEntry parse_entry(const std::string& entry) {
 
 std::vector<ConfigEntry> parse_config(const std::string& text) {
   std::vector<std::string> items;
-  bool inline_list = text.find(':') != std::string::npos && text.find(".json") == std::string::npos;
+  // A file: a path that exists or ends in .json; anything else is an inline list.
+  bool is_file = std::ifstream(text).good() || (text.size() > 5 && text.compare(text.size() - 5, 5, ".json") == 0);
+  bool inline_list = !is_file;
   if (inline_list) {
     std::stringstream ss(text);
     for (std::string item; std::getline(ss, item, ',');) {

@@ -33,7 +33,8 @@ struct ConfigEntry {
   int strategy = 0;
   int64_t count = 0;
 };
-// "Id:1:-1,Id2:0:0" or a path to a JSON array of such strings; a duplicate id: the last wins.
+// "Id:1:-1,Id2:0:0", or a path (existing, or ending in .json) to a JSON array of such strings; a
+// duplicate id: the last wins.
 // A malformed entry, unknown strategy, bad count or missing file is a ConfigError quoting the entry.
 std::vector<ConfigEntry> parse_config(const std::string& text);
 

@@ -1,0 +1,85 @@
+// The recompute rewrite on training graphs built in code.
+#include <gtest/gtest.h>
+
+#include "memory/recompute.h"
+#include "onnxtrain/session.h"
+#include "test_graphs.h"
+
+using namespace onnxtrain;
+using test_graphs::add_input;
+using test_graphs::add_op;
+using test_graphs::add_weight;
+
+namespace {
+
+// loss = sum(MatMul(Gelu(MatMul(x, w1)), w2)): Gelu's output is stashed for w2's gradient.
+std::unique_ptr<ir::Graph> gelu_mlp() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
+  ir::Value* w1 = add_input(*g, "w1", DType::kFloat32, {Dim(8), Dim(16)});
+  ir::Value* w2 = add_input(*g, "w2", DType::kFloat32, {Dim(16), Dim(4)});
+  ir::Value* h = add_op(*g, "Gelu", {add_op(*g, "MatMul", {x, w1})});
+  ir::Value* loss = add_op(*g, "ReduceSum", {add_op(*g, "MatMul", {h, w2})}, {{"keepdims", int64_t(0)}});
+  g->outputs.push_back(loss);
+  return g;
+}
+
+
+std::map<std::string, Tensor> grads(Session& s) {
+  Tensor w1 = test_graphs::pattern_tensor({8, 16}), w2 = test_graphs::pattern_tensor({16, 4});
+  auto [out, state] = s.run_forward({{"x", test_graphs::pattern_tensor({5, 8})}, {"w1", w1}, {"w2", w2}});
+  return s.run_backward(*state);
+}
+
+}  // namespace
+
+TEST(Recompute, GeluIsClonedIntoBackwardAndItsReaderRewired) {
+  auto make = [](const std::string& config) {
+    SessionOptions o;
+    o.memory_config = config;
+    auto g = gelu_mlp();
+    std::string loss = g->outputs[0]->name;
+    return Session(std::move(g), autodiff::TrainingSpec{{"w1", "w2"}, loss}, o);
+  };
+  Session plain = make(""), planned = make("Gelu+:1:-1");
+  const ir::Node* clone = nullptr;
+  for (auto& n : planned.graph().nodes())
+    if (n->op_type == "Gelu" && n->backward) clone = n.get();
+  ASSERT_NE(clone, nullptr);
+  EXPECT_EQ(clone->inputs[0]->producer->op_type, "MatMul");  // reads the stashed MatMul output
+  EXPECT_FALSE(clone->inputs[0]->producer->backward);
+  ASSERT_FALSE(clone->outputs[0]->consumers.empty());
+  for (const ir::Node* c : clone->outputs[0]->consumers) EXPECT_TRUE(c->backward);
+  size_t forward_gelu_backward_readers = 0;
+  for (auto& n : planned.graph().nodes())
+    if (n->op_type == "Gelu" && !n->backward)
+      for (const ir::Node* c : n->outputs[0]->consumers) forward_gelu_backward_readers += c->backward;
+  EXPECT_EQ(forward_gelu_backward_readers, 0u);
+  auto a = grads(plain), b = grads(planned);
+  for (auto& [name, t] : a)
+    for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.data<float>()[i], b.at(name).data<float>()[i]) << name;
+  EXPECT_EQ(planned.memory_report().clusters.size(), plain.memory_report().clusters.size());
+}
+
+TEST(Recompute, TheNodeCapBoundsCandidates) {
+  // Gelu(MatMul(x, w1) + b): the Add output is stashed for Gelu's gradient; recomputing it takes MatMul+Add.
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
+  ir::Value* w1 = add_input(*g, "w1", DType::kFloat32, {Dim(8), Dim(16)});
+  ir::Value* b = add_input(*g, "b", DType::kFloat32, {Dim(16)});
+  ir::Value* h = add_op(*g, "Gelu", {add_op(*g, "Add", {add_op(*g, "MatMul", {x, w1}), b})});
+  ir::Value* loss = add_op(*g, "ReduceSum", {h}, {{"keepdims", int64_t(0)}});
+  g->outputs.push_back(loss);
+  Session s(std::move(g), autodiff::TrainingSpec{{"w1", "b"}, loss->name});
+  auto clusters = [&](size_t cap) {
+    std::vector<std::string> r;
+    for (auto& c : memory::find_candidates(s.graph(), cap)) r.push_back(c.cluster);
+    return r;
+  };
+  auto wide = clusters(12), narrow = clusters(1);
+  EXPECT_NE(std::find(wide.begin(), wide.end(), "MatMul+Add+"), wide.end());
+  EXPECT_EQ(std::find(narrow.begin(), narrow.end(), "MatMul+Add+"), narrow.end());
+  for (auto& c : memory::find_candidates(s.graph(), 1)) EXPECT_EQ(c.nodes.size(), 1u);
+}

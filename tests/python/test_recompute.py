@@ -1,0 +1,108 @@
+"""Recompute plans chosen by config: bit-identical gradients with dropout on, smaller stash, the config
+grammar's count and duplicate rules, and every config error quoting its entry."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import onnxtrain
+from export_util import export_training
+from models import BERT, GPT, WithLoss
+
+AXES = {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}
+
+
+def exported(name, tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp(name)
+    if name == "gpt":
+        m = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32, dropout=0.1)).train()
+        idx = torch.randint(0, 65, (4, 16))
+        path = export_training(m, (idx, idx), str(d / "m.onnx"), ["idx", "target"], AXES, ["loss"])
+        feeds = {"idx": idx.numpy(), "target": torch.roll(idx, 1, 1).numpy()}
+    else:
+        m = WithLoss(BERT(vocab=100, dim=32, heads=4, layers=2, block=32, dropout=0.1)).train()
+        idx = torch.randint(0, 100, (4, 16))
+        mask = torch.ones(4, 16)
+        mask[1, 10:] = 0
+        axes = {**AXES, "mask": {0: "batch", 1: "seq"}}
+        path = export_training(m, (idx, mask, idx), str(d / "m.onnx"), ["idx", "mask", "target"], axes, ["loss"])
+        feeds = {"idx": idx.numpy(), "mask": mask.numpy(), "target": torch.roll(idx, 1, 1).numpy()}
+    model = onnx.load(path)
+    wrt = [i.name for i in model.graph.initializer if i.name in dict(m.named_parameters())]
+    return model.SerializeToString(), wrt, feeds
+
+
+@pytest.fixture(scope="module", params=["gpt", "bert"])
+def model(request, tmp_path_factory):
+    return exported(request.param, tmp_path_factory)
+
+
+def clusters(session):
+    return sorted({line.split(" | ")[0] for line in session.memory_report().splitlines()[1:]})
+
+
+def step(session, feeds):
+    _, state = session.run_forward(feeds, seed=11)
+    stash = state.stash_bytes
+    return session.run_backward(state), stash
+
+
+def test_every_plan_keeps_gradients_bit_identical_and_stashes_less(model):
+    b, wrt, feeds = model
+    plain = onnxtrain.Session.for_training(b, wrt, "loss")
+    want, stash = step(plain, feeds)
+    config = ",".join(f"{c}:1:-1" for c in clusters(plain))
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_config=config)
+    got, less = step(planned, feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert less < stash
+    report = json.loads(planned.memory_report({"batch": 4, "seq": 16}, json=True))
+    assert all(r["applied"] == r["frequency"] and r["bytes_evaluated"] > 0 for r in report["clusters"])
+
+
+def applied(session, cluster):
+    return sum(r["applied"] for r in json.loads(session.memory_report(json=True))["clusters"] if r["cluster"] == cluster)
+
+
+def test_count_applies_the_first_n_and_the_last_duplicate_wins(model):
+    b, wrt, _ = model
+    assert applied(onnxtrain.Session.for_training(b, wrt, "loss", memory_config="LayerNormalization+:1:2"),
+                   "LayerNormalization+") == 2
+    assert applied(onnxtrain.Session.for_training(b, wrt, "loss", memory_config="Gelu+:1:-1, Gelu+:0:0"), "Gelu+") == 0
+    assert applied(onnxtrain.Session.for_training(b, wrt, "loss", memory_config="Gelu+:0:0,Gelu+:1:-1"), "Gelu+") == 2
+
+
+def test_config_from_a_json_file(model, tmp_path):
+    b, wrt, _ = model
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(["Gelu+:1:1"]))
+    assert applied(onnxtrain.Session.for_training(b, wrt, "loss", memory_config=str(path)), "Gelu+") == 1
+
+
+@pytest.mark.parametrize("config,message", [
+    ("Gelu+", "'Gelu+': expected ClusterId:Strategy:Count"),
+    ("Gelu+:3:-1", "'Gelu+:3:-1': strategy '3' is not 0 (off) or 1 (recompute)"),
+    ("Gelu+:2:-1", "2 (recompute with compromise) is not supported yet"),
+    ("Gelu+:1:x", "'Gelu+:1:x': count 'x' is not -1"),
+    ("Gelu+:1:-2", "count '-2'"),
+    (":1:-1", "empty cluster id"),
+    ("missing_plan.json", "memory config file 'missing_plan.json' cannot be read"),
+])
+def test_config_errors_quote_the_entry(model, config, message):
+    b, wrt, _ = model
+    with pytest.raises(onnxtrain.ConfigError) as e:
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_config=config)
+    assert message in str(e.value)
+
+
+def test_a_json_file_that_is_not_a_list_of_strings(model, tmp_path):
+    b, wrt, _ = model
+    path = tmp_path / "bad.json"
+    path.write_text('{"Gelu+": 1}')
+    with pytest.raises(onnxtrain.ConfigError, match="not a JSON array of strings"):
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_config=str(path))
