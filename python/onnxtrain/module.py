@@ -41,7 +41,12 @@ class _Runner:
                 f.write(model_bytes)
         if training:
             self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
-            self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "")
+            self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
+                                                  options.memory_opt_config)
+            if options.memory_opt_config:
+                logger.warning("onnxtrain memory optimizer (%s):\n%s", type(module).__name__, self.session.memory_report())
+            else:
+                logger.info("onnxtrain recompute candidates (%s):\n%s", type(module).__name__, self.session.memory_report())
             self.grad_outputs = set(self.session.output_grad_names)
         else:
             self.session = C.Session.from_bytes(model_bytes)
@@ -105,6 +110,15 @@ class Module(torch.nn.Module):
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         return self.module.load_state_dict(state_dict, strict, assign)
+
+    def memory_report(self, dims=None, json=False):
+        """The memory optimizer's report of the training graph built last: every recompute cluster with its
+        frequency, status, bytes saved (symbolic, and for `dims` such as {"input_ids_dim0": 8}), flops and the
+        config entry that enables it."""
+        runners = [r for r in self._runners.values() if r.training]
+        if not runners:
+            raise RuntimeError("onnxtrain: no training graph yet; the report comes after the first training forward")
+        return runners[-1].session.memory_report(dims or {}, json)
 
     def _input_names(self, args, kwargs):
         names = []

@@ -254,3 +254,19 @@ def test_environment_options_save_graphs_and_log_phases(monkeypatch, tmp_path, c
         wrapped(torch.randn(3, 4)).sum().backward()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Linear_train_exported.onnx", "Linear_train_optimized.onnx"]
     assert any("exported in" in r.message and "session built in" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("variable", ["ONNXTRAIN_MEMORY_OPT_CONFIG", "ORTMODULE_MEMORY_OPT_CONFIG"])
+def test_memory_config_from_the_environment_keeps_gradients(monkeypatch, variable):
+    torch.manual_seed(0)
+    eager = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32))
+    idx = torch.randint(0, 65, (2, 8))
+    plain = onnxtrain.Module(copy.deepcopy(eager))
+    plain(idx, idx).backward()
+    monkeypatch.setenv(variable, "Gelu+:1:-1,LayerNormalization+:1:-1")
+    planned = onnxtrain.Module(copy.deepcopy(eager))
+    planned(idx, idx).backward()
+    report = planned.memory_report({"input_0_dim0": 2, "input_0_dim1": 8})  # WithLoss takes *args: input_<i>
+    assert "Gelu+ | [input_0_dim0, input_0_dim1, 128] | 2 | ON (2/2) | 512*input_0_dim0*input_0_dim1 = 8192" in report
+    for (n, p), q in zip(planned.named_parameters(), plain.parameters()):
+        assert torch.equal(p.grad, q.grad), n
