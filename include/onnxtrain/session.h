@@ -24,6 +24,8 @@ struct SessionOptions {
   bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
   bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
   std::string memory_config;              // training: recompute plans, "ClusterId:Strategy:Count,..." or a JSON file
+  double memory_budget = 0;               // training: keep at most this fraction of the stash (0: no budget)
+  Bindings memory_dims;                   // the dims of the batch the budget is for
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the global allocator when null
 };

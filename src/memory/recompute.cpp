@@ -1,6 +1,8 @@
 #include "memory/recompute.h"
 
 #include <algorithm>
+#include <climits>
+#include <numeric>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -120,8 +122,10 @@ std::vector<ConfigEntry> parse_config(const std::string& text) {
   return r;
 }
 
-static void clone_into_backward(ir::Graph& g, const Candidate& c) {
-  std::map<const ir::Value*, ir::Value*> clone_of;
+// `recomputed` maps targets already recomputed to their clones: a later clone reads those
+// instead of the forward values, so that every recomputed target really leaves the stash.
+static void clone_into_backward(ir::Graph& g, const Candidate& c, std::map<const ir::Value*, ir::Value*>& recomputed) {
+  std::map<const ir::Value*, ir::Value*> clone_of = recomputed;
   std::vector<ir::Node*> clones;
   for (const ir::Node* n : c.nodes) {
     std::vector<ir::Value*> ins, outs;
@@ -165,9 +169,61 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c) {
                                          [&](const ir::Node* n) { return rewired.count(n) != 0; }),
                           target->consumers.end());
   g.move_before(clones, first);
+  recomputed[c.target] = clone;
 }
 
-RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config) {
+BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const ir::Graph& g, const Budget& budget) {
+  BudgetChoice r;
+  for (const ir::Value* v : stashed_values(g)) {
+    auto b = bytes_of(v).eval(budget.dims);
+    if (!b) throw ConfigError("memory budget: the size of '" + v->name + "' (" + bytes_of(v).str() + ") needs dims that were not given");
+    r.stash += *b;
+  }
+  r.need = std::max<int64_t>(0, r.stash - int64_t(budget.stash_fraction * double(r.stash)));
+  std::vector<int64_t> bytes, flops;
+  int64_t unit = 0;
+  for (auto& c : candidates) {
+    auto b = c.bytes.eval(budget.dims), f = c.flops.eval(budget.dims);
+    bytes.push_back(b ? *b : 0);
+    flops.push_back(f ? *f : 0);
+    unit = std::gcd(unit, bytes.back());
+  }
+  unit = std::max<int64_t>(unit, 1);
+  const int64_t cap = (r.need + unit - 1) / unit;  // units to save, at least
+  // dp[u]: least flops saving at least u units (capped at cap); take[i][u]: whether item i is used there.
+  const int64_t kInf = INT64_MAX / 4;
+  std::vector<int64_t> dp(size_t(cap) + 1, kInf);
+  dp[0] = 0;
+  std::vector<std::vector<bool>> take(candidates.size(), std::vector<bool>(size_t(cap) + 1, false));
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    int64_t w = bytes[i] / unit;
+    if (w == 0) continue;
+    for (int64_t u = cap; u >= 0; --u) {
+      int64_t from = std::max<int64_t>(0, u - w);
+      // reaching u from `from` (any state >= u - w reaches u when capped)
+      if (dp[size_t(from)] < kInf && dp[size_t(from)] + flops[i] < dp[size_t(u)]) {
+        dp[size_t(u)] = dp[size_t(from)] + flops[i];
+        take[i][size_t(u)] = true;
+      }
+    }
+  }
+  if (dp[size_t(cap)] >= kInf) {  // cannot meet it: recompute everything and say by how much it misses
+    for (size_t i = 0; i < candidates.size(); ++i) r.chosen.push_back(i), r.saved += bytes[i];
+    return r;
+  }
+  int64_t u = cap;
+  for (size_t i = candidates.size(); i-- > 0 && u > 0;)
+    if (take[i][size_t(u)]) {
+      r.chosen.push_back(i);
+      r.saved += bytes[i];
+      u = std::max<int64_t>(0, u - bytes[i] / unit);
+    }
+  std::reverse(r.chosen.begin(), r.chosen.end());
+  r.met = true;
+  return r;
+}
+
+RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget) {
   auto candidates = find_candidates(g);
   RecomputeReport report;
   std::map<std::string, size_t> row;  // cluster + shape -> report row
@@ -177,16 +233,29 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
     if (fresh) report.clusters.push_back(ClusterReport{c.cluster, shape, 0, 0, 0, c.bytes, c.flops});
     report.clusters[it->second].frequency++;
   }
+  std::set<size_t> by_budget;
+  if (budget) {
+    BudgetChoice choice = choose_for_budget(candidates, g, *budget);
+    by_budget.insert(choice.chosen.begin(), choice.chosen.end());
+    std::ostringstream os;
+    os << "budget: keep " << budget->stash_fraction * 100 << "% of a " << choice.stash << "-byte stash: save " << choice.need
+       << " bytes; the plans chosen save " << choice.saved << " bytes"
+       << (choice.met ? "" : " (missed by " + std::to_string(choice.need - choice.saved) + " bytes)");
+    report.budget = os.str();
+  }
   std::map<std::string, int64_t> applied;  // cluster -> occurrences applied so far (forward order)
-  for (auto& c : candidates) {
+  std::map<const ir::Value*, ir::Value*> recomputed;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == c.cluster; });
-    if (e == config.end() || e->strategy == 0) continue;
-    if (e->count != -1 && applied[c.cluster] >= e->count) continue;
-    clone_into_backward(g, c);
+    bool configured = e != config.end() && e->strategy == 1 && (e->count == -1 || applied[c.cluster] < e->count);
+    if (!configured && !by_budget.count(i)) continue;
+    clone_into_backward(g, c, recomputed);
     applied[c.cluster]++;
     std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
     report.clusters[row.at(c.cluster + shape)].applied++;
   }
+  if (!recomputed.empty()) g.sort_nodes();  // clones reading earlier clones: producers first
   for (auto& r : report.clusters) {
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == r.cluster; });
     r.requested = e == config.end() || e->strategy == 0 ? 0 : (e->count == -1 ? r.frequency : e->count);
@@ -207,6 +276,7 @@ std::string RecomputeReport::str(const Bindings& dims) const {
     os << c.cluster << " | " << c.shape << " | " << c.frequency << " | " << (c.applied ? "ON" : "OFF") << " ("
        << c.applied << "/" << c.requested << ") | " << c.bytes.str() << " = " << evaluated(c.bytes, dims) << " | "
        << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.cluster << ":1:-1\n";
+  if (!budget.empty()) os << budget << "\n";
   return os.str();
 }
 
@@ -219,7 +289,7 @@ std::string RecomputeReport::json(const Bindings& dims) const {
                     {"flops", c.flops.str()}, {"flops_evaluated", f ? nlohmann::json(*f) : nullptr},
                     {"config", c.cluster + ":1:-1"}});
   }
-  return nlohmann::json{{"clusters", rows}}.dump(2);
+  return nlohmann::json{{"clusters", rows}, {"budget", budget}}.dump(2);
 }
 
 }  // namespace onnxtrain::memory

@@ -45,13 +45,28 @@ struct ClusterReport {
 };
 struct RecomputeReport {
   std::vector<ClusterReport> clusters;
+  std::string budget;  // how a budget was met, or by how much it missed (empty without one)
   // A table: cluster, frequency, status, bytes saved (symbolic and for `dims`), recompute flops, config entry.
   std::string str(const Bindings& dims = {}) const;
   std::string json(const Bindings& dims = {}) const;
 };
 
-// Clones the chosen candidates into the backward part (each clone before its first
-// reader, with the original's random key) and reports every cluster.
-RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config);
+// A budget: keep at most `stash_fraction` of the stash (evaluated for `dims`), recomputing
+// the set of candidates with the least total flops that saves enough (an exact knapsack over
+// the candidates' sizes; matmul-heavy plans are chosen only when cheaper ones cannot meet it).
+struct Budget {
+  double stash_fraction = 1.0;
+  Bindings dims;
+};
+struct BudgetChoice {
+  std::vector<size_t> chosen;  // indices into the candidates
+  int64_t stash = 0, need = 0, saved = 0;
+  bool met = false;
+};
+BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const ir::Graph& g, const Budget& budget);
+
+// Clones the chosen candidates (by config, and by budget when given) into the backward part,
+// each clone before its first reader and with the original's random key, and reports every cluster.
+RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget = nullptr);
 
 }  // namespace onnxtrain::memory

@@ -180,6 +180,7 @@ template <typename F>
 class CompareOp : public Op {
  public:
   explicit CompareOp(const ir::Node&) {}
+  bool recomputable() const override { return true; }
   DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kBool; }
   void infer(InferCtx& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1))
@@ -310,6 +311,7 @@ OT_REGISTER_OP("Mean", VariadicOp);
 class WhereOp : public Op {
  public:
   explicit WhereOp(const ir::Node&) {}
+  bool recomputable() const override { return true; }
   DType output_dtype(size_t, const std::vector<DType>& in) const override { return in.at(1); }
   void grad(GradCtx& g) const override {
     Value *c = g.x(0), *dy = g.dy(0);
@@ -355,6 +357,7 @@ class ClipOp : public Op {
  public:
   explicit ClipOp(const ir::Node& n)
       : attr_min_(n.attr_float("min", -INFINITY)), attr_max_(n.attr_float("max", INFINITY)) {}
+  bool recomputable() const override { return true; }
   void grad(GradCtx& g) const override {  // passes where min <= x <= max
     Value *x = g.x(0), *dy = g.dy(0);
     Value* lo = g.x(1) ? g.x(1) : (std::isinf(attr_min_) ? nullptr : g.like(attr_min_, x));

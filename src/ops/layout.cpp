@@ -58,6 +58,7 @@ OT_REGISTER_OP("Transpose", TransposeOp);
 class ConcatOp : public Op {
  public:
   explicit ConcatOp(const ir::Node& n) : axis_(n.attr_int("axis")) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     int64_t r = ctx.rank(0);
     int64_t a = ctx.axis(axis_, r);
@@ -118,6 +119,7 @@ class SplitOp : public Op {
  public:
   explicit SplitOp(const ir::Node& n)
       : axis_(n.attr_int("axis", 0)), split_(n.attr_ints("split")), num_outputs_(n.attr_int("num_outputs", 0)) {}
+  bool recomputable() const override { return true; }
   std::vector<Dim> sizes(InferCtx& ctx) const {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
     Dim total = ctx.shape(0)[size_t(a)];
@@ -187,6 +189,7 @@ class SliceOp : public Op {
  public:
   explicit SliceOp(const ir::Node& n)
       : starts_(n.attr_ints("starts")), ends_(n.attr_ints("ends")), axes_(n.attr_ints("axes")), from_attrs_(n.has_attr("starts")) {}
+  bool recomputable() const override { return true; }
 
   struct Plan {
     std::vector<Dim> start, size;
@@ -468,6 +471,7 @@ OT_REGISTER_OP("Pad", PadOp);
 class TriluOp : public Op {
  public:
   explicit TriluOp(const ir::Node& n) : upper_(n.attr_int("upper", 1)) {}
+  bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) < 2) ctx.fail("input must have rank >= 2, got " + shape_str(ctx.shape(0)));
     ctx.set(0, ctx.dtype(0), ctx.shape(0));

@@ -34,6 +34,7 @@ class ReduceOp : public Op {
   explicit ReduceOp(const ir::Node& n)
       : kind_(reduce_kind(n.op_type)), keepdims_(n.attr_int("keepdims", 1)),
         noop_empty_(n.attr_int("noop_with_empty_axes", 0)), axes_attr_(n.attr_ints("axes")), has_attr_(n.has_attr("axes")) {}
+  bool recomputable() const override { return true; }
 
   // The reduced axes as a mask over the input's dims.
   std::vector<bool> mask(InferCtx& ctx) const {

@@ -23,13 +23,17 @@ void init_session(py::module_& m) {
       .def_static("from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
       .def_static(
           "for_training",
-          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const std::string& memory_config) {
+          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const std::string& memory_config,
+             double memory_budget, const Bindings& memory_dims) {
             autodiff::TrainingSpec spec{wrt, loss};
             SessionOptions options;
             options.memory_config = memory_config;
+            options.memory_budget = memory_budget;
+            options.memory_dims = memory_dims;
             return Session(ir::load_model_bytes(std::string(b)), spec, options);
           },
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",
+          py::arg("memory_budget") = 0.0, py::arg("memory_dims") = Bindings{},
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
           "is empty, of the outputs whose gradients run_backward receives.")
       .def_property_readonly("input_names", &Session::input_names)

@@ -60,7 +60,13 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
 void Session::init() {
   if (options_.optimize) passes::run_passes(*graph_, passes::default_passes());
   // Recompute clones go in after the passes (common-subexpression elimination would merge them back).
-  if (training_) report_ = memory::apply_recompute(*graph_, memory::parse_config(options_.memory_config));
+  if (training_) {
+    if (options_.memory_budget < 0 || options_.memory_budget > 1)
+      throw ConfigError("memory budget " + std::to_string(options_.memory_budget) + " is not a fraction of the stash in [0, 1]");
+    memory::Budget budget{options_.memory_budget, options_.memory_dims};
+    report_ = memory::apply_recompute(*graph_, memory::parse_config(options_.memory_config),
+                                      options_.memory_budget > 0 ? &budget : nullptr);
+  }
   // The forward part first, then the backward part, each in graph order.
   std::vector<const ir::Node*> order;
   for (auto& n : graph_->nodes())

@@ -106,3 +106,30 @@ def test_a_json_file_that_is_not_a_list_of_strings(model, tmp_path):
     path.write_text('{"Gelu+": 1}')
     with pytest.raises(onnxtrain.ConfigError, match="not a JSON array of strings"):
         onnxtrain.Session.for_training(b, wrt, "loss", memory_config=str(path))
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.25])
+def test_a_stash_budget_is_met_at_least_flops_with_identical_gradients(model, fraction):
+    b, wrt, feeds = model
+    dims = {"batch": 4, "seq": 16}
+    plain = onnxtrain.Session.for_training(b, wrt, "loss")
+    want, stash = step(plain, feeds)
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=fraction, memory_dims=dims)
+    got, kept = step(planned, feeds)
+    report = planned.memory_report(dims)
+    assert "budget: keep" in report and "missed" not in report, report
+    assert kept <= fraction * stash * 1.02 + 4096, (kept, stash)  # allocation rounding aside
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_an_impossible_budget_says_by_how_much_it_misses(model):
+    b, wrt, _ = model
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=0.01, memory_dims={"batch": 4, "seq": 16})
+    assert "missed by" in planned.memory_report()
+
+
+def test_a_budget_needs_the_batch_dims(model):
+    b, wrt, _ = model
+    with pytest.raises(onnxtrain.ConfigError, match="needs dims that were not given"):
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=0.5)
