@@ -25,7 +25,7 @@ logger = logging.getLogger("onnxtrain")
 class _Runner:
     """One exported graph and its session, for one input schema and mode."""
 
-    def __init__(self, module, exported, training, options, inputs_requiring_grad):
+    def __init__(self, module, exported, training, options, inputs_requiring_grad, dims):
         self.module = module
         self.exported = exported
         self.training = training
@@ -42,8 +42,8 @@ class _Runner:
         if training:
             self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
             self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
-                                                  options.memory_opt_config)
-            if options.memory_opt_config:
+                                                  options.memory_opt_config, options.memory_budget, dims)
+            if options.memory_opt_config or options.memory_budget:
                 logger.warning("onnxtrain memory optimizer (%s):\n%s", type(module).__name__, self.session.memory_report())
             else:
                 logger.info("onnxtrain recompute candidates (%s):\n%s", type(module).__name__, self.session.memory_report())
@@ -169,7 +169,8 @@ class Module(torch.nn.Module):
         t1 = time.perf_counter()
         self.export_count += 1
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]
-        runner = _Runner(self.module, exported, training, self._options, needs)
+        dims = {f"{n}_dim{i}": int(d) for n, t in zip(names, tensors) for i, d in enumerate(t.shape)}
+        runner = _Runner(self.module, exported, training, self._options, needs, dims)
         t2 = time.perf_counter()
         logger.info("onnxtrain: %s: exported in %.2f s (%d nodes), session built in %.2f s",
                     type(self.module).__name__, t1 - t0, len(exported.model.graph.node), t2 - t1)

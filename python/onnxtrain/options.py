@@ -13,6 +13,9 @@ class Options:
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
+    # ONNXTRAIN_MEMORY_BUDGET: keep at most this fraction of the stash (e.g. 0.3), for the first batch's sizes;
+    # the memory optimizer recomputes the cheapest set of activations that meets it
+    memory_budget: float = 0.0
 
     def resolved(self):
         """These options with the environment's overrides applied and checked."""
@@ -22,6 +25,12 @@ class Options:
         o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
+        budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
+        try:
+            o.memory_budget = float(budget)
+        except ValueError:
+            raise ValueError(f"onnxtrain: ONNXTRAIN_MEMORY_BUDGET / Options.memory_budget is '{budget}'; "
+                             "give a fraction of the stash such as 0.3") from None
         if o.fallback not in ("raise", "torch"):
             raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; use 'raise' or 'torch'")
         if o.log_level not in logging.getLevelNamesMapping():

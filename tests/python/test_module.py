@@ -270,3 +270,19 @@ def test_memory_config_from_the_environment_keeps_gradients(monkeypatch, variabl
     assert "Gelu+ | [input_0_dim0, input_0_dim1, 128] | 2 | ON (2/2) | 512*input_0_dim0*input_0_dim1 = 8192" in report
     for (n, p), q in zip(planned.named_parameters(), plain.parameters()):
         assert torch.equal(p.grad, q.grad), n
+
+
+def test_memory_budget_option_keeps_gradients_and_reports(monkeypatch):
+    torch.manual_seed(0)
+    eager = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32))
+    idx = torch.randint(0, 65, (2, 8))
+    plain = onnxtrain.Module(copy.deepcopy(eager))
+    plain(idx, idx).backward()
+    planned = onnxtrain.Module(copy.deepcopy(eager), onnxtrain.Options(memory_budget=0.5))
+    planned(idx, idx).backward()
+    assert "budget: keep 50% of a" in planned.memory_report()
+    for (n, p), q in zip(planned.named_parameters(), plain.parameters()):
+        assert torch.equal(p.grad, q.grad), n
+    monkeypatch.setenv("ONNXTRAIN_MEMORY_BUDGET", "half")
+    with pytest.raises(ValueError, match="ONNXTRAIN_MEMORY_BUDGET"):
+        onnxtrain.Module(nn.Linear(2, 2))
