@@ -47,6 +47,15 @@ class RunState {
   bool consumed_ = false;
 };
 
+// A training step's predicted memory for concrete dims, in bytes.
+struct MemoryPrediction {
+  int64_t parameters = 0;   // the `wrt` inputs (held by their owner)
+  int64_t gradients = 0;    // the gradients one step returns
+  int64_t stash = 0;        // activations kept from the forward part for the backward part
+  int64_t peak = 0;         // the allocator's peak above its level before the step (activations, stash, gradients)
+  std::string str() const;
+};
+
 class Session {
  public:
   // Inference: the model as it is.
@@ -72,6 +81,11 @@ class Session {
                        const std::map<std::string, DType>& dtypes = {}, bool forward_only = false) const;
   // Peak bytes the allocator will reach above its level before the run.
   std::optional<int64_t> predicted_peak(const Bindings& dims) const { return plan_.predicted_peak(dims); }
+  // Training: the step's memory broken down; throws ConfigError when a size needs dims not given.
+  MemoryPrediction predict_memory(const Bindings& dims) const;
+  // Training: the largest value of `symbol` (other dims as given) whose parameters plus peak fit in `limit`
+  // bytes (`extra_per_parameter_byte` adds optimizer state); 0 when even 1 does not fit.
+  int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit, double extra_per_parameter_byte = 0) const;
 
   const ir::Graph& graph() const { return *graph_; }
   const memory::AllocationPlan& plan() const { return plan_; }

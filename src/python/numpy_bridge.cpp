@@ -44,7 +44,8 @@ Tensor from_numpy(py::array a) {
   std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
   DType t = dtype_of(a.dtype());
   auto* keep = new py::object(a);
-  auto storage = Storage::borrow(a.mutable_data(), size_t(a.nbytes()), [keep] {
+  // Read-only arrays are fine: the executor never writes into external inputs.
+  auto storage = Storage::borrow(const_cast<void*>(a.data()), size_t(a.nbytes()), [keep] {
     py::gil_scoped_acquire gil;
     delete keep;
   });

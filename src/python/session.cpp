@@ -85,6 +85,21 @@ void init_session(py::module_& m) {
           py::arg("input_dims"), "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
       .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
       .def(
+          "predict_memory",
+          [](const Session& s, const Bindings& dims) {
+            MemoryPrediction p = s.predict_memory(dims);
+            py::dict d;
+            d["parameters"] = p.parameters;
+            d["gradients"] = p.gradients;
+            d["stash"] = p.stash;
+            d["peak"] = p.peak;
+            return d;
+          },
+          py::arg("dims"), "A training step's memory for these dims: parameters, gradients, stash, peak (bytes).")
+      .def("largest_fitting", &Session::largest_fitting, py::arg("symbol"), py::arg("dims"), py::arg("limit"),
+           py::arg("extra_per_parameter_byte") = 0.0,
+           "The largest value of `symbol` whose parameters (plus optimizer state) and peak fit in `limit` bytes.")
+      .def(
           "memory_report",
           [](const Session& s, const Bindings& dims, bool as_json) {
             return as_json ? s.memory_report().json(dims) : s.memory_report().str(dims);

@@ -85,6 +85,46 @@ Session Session::from_bytes(const std::string& bytes, SessionOptions options) {
   return Session(ir::load_model_bytes(bytes), options);
 }
 
+static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
+  Dim b = v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("?");
+  auto x = b.eval(dims);
+  if (!x) throw ConfigError("memory prediction: the size of '" + v->name + "' (" + b.str() + ") needs dims that were not given");
+  return *x;
+}
+
+MemoryPrediction Session::predict_memory(const Bindings& dims) const {
+  MemoryPrediction p;
+  for (auto& name : wrt_) p.parameters += evaluated_bytes(graph_->find(name), dims);
+  for (const ir::Value* g : grads_) p.gradients += evaluated_bytes(g, dims);
+  for (const ir::Value* v : memory::stashed_values(*graph_)) p.stash += evaluated_bytes(v, dims);
+  auto peak = plan_.predicted_peak(dims);
+  if (!peak) throw ConfigError("memory prediction: some sizes depend on data or on dims that were not given");
+  p.peak = *peak;
+  return p;
+}
+
+int64_t Session::largest_fitting(const std::string& symbol, Bindings dims, int64_t limit, double extra) const {
+  auto fits = [&](int64_t v) {
+    dims[symbol] = v;
+    MemoryPrediction p = predict_memory(dims);
+    return double(p.parameters) * (1 + extra) + double(p.peak) <= double(limit);
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;
+  while (hi < (int64_t(1) << 30) && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::string MemoryPrediction::str() const {
+  auto mib = [](int64_t b) { return std::to_string(b / 1048576) + "." + std::to_string((b % 1048576) * 100 / 1048576) + " MiB"; };
+  return "parameters " + mib(parameters) + ", peak of the step " + mib(peak) + " (stash " + mib(stash) + ", gradients " +
+         mib(gradients) + ", transient " + mib(std::max<int64_t>(0, peak - stash - gradients)) + ")";
+}
+
 void Session::set_profiling(bool on) { profile_ = on ? std::make_unique<runtime::Profile>() : nullptr; }
 
 static std::vector<std::string> names_of(const std::vector<ir::Value*>& vs) {
