@@ -2,12 +2,17 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "core/dim.h"
+
 namespace onnxtrain::cli {
 
 void add_inspect(CLI::App& app);
 void add_run(CLI::App& app);
 void add_conformance(CLI::App& app);
 void add_train(CLI::App& app);
+void add_plan(CLI::App& app);
+// "a=1,b=2" -> {a: 1, b: 2}; anything else is an InputError quoting the bad part.
+Bindings parse_dims(const std::string& text);
 // The process exit code set by the subcommand that ran.
 int exit_code();
 void set_exit_code(int code);

@@ -1,4 +1,4 @@
-// onnxtrain command-line tool: inspect, run, conformance, train.
+// onnxtrain command-line tool: inspect, run, conformance, train, plan.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   onnxtrain::cli::add_run(app);
   onnxtrain::cli::add_conformance(app);
   onnxtrain::cli::add_train(app);
+  onnxtrain::cli::add_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

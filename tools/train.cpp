@@ -19,7 +19,8 @@ struct TrainArgs {
   uint64_t seed = 0;
 };
 
-// "a=1,b=2" -> {a: 1, b: 2}; anything else is an InputError quoting the bad part.
+}  // namespace
+
 Bindings parse_dims(const std::string& text) {
   Bindings b;
   size_t start = 0;
@@ -41,6 +42,8 @@ Bindings parse_dims(const std::string& text) {
   }
   return b;
 }
+
+namespace {
 
 std::pair<int64_t, int64_t> parse_range(const std::string& text) {
   size_t comma = text.find(',');

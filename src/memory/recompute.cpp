@@ -253,12 +253,14 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
     clone_into_backward(g, c, recomputed);
     applied[c.cluster]++;
     std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
-    report.clusters[row.at(c.cluster + shape)].applied++;
+    ClusterReport& r = report.clusters[row.at(c.cluster + shape)];
+    r.applied++;
+    if (!configured) r.requested++;  // chosen by the budget
   }
   if (!recomputed.empty()) g.sort_nodes();  // clones reading earlier clones: producers first
-  for (auto& r : report.clusters) {
+  for (auto& r : report.clusters) {  // requested by the config (the budget's picks are counted above)
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == r.cluster; });
-    r.requested = e == config.end() || e->strategy == 0 ? 0 : (e->count == -1 ? r.frequency : e->count);
+    if (e != config.end() && e->strategy == 1) r.requested += e->count == -1 ? r.frequency : e->count;
   }
   return report;
 }

@@ -1,5 +1,6 @@
 #include "onnxtrain/session.h"
 
+#include <cstdio>
 #include <set>
 
 #include "ir/onnx_io.h"
@@ -120,7 +121,11 @@ int64_t Session::largest_fitting(const std::string& symbol, Bindings dims, int64
 }
 
 std::string MemoryPrediction::str() const {
-  auto mib = [](int64_t b) { return std::to_string(b / 1048576) + "." + std::to_string((b % 1048576) * 100 / 1048576) + " MiB"; };
+  auto mib = [](int64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
+    return std::string(buf);
+  };
   return "parameters " + mib(parameters) + ", peak of the step " + mib(peak) + " (stash " + mib(stash) + ", gradients " +
          mib(gradients) + ", transient " + mib(std::max<int64_t>(0, peak - stash - gradients)) + ")";
 }

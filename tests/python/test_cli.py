@@ -80,3 +80,24 @@ def test_missing_and_corrupt_models_are_errors_not_crashes(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"\x0a\xff\xff garbage")
     r = cli("run", tmp_path / "bad.onnx")
     assert r.returncode == 1 and "not a valid ONNX model" in r.stderr
+
+
+def test_plan_reports_clusters_prediction_and_largest_batch(tmp_path):
+    torch.manual_seed(0)
+    from models import GPT
+    module = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32)).train()
+    idx = torch.randint(0, 65, (2, 8))
+    path = export_training(module, (idx, idx), str(tmp_path / "gpt.onnx"), ["idx", "target"],
+                           {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}, ["loss"])
+    r = cli("plan", path, "--loss", "loss", "--dims", "batch=8,seq=32", "--budget", "0.5", "--limit", "64MiB",
+            "--max-dim", "batch", "--json", tmp_path / "plan.json")
+    assert r.returncode == 0, r.stderr
+    assert "Gelu+ | [batch, seq, 128]" in r.stdout
+    assert "budget: keep 50% of a" in r.stdout and "missed" not in r.stdout
+    assert "predicted: parameters" in r.stdout and "largest batch that fits in 64MiB with AdamW:" in r.stdout
+    import json
+    assert json.loads((tmp_path / "plan.json").read_text())["clusters"]
+    r = cli("plan", path, "--loss", "loss", "--dims", "batch=8,seq=32", "--config", "Gelu+:7:1")
+    assert r.returncode == 1 and "memory config entry 'Gelu+:7:1'" in r.stderr
+    r = cli("plan", path, "--loss", "loss", "--dims", "batch=8", "--budget", "0.5")
+    assert r.returncode == 1 and "needs dims that were not given" in r.stderr
