@@ -64,6 +64,7 @@ class _Runner:
         # Random ops draw from PyTorch's generator, so torch.manual_seed makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,)).item())
         outs, state = self.session.run_forward(self.feeds(tensors), seed)
+        self.last_stash_bytes = state.stash_bytes
         self.update_buffers(outs)
         return outs, state
 
@@ -119,6 +120,11 @@ class Module(torch.nn.Module):
         if not runners:
             raise RuntimeError("onnxtrain: no training graph yet; the report comes after the first training forward")
         return runners[-1].session.memory_report(dims or {}, json)
+
+    def last_stash_bytes(self):
+        """Bytes the last training forward kept for its backward."""
+        runners = [r for r in self._runners.values() if r.training and hasattr(r, "last_stash_bytes")]
+        return runners[-1].last_stash_bytes if runners else 0
 
     def _input_names(self, args, kwargs):
         names = []

@@ -1,0 +1,102 @@
+"""The memory optimizer on the example GPT: stash, peak memory and step time for no plan, stash budgets of
+50% and 25%, and every candidate recomputed, next to PyTorch eager with and without torch.utils.checkpoint
+per block. Each configuration runs in its own process; ratios are against onnxtrain without plans."""
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import onnxtrain  # noqa: E402
+from models import GPT  # noqa: E402
+from train_gpt import CharLM  # noqa: E402
+
+DIM, LAYERS, BATCH, BLOCK = 256, 6, 16, 128
+
+
+class Checkpointed(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return checkpoint(self.block, x, use_reentrant=False)
+
+
+def saved_bytes(model, data):
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss, _ = model(*data)
+    loss.backward()
+    return sum(seen.values())
+
+
+def run(config, steps=6):
+    torch.manual_seed(0)
+    model = CharLM(GPT(vocab=96, dim=DIM, heads=4, layers=LAYERS, block=BLOCK)).train()
+    idx = torch.randint(0, 96, (BATCH, BLOCK))
+    data = (idx, torch.roll(idx, -1, 1))
+    stash = 0
+    if config.startswith("eager"):
+        if config == "eager+checkpoint":
+            model.gpt.blocks = torch.nn.ModuleList(Checkpointed(b) for b in model.gpt.blocks)
+        stash = saved_bytes(model, data)
+    else:
+        options = {"none": {}, "budget 50%": {"memory_budget": 0.5}, "budget 25%": {"memory_budget": 0.25}}.get(config)
+        if options is None:  # every candidate
+            probe = onnxtrain.Module(CharLM(GPT(vocab=96, dim=DIM, heads=4, layers=LAYERS, block=BLOCK)).train())
+            probe(*data)
+            clusters = sorted({line.split(" | ")[0] for line in probe.memory_report().splitlines()[1:] if " | " in line})
+            options = {"memory_opt_config": ",".join(f"{c}:1:-1" for c in clusters)}
+        model = onnxtrain.Module(model, onnxtrain.Options(**options))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    times = []
+    for i in range(steps + 2):
+        t = time.perf_counter()
+        loss, _ = model(*data)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i >= 2:
+            times.append((time.perf_counter() - t) * 1e3)
+    if not config.startswith("eager"):
+        stash = model.last_stash_bytes()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
+    return statistics.median(times), stash / 2**20, rss
+
+
+def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--one":
+        print(*run(sys.argv[2]))
+        return
+    configs = ["none", "budget 50%", "budget 25%", "all candidates", "eager", "eager+checkpoint"]
+    res = {}
+    for c in configs:
+        out = subprocess.run([sys.executable, __file__, "--one", c], capture_output=True, text=True, check=True).stdout
+        res[c] = [float(x) for x in out.split()[-3:]]
+    print(f"GPT dim {DIM}, {LAYERS} layers, batch {BATCH}x{BLOCK}, AdamW, {torch.get_num_threads()} threads, median of 6 steps")
+    print(f"{'':22}{'ms/step':>9}{'stash MiB':>11}{'peak RSS +MiB':>15}{'time/none':>11}{'stash/none':>12}{'time/eager':>12}")
+    t0, s0, _ = res["none"]
+    te = res["eager"][0]
+    for c in configs:
+        t, s, r = res[c]
+        print(f"{c:22}{t:9.1f}{s:11.1f}{r:15.1f}{t / t0:11.2f}{s / s0:12.2f}{t / te:12.2f}")
+
+
+if __name__ == "__main__":
+    main()
