@@ -74,6 +74,24 @@ class ReduceOp : public Op {
     int64_t rows = c.out(0).numel();
     bool identity = true;
     for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == int64_t(i);
+    // Summing leading axes (bias gradients: (B*T, C) -> C) runs down the columns, with no transposed copy.
+    size_t lead = 0;
+    while (lead < m.size() && m[lead]) ++lead;
+    bool leading = lead > 0 && std::all_of(m.begin() + long(lead), m.end(), [](bool b) { return !b; });
+    if (leading && kind_ == Reduce::kSum && dtype_is_float(x.dtype()))
+      return kernels::dispatch<kernels::kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = x.data<T>();
+        T* out = c.out(0).data<T>();
+        parallel_for(rows, len, [&](int64_t b, int64_t e) {
+          std::vector<double> acc(size_t(e - b), 0.0);
+          for (int64_t r = 0; r < len; ++r) {
+            const T* row = src + r * rows;
+            for (int64_t j = b; j < e; ++j) acc[size_t(j - b)] += double(row[j]);
+          }
+          for (int64_t j = b; j < e; ++j) out[j] = T(acc[size_t(j - b)]);
+        });
+      });
     kernels::dispatch<kernels::kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = x.data<T>();
