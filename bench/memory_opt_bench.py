@@ -56,7 +56,8 @@ def run(config, steps=6):
             model.gpt.blocks = torch.nn.ModuleList(Checkpointed(b) for b in model.gpt.blocks)
         stash = saved_bytes(model, data)
     else:
-        options = {"none": {}, "budget 50%": {"memory_budget": 0.5}, "budget 25%": {"memory_budget": 0.25}}.get(config)
+        options = {"none": {}, "level 1": {"memory_opt_level": 1}, "budget 50%": {"memory_budget": 0.5},
+                   "budget 25%": {"memory_budget": 0.25}}.get(config)
         if options is None:  # every candidate
             probe = onnxtrain.Module(CharLM(GPT(vocab=96, dim=DIM, heads=4, layers=LAYERS, block=BLOCK)).train())
             probe(*data)
@@ -84,7 +85,7 @@ def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--one":
         print(*run(sys.argv[2]))
         return
-    configs = ["none", "budget 50%", "budget 25%", "all candidates", "eager", "eager+checkpoint"]
+    configs = ["none", "level 1", "budget 50%", "budget 25%", "all candidates", "eager", "eager+checkpoint"]
     res = {}
     for c in configs:
         out = subprocess.run([sys.executable, __file__, "--one", c], capture_output=True, text=True, check=True).stdout

@@ -13,6 +13,7 @@ namespace {
 struct PlanArgs {
   std::string model, loss, dims, config, limit, max_dim, json;
   double budget = 0;
+  int level = 0;
 };
 
 // "6GiB", "512MiB", "100KiB" or a number of bytes.
@@ -47,6 +48,7 @@ void plan(const PlanArgs& a) {
   SessionOptions o;
   o.memory_config = a.config;
   o.memory_budget = a.budget;
+  o.memory_level = a.level;
   o.memory_dims = dims;
   TrainingSession s(ir::load_model_file(a.model), a.loss, OptimizerOptions{}, o);
   const Session& session = s.session();
@@ -71,6 +73,7 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--loss", a->loss, "name of the scalar loss output")->required();
   cmd->add_option("--dims", a->dims, "values of the inputs' symbolic dims: sym=value,...")->required();
   cmd->add_option("--config", a->config, "recompute plans: ClusterId:Strategy:Count,... or a JSON file of them");
+  cmd->add_option("--level", a->level, "0: only the config; 1: recompute inside each detected transformer layer");
   cmd->add_option("--budget", a->budget, "keep at most this fraction of the stash, recomputing the cheapest plans");
   cmd->add_option("--limit", a->limit, "a memory size (6GiB, 512MiB, bytes): report the largest --max-dim that fits");
   cmd->add_option("--max-dim", a->max_dim, "the symbolic dim to fit under --limit (e.g. batch)");

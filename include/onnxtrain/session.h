@@ -24,6 +24,7 @@ struct SessionOptions {
   bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
   bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
   std::string memory_config;              // training: recompute plans, "ClusterId:Strategy:Count,..." or a JSON file
+  int memory_level = 0;                   // training: 0 config only, 1 transformer layer-wise recompute
   double memory_budget = 0;               // training: keep at most this fraction of the stash (0: no budget)
   Bindings memory_dims;                   // the dims of the batch the budget is for
   uint64_t seed = 0;                      // for random ops; each forward call draws the next

@@ -42,8 +42,9 @@ class _Runner:
         if training:
             self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
             self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
-                                                  options.memory_opt_config, options.memory_budget, dims)
-            if options.memory_opt_config or options.memory_budget:
+                                                  options.memory_opt_config, options.memory_budget, dims,
+                                                  options.memory_opt_level)
+            if options.memory_opt_config or options.memory_budget or options.memory_opt_level:
                 logger.warning("onnxtrain memory optimizer (%s):\n%s", type(module).__name__, self.session.memory_report())
             else:
                 logger.info("onnxtrain recompute candidates (%s):\n%s", type(module).__name__, self.session.memory_report())

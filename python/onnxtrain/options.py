@@ -13,6 +13,8 @@ class Options:
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
+    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL): 0 the config only, 1 transformer layer-wise
+    memory_opt_level: int = 0
     # ONNXTRAIN_MEMORY_BUDGET: keep at most this fraction of the stash (e.g. 0.3), for the first batch's sizes;
     # the memory optimizer recomputes the cheapest set of activations that meets it
     memory_budget: float = 0.0
@@ -25,6 +27,10 @@ class Options:
         o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
+        level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL", os.environ.get("ORTMODULE_MEMORY_OPT_LEVEL", o.memory_opt_level))
+        if str(level) not in ("0", "1"):
+            raise ValueError(f"onnxtrain: memory optimizer level '{level}' is not 0 or 1 (level 2 is not supported yet)")
+        o.memory_opt_level = int(level)
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
         try:
             o.memory_budget = float(budget)

@@ -223,7 +223,35 @@ BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const i
   return r;
 }
 
-RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget) {
+std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
+  auto is_add = [](const ir::Node* n) { return n && n->op_type == "Add"; };
+  std::vector<const ir::Node*> starts;
+  for (auto& n : g.nodes()) {
+    if (n->backward || n->op_type != "LayerNormalization") continue;
+    const ir::Value* in = n->inputs[0];
+    bool residual = is_add(in->producer);
+    for (const ir::Node* c : in->consumers) residual = residual || (is_add(c) && !c->backward);
+    if (!residual) continue;
+    // Does the output reach a Softmax before another LayerNormalization?
+    std::vector<const ir::Value*> todo = {n->outputs[0]};
+    std::set<const ir::Node*> seen;
+    bool attention = false;
+    while (!todo.empty() && !attention) {
+      const ir::Value* v = todo.back();
+      todo.pop_back();
+      for (const ir::Node* c : v->consumers) {
+        if (c->backward || !seen.insert(c).second || c->op_type == "LayerNormalization") continue;
+        if (c->op_type == "Softmax") attention = true;
+        for (const ir::Value* o : c->outputs)
+          if (o) todo.push_back(o);
+      }
+    }
+    if (attention) starts.push_back(n.get());
+  }
+  return starts;
+}
+
+RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget, int level) {
   auto candidates = find_candidates(g);
   RecomputeReport report;
   std::map<std::string, size_t> row;  // cluster + shape -> report row
@@ -243,13 +271,39 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
        << (choice.met ? "" : " (missed by " + std::to_string(choice.need - choice.saved) + " bytes)");
     report.budget = os.str();
   }
+  std::set<const ir::Node*> in_layers;  // level 1: forward nodes from the first layer start to the last layer's end
+  if (level == 1) {
+    auto starts = detect_layers(g);
+    std::ostringstream os;
+    os << "level 1: " << starts.size() << " transformer layers";
+    if (starts.empty()) os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
+    report.level = os.str();
+    if (!starts.empty()) {
+      // A layer spans from its start to the next start; the last one to the last LayerNormalization after it.
+      const ir::Node* end = nullptr;
+      bool inside = false;
+      for (auto& n : g.nodes())
+        if (!n->backward && n->op_type == "LayerNormalization") end = n.get();
+      for (auto& n : g.nodes()) {
+        if (n->backward) continue;
+        if (n.get() == starts.front()) inside = true;
+        if (n.get() == end && n.get() != starts.back()) inside = false;
+        if (inside) in_layers.insert(n.get());
+      }
+    }
+  } else if (level != 0) {
+    throw ConfigError("memory optimizer level " + std::to_string(level) + " is not supported" +
+                      (level == 2 ? " yet (level 2 adds compromised plans)" : " (levels are 0 and 1)"));
+  }
   std::map<std::string, int64_t> applied;  // cluster -> occurrences applied so far (forward order)
   std::map<const ir::Value*, ir::Value*> recomputed;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == c.cluster; });
     bool configured = e != config.end() && e->strategy == 1 && (e->count == -1 || applied[c.cluster] < e->count);
-    if (!configured && !by_budget.count(i)) continue;
+    bool switched_off = e != config.end() && e->strategy == 0;  // the config overrides the level
+    bool layer = !switched_off && in_layers.count(c.target->producer);
+    if (!configured && !by_budget.count(i) && !layer) continue;
     clone_into_backward(g, c, recomputed);
     applied[c.cluster]++;
     std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
@@ -278,6 +332,7 @@ std::string RecomputeReport::str(const Bindings& dims) const {
     os << c.cluster << " | " << c.shape << " | " << c.frequency << " | " << (c.applied ? "ON" : "OFF") << " ("
        << c.applied << "/" << c.requested << ") | " << c.bytes.str() << " = " << evaluated(c.bytes, dims) << " | "
        << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.cluster << ":1:-1\n";
+  if (!level.empty()) os << level << "\n";
   if (!budget.empty()) os << budget << "\n";
   return os.str();
 }
@@ -291,7 +346,7 @@ std::string RecomputeReport::json(const Bindings& dims) const {
                     {"flops", c.flops.str()}, {"flops_evaluated", f ? nlohmann::json(*f) : nullptr},
                     {"config", c.cluster + ":1:-1"}});
   }
-  return nlohmann::json{{"clusters", rows}, {"budget", budget}}.dump(2);
+  return nlohmann::json{{"clusters", rows}, {"budget", budget}, {"level", level}}.dump(2);
 }
 
 }  // namespace onnxtrain::memory

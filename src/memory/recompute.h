@@ -46,6 +46,7 @@ struct ClusterReport {
 struct RecomputeReport {
   std::vector<ClusterReport> clusters;
   std::string budget;  // how a budget was met, or by how much it missed (empty without one)
+  std::string level;   // what a level did (layers found), empty at level 0
   // A table: cluster, frequency, status, bytes saved (symbolic and for `dims`), recompute flops, config entry.
   std::string str(const Bindings& dims = {}) const;
   std::string json(const Bindings& dims = {}) const;
@@ -65,8 +66,14 @@ struct BudgetChoice {
 };
 BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const ir::Graph& g, const Budget& budget);
 
-// Clones the chosen candidates (by config, and by budget when given) into the backward part,
+// Transformer layers, detected from structure: each starts at a LayerNormalization whose input is a
+// residual stream (an Add's output, or read by an Add) and whose output reaches a Softmax before any
+// other LayerNormalization; it ends where the next one starts. Returns the starting nodes, in order.
+std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
+
+// Clones the chosen candidates (by config, level, and budget when given) into the backward part,
 // each clone before its first reader and with the original's random key, and reports every cluster.
-RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget = nullptr);
+RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget = nullptr,
+                                int level = 0);
 
 }  // namespace onnxtrain::memory

@@ -24,16 +24,17 @@ void init_session(py::module_& m) {
       .def_static(
           "for_training",
           [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const std::string& memory_config,
-             double memory_budget, const Bindings& memory_dims) {
+             double memory_budget, const Bindings& memory_dims, int memory_level) {
             autodiff::TrainingSpec spec{wrt, loss};
             SessionOptions options;
+            options.memory_level = memory_level;
             options.memory_config = memory_config;
             options.memory_budget = memory_budget;
             options.memory_dims = memory_dims;
             return Session(ir::load_model_bytes(std::string(b)), spec, options);
           },
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",
-          py::arg("memory_budget") = 0.0, py::arg("memory_dims") = Bindings{},
+          py::arg("memory_budget") = 0.0, py::arg("memory_dims") = Bindings{}, py::arg("memory_level") = 0,
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
           "is empty, of the outputs whose gradients run_backward receives.")
       .def_property_readonly("input_names", &Session::input_names)
@@ -96,6 +97,10 @@ void init_session(py::module_& m) {
             return d;
           },
           py::arg("dims"), "A training step's memory for these dims: parameters, gradients, stash, peak (bytes).")
+      .def(
+          "transformer_layers",
+          [](const Session& s) { return memory::detect_layers(s.graph()).size(); },
+          "How many transformer layers the memory optimizer detects in the forward graph.")
       .def("largest_fitting", &Session::largest_fitting, py::arg("symbol"), py::arg("dims"), py::arg("limit"),
            py::arg("extra_per_parameter_byte") = 0.0,
            "The largest value of `symbol` whose parameters (plus optimizer state) and peak fit in `limit` bytes.")

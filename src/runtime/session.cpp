@@ -66,7 +66,7 @@ void Session::init() {
       throw ConfigError("memory budget " + std::to_string(options_.memory_budget) + " is not a fraction of the stash in [0, 1]");
     memory::Budget budget{options_.memory_budget, options_.memory_dims};
     report_ = memory::apply_recompute(*graph_, memory::parse_config(options_.memory_config),
-                                      options_.memory_budget > 0 ? &budget : nullptr);
+                                      options_.memory_budget > 0 ? &budget : nullptr, options_.memory_level);
   }
   // The forward part first, then the backward part, each in graph order.
   std::vector<const ir::Node*> order;

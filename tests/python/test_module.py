@@ -286,3 +286,22 @@ def test_memory_budget_option_keeps_gradients_and_reports(monkeypatch):
     monkeypatch.setenv("ONNXTRAIN_MEMORY_BUDGET", "half")
     with pytest.raises(ValueError, match="ONNXTRAIN_MEMORY_BUDGET"):
         onnxtrain.Module(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("variable", ["ONNXTRAIN_MEMORY_OPT_LEVEL", "ORTMODULE_MEMORY_OPT_LEVEL"])
+def test_memory_level_from_the_environment(monkeypatch, variable):
+    torch.manual_seed(0)
+    eager = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32))
+    idx = torch.randint(0, 65, (2, 8))
+    plain = onnxtrain.Module(copy.deepcopy(eager))
+    plain(idx, idx).backward()
+    monkeypatch.setenv(variable, "1")
+    layered = onnxtrain.Module(copy.deepcopy(eager))
+    layered(idx, idx).backward()
+    assert "level 1: 2 transformer layers" in layered.memory_report()
+    assert layered.last_stash_bytes() < plain.last_stash_bytes()
+    for (n, p), q in zip(layered.named_parameters(), plain.parameters()):
+        assert torch.equal(p.grad, q.grad), n
+    monkeypatch.setenv(variable, "2")
+    with pytest.raises(ValueError, match="level 2 is not supported yet"):
+        onnxtrain.Module(nn.Linear(2, 2))

@@ -133,3 +133,35 @@ def test_a_budget_needs_the_batch_dims(model):
     b, wrt, _ = model
     with pytest.raises(onnxtrain.ConfigError, match="needs dims that were not given"):
         onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=0.5)
+
+
+@pytest.mark.parametrize("layers", [2, 6])
+@pytest.mark.parametrize("arch", ["gpt", "bert"])
+def test_layer_detection_finds_every_transformer_layer(arch, layers, tmp_path):
+    torch.manual_seed(0)
+    if arch == "gpt":
+        m = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=layers, block=32)).train()
+        idx = torch.randint(0, 65, (2, 8))
+        args, names, axes = (idx, idx), ["idx", "target"], AXES
+    else:
+        m = WithLoss(BERT(vocab=100, dim=32, heads=4, layers=layers, block=32)).train()
+        idx = torch.randint(0, 100, (2, 8))
+        args, names, axes = (idx, torch.ones(2, 8), idx), ["idx", "mask", "target"], {**AXES, "mask": {0: "batch", 1: "seq"}}
+    model = onnx.load(export_training(m, args, str(tmp_path / "m.onnx"), names, axes, ["loss"]))
+    wrt = [i.name for i in model.graph.initializer if i.name in dict(m.named_parameters())]
+    session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss")
+    assert session.transformer_layers() == layers
+
+
+def test_level_1_recomputes_inside_layers_with_identical_gradients(model):
+    b, wrt, feeds = model
+    plain = onnxtrain.Session.for_training(b, wrt, "loss")
+    want, stash = step(plain, feeds)
+    layered = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1)
+    got, kept = step(layered, feeds)
+    assert "level 1: 2 transformer layers" in layered.memory_report()
+    assert kept < 0.5 * stash
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    with pytest.raises(onnxtrain.ConfigError, match="level 2 adds compromised plans"):
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2)
