@@ -122,12 +122,20 @@ std::vector<ConfigEntry> parse_config(const std::string& text) {
   return r;
 }
 
-// `recomputed` maps targets already recomputed to their clones: a later clone reads those
-// instead of the forward values, so that every recomputed target really leaves the stash.
-static void clone_into_backward(ir::Graph& g, const Candidate& c, std::map<const ir::Value*, ir::Value*>& recomputed) {
-  std::map<const ir::Value*, ir::Value*> clone_of = recomputed;
+// What earlier rewrites made: every cloned value, and every cloned node. A later clone reads
+// cloned values instead of forward ones (so every recomputed target really leaves the stash),
+// and a node already cloned (another output of LayerNormalization, say) is not cloned again.
+struct Clones {
+  std::map<const ir::Value*, ir::Value*> values;
+  std::set<const ir::Node*> nodes;
+};
+
+static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) {
+  std::map<const ir::Value*, ir::Value*>& clone_of = done.values;
   std::vector<ir::Node*> clones;
   for (const ir::Node* n : c.nodes) {
+    if (done.nodes.count(n)) continue;
+    done.nodes.insert(n);
     std::vector<ir::Value*> ins, outs;
     for (ir::Value* u : n->inputs) ins.push_back(u && clone_of.count(u) ? clone_of[u] : u);
     for (ir::Value* v : n->outputs) {
@@ -168,8 +176,7 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, std::map<const
   target->consumers.erase(std::remove_if(target->consumers.begin(), target->consumers.end(),
                                          [&](const ir::Node* n) { return rewired.count(n) != 0; }),
                           target->consumers.end());
-  g.move_before(clones, first);
-  recomputed[c.target] = clone;
+  if (!clones.empty()) g.move_before(clones, first);  // (reused clones get ordered by the final sort)
 }
 
 BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const ir::Graph& g, const Budget& budget) {
@@ -296,7 +303,7 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
                       (level == 2 ? " yet (level 2 adds compromised plans)" : " (levels are 0 and 1)"));
   }
   std::map<std::string, int64_t> applied;  // cluster -> occurrences applied so far (forward order)
-  std::map<const ir::Value*, ir::Value*> recomputed;
+  Clones done;
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == c.cluster; });
@@ -304,14 +311,14 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
     bool switched_off = e != config.end() && e->strategy == 0;  // the config overrides the level
     bool layer = !switched_off && in_layers.count(c.target->producer);
     if (!configured && !by_budget.count(i) && !layer) continue;
-    clone_into_backward(g, c, recomputed);
+    clone_into_backward(g, c, done);
     applied[c.cluster]++;
     std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
     ClusterReport& r = report.clusters[row.at(c.cluster + shape)];
     r.applied++;
     if (!configured) r.requested++;  // chosen by the budget
   }
-  if (!recomputed.empty()) g.sort_nodes();  // clones reading earlier clones: producers first
+  if (!done.nodes.empty()) g.sort_nodes();  // clones reading earlier clones: producers first
   for (auto& r : report.clusters) {  // requested by the config (the budget's picks are counted above)
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == r.cluster; });
     if (e != config.end() && e->strategy == 1) r.requested += e->count == -1 ? r.frequency : e->count;
