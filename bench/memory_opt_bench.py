@@ -3,20 +3,19 @@
 per block. Each configuration runs in its own process; ratios are against onnxtrain without plans."""
 
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.dirname(__file__))
 import onnxtrain  # noqa: E402
 from models import GPT  # noqa: E402
 from train_gpt import CharLM  # noqa: E402
+from train_gpt_bench import train_steps  # noqa: E402
 
 DIM, LAYERS, BATCH, BLOCK = 256, 6, 16, 128
 
@@ -64,21 +63,10 @@ def run(config, steps=6):
             clusters = sorted({line.split(" | ")[0] for line in probe.memory_report().splitlines()[1:] if " | " in line})
             options = {"memory_opt_config": ",".join(f"{c}:1:-1" for c in clusters)}
         model = onnxtrain.Module(model, onnxtrain.Options(**options))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    times = []
-    for i in range(steps + 2):
-        t = time.perf_counter()
-        loss, _ = model(*data)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if i >= 2:
-            times.append((time.perf_counter() - t) * 1e3)
+    ms, rss = train_steps(model, data, steps)
     if not config.startswith("eager"):
         stash = model.last_stash_bytes()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
-    return statistics.median(times), stash / 2**20, rss
+    return ms, stash / 2**20, rss
 
 
 def main():

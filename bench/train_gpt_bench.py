@@ -17,14 +17,8 @@ from models import GPT  # noqa: E402
 from train_gpt import CharLM  # noqa: E402
 
 
-def measure(impl, dim, layers, batch, block, steps=8):
-    """One implementation at one size, alone in this process: (ms/step, peak RSS growth MiB, allocator peak MiB)."""
-    torch.manual_seed(0)
-    model = CharLM(GPT(vocab=96, dim=dim, heads=4, layers=layers, block=block)).train()
-    if impl == "onnxtrain":
-        model = onnxtrain.Module(model)
-    idx = torch.randint(0, 96, (batch, block))
-    data = (idx, torch.roll(idx, -1, 1))
+def train_steps(model, data, steps):
+    """AdamW steps of a CharLM on one batch: (median ms/step after two warm-up steps, peak RSS growth MiB)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     times = []
@@ -36,8 +30,18 @@ def measure(impl, dim, layers, batch, block, steps=8):
         opt.step()
         if i >= 2:  # the first calls export and warm up
             times.append((time.perf_counter() - t) * 1e3)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
-    return statistics.median(times), rss, onnxtrain.allocator_stats()["peak_allocated"] / 2**20
+    return statistics.median(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss0
+
+
+def measure(impl, dim, layers, batch, block, steps=8):
+    """One implementation at one size, alone in this process: (ms/step, peak RSS growth MiB, allocator peak MiB)."""
+    torch.manual_seed(0)
+    model = CharLM(GPT(vocab=96, dim=dim, heads=4, layers=layers, block=block)).train()
+    if impl == "onnxtrain":
+        model = onnxtrain.Module(model)
+    idx = torch.randint(0, 96, (batch, block))
+    ms, rss = train_steps(model, (idx, torch.roll(idx, -1, 1)), steps)
+    return ms, rss, onnxtrain.allocator_stats()["peak_allocated"] / 2**20
 
 
 def main():
