@@ -45,9 +45,11 @@ class _Runner:
                                                   options.memory_opt_config, options.memory_budget, dims,
                                                   options.memory_opt_level)
             if options.memory_opt_config or options.memory_budget or options.memory_opt_level:
-                logger.warning("onnxtrain memory optimizer (%s):\n%s", type(module).__name__, self.session.memory_report())
+                logger.warning("onnxtrain memory optimizer (%s), sizes for the first batch:\n%s", type(module).__name__,
+                               self.session.memory_report(dims))
             else:
-                logger.info("onnxtrain recompute candidates (%s):\n%s", type(module).__name__, self.session.memory_report())
+                logger.info("onnxtrain recompute candidates (%s), sizes for the first batch:\n%s", type(module).__name__,
+                            self.session.memory_report(dims))
             self.grad_outputs = set(self.session.output_grad_names)
         else:
             self.session = C.Session.from_bytes(model_bytes)
