@@ -13,7 +13,7 @@ from models import GPT, WithLoss
 AXES = {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}
 
 
-@pytest.fixture(scope="module", params=["", "budget"])
+@pytest.fixture(scope="module", params=["", "budget", "level 1"])
 def gpt(request, tmp_path_factory):
     torch.manual_seed(0)
     m = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32, dropout=0.1)).train()
@@ -22,7 +22,8 @@ def gpt(request, tmp_path_factory):
     model = onnx.load(path)
     params = {i.name: np.asarray(onnx.numpy_helper.to_array(i)) for i in model.graph.initializer}
     wrt = [n for n in params if n in dict(m.named_parameters())]
-    options = dict(memory_budget=0.5, memory_dims={"batch": 4, "seq": 16}) if request.param else {}
+    options = {"": {}, "budget": dict(memory_budget=0.5, memory_dims={"batch": 4, "seq": 16}),
+               "level 1": dict(memory_level=1)}[request.param]
     session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss", **options)
     return session, params
 
