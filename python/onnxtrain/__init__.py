@@ -21,6 +21,8 @@ from onnxtrain._onnxtrain import (
     set_memory_limit,
 )
 
+from onnxtrain.memory_log import log_memory_usage, memory_stats
+from onnxtrain.memory_log import subscribe as subscribe_memory_stats
 from onnxtrain.module import Module
 from onnxtrain.options import Options
 
@@ -42,7 +44,10 @@ __all__ = [
     "UnsupportedError",
     "allocator_stats",
     "empty_cache",
+    "log_memory_usage",
+    "memory_stats",
     "registered_ops",
     "reset_peak_stats",
     "set_memory_limit",
+    "subscribe_memory_stats",
 ]

@@ -97,6 +97,11 @@ class Module(torch.nn.Module):
         self._warned = False
         self.export_count = 0
         logger.setLevel(self._options.log_level)
+        if self._options.print_memory_stats:
+            from onnxtrain.memory_log import subscribe
+            if logger.getEffectiveLevel() > logging.INFO:
+                logger.setLevel(logging.INFO)
+            self.memory_stats_printer = subscribe(self)
         try:
             self._signature = inspect.signature(module.forward)
         except (TypeError, ValueError):

@@ -18,6 +18,7 @@ class Options:
     # ONNXTRAIN_MEMORY_BUDGET: keep at most this fraction of the stash (e.g. 0.3), for the first batch's sizes;
     # the memory optimizer recomputes the cheapest set of activations that meets it
     memory_budget: float = 0.0
+    print_memory_stats: bool = False  # ONNXTRAIN_PRINT_MEMORY_STATS=1: log the memory of each training step's phases
 
     def resolved(self):
         """These options with the environment's overrides applied and checked."""
@@ -31,6 +32,7 @@ class Options:
         if str(level) not in ("0", "1"):
             raise ValueError(f"onnxtrain: memory optimizer level '{level}' is not 0 or 1 (level 2 is not supported yet)")
         o.memory_opt_level = int(level)
+        o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", "1" if o.print_memory_stats else "0") == "1"
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
         try:
             o.memory_budget = float(budget)
