@@ -48,6 +48,7 @@ def main():
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eager", action="store_true", help="plain PyTorch, for comparison")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", help="save the memory timeline of a training step to this PNG (onnxtrain only)")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     text = load_text()
@@ -85,6 +86,9 @@ def main():
             tqdm.write(f"step {step:5d}  loss {loss.item():.4f}")
     elapsed = time.perf_counter() - t0
     print(f"loss {first:.3f} -> {loss.item():.3f} in {args.steps} steps, {elapsed / args.steps * 1e3:.1f} ms/step")
+    if args.plot and not args.eager:
+        model.memory_timeline(args.plot)
+        print(f"memory timeline: {args.plot}")
 
     model.eval()
     context = torch.tensor([[stoi[c] for c in "Permission is "]], dtype=torch.int64)

@@ -84,6 +84,10 @@ class Session {
   std::optional<int64_t> predicted_peak(const Bindings& dims) const { return plan_.predicted_peak(dims); }
   // Training: the step's memory broken down; throws ConfigError when a size needs dims not given.
   MemoryPrediction predict_memory(const Bindings& dims) const;
+  // Every allocator allocation and free of one run for these dims, step by step, as JSON: for each step its
+  // node, op, part (forward/backward) and the bytes live after it by category (gradient, stash, recompute,
+  // transient); `parameters` and `predicted_peak` alongside.
+  std::string memory_timeline(const Bindings& dims) const;
   // Training: the largest value of `symbol` (other dims as given) whose parameters plus peak fit in `limit`
   // bytes (`extra_per_parameter_byte` adds optimizer state); 0 when even 1 does not fit.
   int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit, double extra_per_parameter_byte = 0) const;

@@ -64,6 +64,7 @@ class _Runner:
         return feeds
 
     def forward(self, tensors):
+        self.last_dims = {f"{n}_dim{i}": int(d) for n, t in zip(self.exported.input_names, tensors) for i, d in enumerate(t.shape)}
         # Random ops draw from PyTorch's generator, so torch.manual_seed makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,)).item())
         outs, state = self.session.run_forward(self.feeds(tensors), seed)
@@ -128,6 +129,17 @@ class Module(torch.nn.Module):
         if not runners:
             raise RuntimeError("onnxtrain: no training graph yet; the report comes after the first training forward")
         return runners[-1].session.memory_report(dims or {}, json)
+
+    def memory_timeline(self, path):
+        """Draws the memory timeline of the last training step's graph at its sizes to `path` (PNG; the data
+        goes to the same path with .json): bytes over the execution order by category, the forward/backward
+        boundary, the predicted peak."""
+        from onnxtrain import timeline
+
+        runners = [r for r in self._runners.values() if r.training and hasattr(r, "last_dims")]
+        if not runners:
+            raise RuntimeError("onnxtrain: no training step yet; the timeline comes after one")
+        return timeline.save(runners[-1].session.memory_timeline(runners[-1].last_dims), path)
 
     def last_stash_bytes(self):
         """Bytes the last training forward kept for its backward."""

@@ -47,6 +47,8 @@ class AllocationPlan {
   std::optional<int64_t> predicted_peak(const Bindings& dims) const;
   // Bytes live after each step (same rounding).
   std::optional<std::vector<int64_t>> live_bytes(const Bindings& dims) const;
+  // Values whose buffers are allocated at step s (their sizes: value(v).bytes).
+  const std::vector<const ir::Value*>& allocations(size_t s) const { return allocs_[s]; }
   // One line per step: the node, what it allocates or reuses, what it frees.
   std::string str() const;
 

@@ -101,6 +101,8 @@ void init_session(py::module_& m) {
           "transformer_layers",
           [](const Session& s) { return memory::detect_layers(s.graph()).size(); },
           "How many transformer layers the memory optimizer detects in the forward graph.")
+      .def("memory_timeline", &Session::memory_timeline, py::arg("dims"),
+           "The allocation timeline of one run for these dims, as JSON (see onnxtrain.timeline).")
       .def("largest_fitting", &Session::largest_fitting, py::arg("symbol"), py::arg("dims"), py::arg("limit"),
            py::arg("extra_per_parameter_byte") = 0.0,
            "The largest value of `symbol` whose parameters (plus optimizer state) and peak fit in `limit` bytes.")

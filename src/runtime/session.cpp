@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "ir/onnx_io.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
@@ -128,6 +130,42 @@ std::string MemoryPrediction::str() const {
   };
   return "parameters " + mib(parameters) + ", peak of the step " + mib(peak) + " (stash " + mib(stash) + ", gradients " +
          mib(gradients) + ", transient " + mib(std::max<int64_t>(0, peak - stash - gradients)) + ")";
+}
+
+std::string Session::memory_timeline(const Bindings& dims) const {
+  std::set<const ir::Value*> stash, grads(grads_.begin(), grads_.end());
+  for (const ir::Value* v : memory::stashed_values(*graph_)) stash.insert(v);
+  auto category = [&](const ir::Value* v) -> std::string {
+    if (grads.count(v)) return "gradient";
+    if (stash.count(v)) return "stash";
+    if (v->producer && v->producer->backward && v->producer->name.find("_recompute") != std::string::npos) return "recompute";
+    return "transient";
+  };
+  std::map<std::string, int64_t> live;
+  std::map<const ir::Value*, std::pair<std::string, int64_t>> held;
+  nlohmann::json steps = nlohmann::json::array();
+  for (size_t s = 0; s < plan_.steps().size(); ++s) {
+    const memory::StepPlan& st = plan_.steps()[s];
+    for (const ir::Value* v : plan_.allocations(s)) {
+      auto b = plan_.value(v).bytes.eval(dims);
+      if (!b) throw ConfigError("memory timeline: the size of '" + v->name + "' needs dims that were not given");
+      int64_t rounded = int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
+      held[v] = {category(v), rounded};
+      live[held[v].first] += rounded;
+    }
+    nlohmann::json row = {{"step", s}, {"node", st.node->name}, {"op", st.node->op_type},
+                          {"part", st.node->backward ? "backward" : "forward"}, {"live", live}};
+    steps.push_back(row);
+    for (const ir::Value* v : st.frees) {
+      auto it = held.find(v);
+      if (it != held.end()) live[it->second.first] -= it->second.second;
+    }
+  }
+  int64_t params = 0;
+  for (auto& name : wrt_) params += evaluated_bytes(graph_->find(name), dims);
+  auto peak = plan_.predicted_peak(dims);
+  return nlohmann::json{{"steps", steps}, {"parameters", params}, {"predicted_peak", peak ? *peak : -1},
+                        {"boundary", boundary_}}.dump();
 }
 
 void Session::set_profiling(bool on) { profile_ = on ? std::make_unique<runtime::Profile>() : nullptr; }

@@ -112,3 +112,22 @@ def test_level_1_lowers_post_forward_allocated_by_about_the_stash_saved(monkeypa
     assert post["1"] < post["0"]
     saved = stash["0"] - stash["1"]
     assert abs((post["0"] - post["1"]) - saved) <= 0.2 * saved + 2, (post, stash)
+
+
+def test_timeline_pngs_at_level_0_and_1(monkeypatch, tmp_path):
+    idx = torch.randint(0, 65, (8, 64))
+    peaks = {}
+    for level in ("0", "1"):
+        monkeypatch.setenv("ONNXTRAIN_MEMORY_OPT_LEVEL", level)
+        torch.manual_seed(0)
+        model = onnxtrain.Module(WithLoss(GPT(vocab=65, dim=256, heads=4, layers=2, block=64)))
+        train(model, 1, (idx, idx))
+        png = tmp_path / f"level{level}.png"
+        t = model.memory_timeline(str(png))
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, "a valid, non-trivial PNG"
+        assert (tmp_path / f"level{level}.json").exists()
+        totals = [sum(s["live"].values()) for s in t["steps"]]
+        assert max(totals) == t["predicted_peak"], "the drawn peak is the predicted one"
+        peaks[level] = max(sum(v for k, v in s["live"].items() if k == "stash") for s in t["steps"])
+    assert peaks["1"] < peaks["0"]
