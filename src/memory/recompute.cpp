@@ -279,12 +279,14 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
     report.budget = os.str();
   }
   std::set<const ir::Node*> in_layers;  // level 1: forward nodes from the first layer start to the last layer's end
+  std::set<const ir::Value*> checkpoints;  // level 1: each layer's input stays stashed (recomputing it would chain layers)
   if (level == 1) {
     auto starts = detect_layers(g);
     std::ostringstream os;
     os << "level 1: " << starts.size() << " transformer layers";
     if (starts.empty()) os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
     report.level = os.str();
+    for (const ir::Node* s : starts) checkpoints.insert(s->inputs[0]);
     if (!starts.empty()) {
       // A layer spans from its start to the next start; the last one to the last LayerNormalization after it.
       const ir::Node* end = nullptr;
@@ -309,7 +311,7 @@ RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& co
     auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == c.cluster; });
     bool configured = e != config.end() && e->strategy == 1 && (e->count == -1 || applied[c.cluster] < e->count);
     bool switched_off = e != config.end() && e->strategy == 0;  // the config overrides the level
-    bool layer = !switched_off && in_layers.count(c.target->producer);
+    bool layer = !switched_off && in_layers.count(c.target->producer) && !checkpoints.count(c.target);
     if (!configured && !by_budget.count(i) && !layer) continue;
     clone_into_backward(g, c, done);
     applied[c.cluster]++;
