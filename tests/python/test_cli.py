@@ -101,3 +101,20 @@ def test_plan_reports_clusters_prediction_and_largest_batch(tmp_path):
     assert r.returncode == 1 and "memory config entry 'Gelu+:7:1'" in r.stderr
     r = cli("plan", path, "--loss", "loss", "--dims", "batch=8", "--budget", "0.5")
     assert r.returncode == 1 and "needs dims that were not given" in r.stderr
+
+
+def test_train_takes_the_memory_optimizer_options(tmp_path):
+    torch.manual_seed(0)
+    from models import GPT
+    module = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32)).train()
+    idx = torch.randint(0, 65, (2, 8))
+    path = export_training(module, (idx, idx), str(tmp_path / "gpt.onnx"), ["idx", "target"],
+                           {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}, ["loss"])
+    args = ("train", path, "--loss", "loss", "--dims", "batch=4,seq=16", "--steps", "3", "--int-range", "0,65")
+    plain, layered = cli(*args), cli(*args, "--level", "1")
+    assert plain.returncode == 0 and layered.returncode == 0, layered.stderr
+    assert "level 1: 2 transformer layers" in layered.stdout
+    stash = lambda out: [float(l.split()[-1]) for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]  # noqa: E731
+    losses = lambda out: [l.split()[1] for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]  # noqa: E731
+    assert stash(layered.stdout)[-1] < stash(plain.stdout)[-1]
+    assert losses(layered.stdout) == losses(plain.stdout), "recompute changes no number"
