@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(g++ protobuf-compiler libprotobuf-dev libopenblas-openmp-dev libgtest-dev libdlpack-dev
+apt_packages=(g++ protobuf-compiler libprotobuf-dev libopenblas-openmp-dev libgtest-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev libonnx-dev libonnx-testdata)
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -60,10 +60,10 @@ std::pair<int64_t, int64_t> parse_range(const std::string& text) {
 }
 
 // A random batch for the model's inputs: normal floats, integers uniform in [lo, hi).
-std::map<std::string, Tensor> synthetic_batch(const ir::Graph& g, const Bindings& dims, std::pair<int64_t, int64_t> range,
-                                              std::mt19937_64& rng) {
+std::map<std::string, Tensor> synthetic_batch(const std::vector<ir::Value*>& inputs, const Bindings& dims,
+                                              std::pair<int64_t, int64_t> range, std::mt19937_64& rng) {
   std::map<std::string, Tensor> batch;
-  for (const ir::Value* v : g.inputs) {
+  for (const ir::Value* v : inputs) {
     auto shape = eval_shape(v->shape, dims);
     if (!shape) {
       std::vector<std::string> syms;
@@ -110,18 +110,8 @@ void train(const TrainArgs& a) {
   TrainingSession s(std::move(model), a.loss, opt, so);
   if (a.level || a.budget > 0 || !a.config.empty()) std::printf("%s", s.session().memory_report().str(dims).c_str());
   std::mt19937_64 rng(a.seed);
-  std::map<std::string, Tensor> batch;
-  {
-    ir::Graph g;
-    for (ir::Value* v : user_inputs) {
-      ir::Value* c = g.add_value(v->name);
-      c->dtype = v->dtype;
-      c->shape = v->shape;
-      c->has_shape = v->has_shape;
-      g.inputs.push_back(c);
-    }
-    batch = synthetic_batch(g, dims, range, rng);
-  }
+  // The user's inputs live on in the session's graph (its parameters were added after them).
+  std::map<std::string, Tensor> batch = synthetic_batch(user_inputs, dims, range, rng);
   std::printf("training %s: %zu parameters, optimizer %s, lr %g\n", a.model.c_str(), s.parameter_names().size(),
               a.optimizer.c_str(), a.lr);
   std::printf("%6s %12s %10s %14s %14s %12s %12s\n", "step", "loss", "ms", "allocated MiB", "peak MiB", "cached MiB",

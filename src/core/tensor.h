@@ -13,7 +13,7 @@ namespace onnxtrain {
 class CachingAllocator;
 
 // Bytes owned by the caching allocator, by the heap, or borrowed from elsewhere
-// (DLPack, a mapped file) with a deleter that releases the owner.
+// (a numpy array, a mapped file) with a deleter that releases the owner.
 class Storage {
  public:
   static std::shared_ptr<Storage> allocate(size_t bytes, CachingAllocator* alloc);

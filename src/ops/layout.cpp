@@ -118,7 +118,7 @@ OT_REGISTER_OP("Concat", ConcatOp);
 class SplitOp : public Op {
  public:
   explicit SplitOp(const ir::Node& n)
-      : axis_(n.attr_int("axis", 0)), split_(n.attr_ints("split")), num_outputs_(n.attr_int("num_outputs", 0)) {}
+      : axis_(n.attr_int("axis", 0)), split_(n.attr_ints("split")) {}
   bool recomputable() const override { return true; }
   std::vector<Dim> sizes(InferCtx& ctx) const {
     int64_t a = ctx.axis(axis_, ctx.rank(0));
@@ -179,8 +179,7 @@ class SplitOp : public Op {
 
  private:
   int64_t axis_;
-  std::vector<int64_t> split_;
-  int64_t num_outputs_;
+  std::vector<int64_t> split_;  // the number of outputs says how many equal parts otherwise
 };
 OT_REGISTER_OP("Split", SplitOp);
 

@@ -62,7 +62,7 @@ OT_REGISTER_OP("CumSum", CumSumOp);
 class TopKOp : public Op {
  public:
   explicit TopKOp(const ir::Node& n)
-      : axis_(n.attr_int("axis", -1)), largest_(n.attr_int("largest", 1)), sorted_(n.attr_int("sorted", 1)),
+      : axis_(n.attr_int("axis", -1)), largest_(n.attr_int("largest", 1)),
         k_attr_(n.attr_int("k", -1)) {}
   DType output_dtype(size_t i, const std::vector<DType>& in) const override { return i == 1 ? DType::kInt64 : in[0]; }
   void infer(InferCtx& ctx) const override {
@@ -119,7 +119,7 @@ class TopKOp : public Op {
 
  private:
   int64_t axis_;
-  bool largest_, sorted_;
+  bool largest_;  // results are always sorted, which `sorted=0` allows
   int64_t k_attr_;
 };
 OT_REGISTER_OP("TopK", TopKOp);

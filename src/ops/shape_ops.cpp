@@ -14,12 +14,6 @@
 namespace onnxtrain::ops {
 namespace {
 
-void write_int64(Tensor& t, const std::vector<int64_t>& v) {
-  if (t.dtype() == DType::kInt64) std::memcpy(t.raw(), v.data(), v.size() * 8);
-  else
-    for (size_t i = 0; i < v.size(); ++i) t.data<int32_t>()[i] = int32_t(v[i]);
-}
-
 class ShapeOp : public Op {
  public:
   explicit ShapeOp(const ir::Node& n) : start_(n.attr_int("start", 0)), end_(n.attr_int("end", INT64_MAX)) {}
@@ -216,7 +210,6 @@ class ConstantOp : public Op {
     ctx.set(0, value_.dtype(), const_shape(value_.dims()), v);
   }
   void compute(ComputeCtx& c) const override { std::memcpy(c.out(0).raw(), value_.raw(), value_.nbytes()); }
-  const Tensor& value() const { return value_; }
 
  private:
   template <typename T>
