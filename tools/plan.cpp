@@ -1,67 +1,73 @@
 // `onnxtrain plan MODEL --loss NAME --dims sym=value,...`: the memory optimizer's
 // report and the step's predicted memory, without running anything.
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
 
 #include "ir/onnx_io.h"
+#include "memory/budget.h"
 #include "onnxtrain/training_session.h"
 #include "tools/commands.h"
+
+extern char** environ;
 
 namespace onnxtrain::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model, loss, dims, config, limit, max_dim, json;
-  double budget = 0;
-  int level = 0;
+  std::string model, loss, dims, limit, max_dim, json, plot;
+  MemoryArgs memory;
 };
 
-// "6GiB", "512MiB", "100KiB" or a number of bytes.
-int64_t parse_size(const std::string& text) {
-  static const std::pair<const char*, int64_t> units[] = {{"GiB", 1LL << 30}, {"MiB", 1LL << 20}, {"KiB", 1LL << 10}, {"B", 1}};
-  for (auto& [suffix, scale] : units) {
-    std::string s(suffix);
-    if (text.size() > s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0) {
-      try {
-        size_t used = 0;
-        double v = std::stod(text.substr(0, text.size() - s.size()), &used);
-        if (used == text.size() - s.size() && v > 0) return int64_t(v * double(scale));
-      } catch (const std::exception&) {
-      }
-      throw InputError("--limit: '" + text + "' is not a size such as 6GiB, 512MiB or 1000000");
-    }
-  }
-  try {
-    size_t used = 0;
-    int64_t v = std::stoll(text, &used);
-    if (used == text.size() && v > 0) return v;
-  } catch (const std::exception&) {
-  }
-  throw InputError("--limit: '" + text + "' is not a size such as 6GiB, 512MiB or 1000000");
+TrainingSession make_session(const PlanArgs& a, const MemoryArgs& memory, const Bindings& dims) {
+  return TrainingSession(ir::load_model_file(a.model), a.loss, OptimizerOptions{}, session_options(memory, dims));
+}
+
+// Draws the predicted timeline JSON at `json_path` into `png` with the Python package (matplotlib).
+void draw(const std::string& json_path, const std::string& png) {
+  const char* python = std::getenv("ONNXTRAIN_PYTHON");
+  std::string exe = python && *python ? python : "python3";
+  std::vector<std::string> args = {exe, "-m", "onnxtrain.timeline", json_path, png};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  int status = 0;
+  if (posix_spawnp(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0 || waitpid(pid, &status, 0) < 0 ||
+      !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error("--plot: '" + exe + " -m onnxtrain.timeline' could not draw " + png +
+                " (it needs the onnxtrain Python package and matplotlib; set ONNXTRAIN_PYTHON to choose the interpreter); "
+                "the timeline's data is in " + json_path);
 }
 
 void plan(const PlanArgs& a) {
-  if (a.budget < 0 || a.budget > 1) throw InputError("--budget must be a fraction of the stash in [0, 1], got " + std::to_string(a.budget));
   if (!a.limit.empty() && a.max_dim.empty()) throw InputError("--limit needs --max-dim SYM: the dim to fit under it");
-  int64_t limit = a.limit.empty() ? 0 : parse_size(a.limit);
+  int64_t limit = a.limit.empty() ? 0 : memory::parse_size(a.limit, "--limit");
   Bindings dims = parse_dims(a.dims);
-  SessionOptions o;
-  o.memory_config = a.config;
-  o.memory_budget = a.budget;
-  o.memory_level = a.level;
-  o.memory_dims = dims;
-  TrainingSession s(ir::load_model_file(a.model), a.loss, OptimizerOptions{}, o);
+  TrainingSession s = make_session(a, a.memory, dims);
   const Session& session = s.session();
-  std::printf("%s", session.memory_report().str(dims).c_str());
-  MemoryPrediction p = session.predict_memory(dims);
-  std::printf("predicted: %s; AdamW state adds 2x the parameters\n", p.str().c_str());
+  std::printf("%s", session.memory_report_text(dims).c_str());
+  std::printf("(optimizer state: AdamW's two moments per parameter)\n");
   if (limit) {
     Bindings rest = dims;
     rest.erase(a.max_dim);
-    int64_t best = session.largest_fitting(a.max_dim, rest, limit, 2.0);
-    std::printf("largest %s that fits in %s with AdamW: %lld\n", a.max_dim.c_str(), a.limit.c_str(), (long long)best);
+    std::printf("largest %s whose step fits in %s (AdamW):", a.max_dim.c_str(), a.limit.c_str());
+    for (int level = 0; level <= 2; ++level) {
+      MemoryArgs m;
+      m.level = level;
+      std::printf(" level %d: %lld;", level, (long long)make_session(a, m, dims).session().largest_fitting(a.max_dim, rest, limit));
+    }
+    std::printf(" these options: %lld\n", (long long)session.largest_fitting(a.max_dim, rest, limit));
   }
-  if (!a.json.empty()) ir::write_file_atomic(a.json, session.memory_report().json(dims));
+  if (!a.json.empty()) ir::write_file_atomic(a.json, session.memory_report_text(dims, true));
+  if (!a.plot.empty()) {
+    std::string json_path = a.plot.substr(0, a.plot.rfind('.')) + ".json";
+    ir::write_file_atomic(json_path, session.memory_timeline(dims));
+    draw(json_path, a.plot);
+    std::printf("predicted timeline: %s (data: %s)\n", a.plot.c_str(), json_path.c_str());
+  }
 }
 
 }  // namespace
@@ -72,12 +78,11 @@ void add_plan(CLI::App& app) {
   cmd->add_option("model", a->model, "ONNX model file whose graph computes the loss")->required();
   cmd->add_option("--loss", a->loss, "name of the scalar loss output")->required();
   cmd->add_option("--dims", a->dims, "values of the inputs' symbolic dims: sym=value,...")->required();
-  cmd->add_option("--config", a->config, "recompute plans: ClusterId:Strategy:Count,... or a JSON file of them");
-  cmd->add_option("--level", a->level, "0: only the config; 1: recompute inside each detected transformer layer");
-  cmd->add_option("--budget", a->budget, "keep at most this fraction of the stash, recomputing the cheapest plans");
+  add_memory_options(cmd, a->memory);
   cmd->add_option("--limit", a->limit, "a memory size (6GiB, 512MiB, bytes): report the largest --max-dim that fits");
   cmd->add_option("--max-dim", a->max_dim, "the symbolic dim to fit under --limit (e.g. batch)");
   cmd->add_option("--json", a->json, "also write the report as JSON to this file");
+  cmd->add_option("--plot", a->plot, "draw the predicted memory timeline of one step to this PNG (and its .json)");
   cmd->callback([a] { plan(*a); });
 }
 

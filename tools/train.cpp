@@ -13,9 +13,8 @@ namespace onnxtrain::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, loss, dims, optimizer = "adamw", int_range = "0,2", config;
-  int level = 0;
-  double budget = 0;
+  std::string model, loss, dims, optimizer = "adamw", int_range = "0,2";
+  MemoryArgs memory;
   int64_t steps = 10;
   double lr = 1e-3;
   uint64_t seed = 0;
@@ -102,13 +101,9 @@ void train(const TrainArgs& a) {
   OptimizerOptions opt;
   opt.kind = a.optimizer;
   opt.lr = a.lr;
-  SessionOptions so;  // the memory optimizer's options, as `onnxtrain plan` takes them
-  so.memory_config = a.config;
-  so.memory_level = a.level;
-  so.memory_budget = a.budget;
-  so.memory_dims = dims;
-  TrainingSession s(std::move(model), a.loss, opt, so);
-  if (a.level || a.budget > 0 || !a.config.empty()) std::printf("%s", s.session().memory_report().str(dims).c_str());
+  TrainingSession s(std::move(model), a.loss, opt, session_options(a.memory, dims));
+  if (a.memory.level || !a.memory.budget.empty() || !a.memory.config.empty())
+    std::printf("%s", s.session().memory_report_text(dims).c_str());
   std::mt19937_64 rng(a.seed);
   // The user's inputs live on in the session's graph (its parameters were added after them).
   std::map<std::string, Tensor> batch = synthetic_batch(user_inputs, dims, range, rng);
@@ -143,9 +138,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--lr", a->lr, "learning rate (default 1e-3)");
   cmd->add_option("--int-range", a->int_range, "integer inputs are drawn uniformly from LOW,HIGH-1 (default 0,2)");
   cmd->add_option("--seed", a->seed, "seed of the synthetic batch");
-  cmd->add_option("--level", a->level, "memory optimizer level: 0 (config only) or 1 (transformer layer-wise)");
-  cmd->add_option("--config", a->config, "recompute plans: ClusterId:Strategy:Count,... or a JSON file of them");
-  cmd->add_option("--budget", a->budget, "keep at most this fraction of the stash, recomputing the cheapest plans");
+  add_memory_options(cmd, a->memory);
   cmd->callback([a] { train(*a); });
 }
 

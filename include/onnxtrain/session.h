@@ -17,6 +17,7 @@
 #include "memory/recompute.h"
 #include "onnxtrain/error.h"
 #include "runtime/executor.h"
+#include "runtime/memory_recorder.h"
 
 namespace onnxtrain {
 
@@ -24,9 +25,12 @@ struct SessionOptions {
   bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
   bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
   std::string memory_config;              // training: recompute plans, "ClusterId:Strategy:Count,..." or a JSON file
-  int memory_level = 0;                   // training: 0 config only, 1 transformer layer-wise recompute
-  double memory_budget = 0;               // training: keep at most this fraction of the stash (0: no budget)
+  int memory_level = 0;                   // training: 0 config only, 1 transformer layer-wise, 2 also compromised plans
+  // training: "" none, a fraction of the stash to keep at most ("0.3"), or a size for the whole step's
+  // predicted peak ("6GiB": parameters, optimizer state, gradients, stash and transient buffers)
+  std::string memory_budget;
   Bindings memory_dims;                   // the dims of the batch the budget is for
+  double optimizer_state_factor = 0;      // training: optimizer state bytes per parameter byte (AdamW 2), if held here
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the global allocator when null
 };
@@ -51,9 +55,11 @@ class RunState {
 // A training step's predicted memory for concrete dims, in bytes.
 struct MemoryPrediction {
   int64_t parameters = 0;   // the `wrt` inputs (held by their owner)
+  int64_t optimizer_state = 0;  // parameters times SessionOptions::optimizer_state_factor
   int64_t gradients = 0;    // the gradients one step returns
   int64_t stash = 0;        // activations kept from the forward part for the backward part
   int64_t peak = 0;         // the allocator's peak above its level before the step (activations, stash, gradients)
+  int64_t total() const { return parameters + optimizer_state + peak; }  // the whole step's peak
   std::string str() const;
 };
 
@@ -82,15 +88,23 @@ class Session {
                        const std::map<std::string, DType>& dtypes = {}, bool forward_only = false) const;
   // Peak bytes the allocator will reach above its level before the run.
   std::optional<int64_t> predicted_peak(const Bindings& dims) const { return plan_.predicted_peak(dims); }
-  // Training: the step's memory broken down; throws ConfigError when a size needs dims not given.
-  MemoryPrediction predict_memory(const Bindings& dims) const;
-  // Every allocator allocation and free of one run for these dims, step by step, as JSON: for each step its
-  // node, op, part (forward/backward) and the bytes live after it by category (gradient, stash, recompute,
-  // transient); `parameters` and `predicted_peak` alongside.
+  // Training: the step's memory broken down, with the recompute plans or (`without_plans`) as if none were
+  // applied; throws ConfigError when a size needs dims not given.
+  MemoryPrediction predict_memory(const Bindings& dims, bool without_plans = false) const;
+  // Training: the memory optimizer's report followed by the predicted peak before and after its plans.
+  std::string memory_report_text(const Bindings& dims, bool as_json = false) const;
+  // The predicted memory timeline of one run for these dims, from the allocation plan, as JSON: for each step
+  // its node, op, part (forward/backward) and the bytes live at its peak by category (gradient, stash,
+  // recompute, transient); `parameters`, `predicted_peak` and `boundary` alongside (see onnxtrain.timeline).
   std::string memory_timeline(const Bindings& dims) const;
-  // Training: the largest value of `symbol` (other dims as given) whose parameters plus peak fit in `limit`
-  // bytes (`extra_per_parameter_byte` adds optimizer state); 0 when even 1 does not fit.
-  int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit, double extra_per_parameter_byte = 0) const;
+  // Records every allocation and free of the following runs (a training step: run_forward and run_backward)
+  // with the step, node and category of each, until stop_memory_recording, which returns the measured
+  // timeline in memory_timeline's format plus the events and the measured peak; `dims` sizes the prediction.
+  void start_memory_recording();
+  std::string stop_memory_recording(const Bindings& dims);
+  // Training: the largest value of `symbol` (other dims as given) whose whole step (parameters, optimizer
+  // state, peak) fits in `limit` bytes; 0 when even 1 does not fit.
+  int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit) const;
 
   const ir::Graph& graph() const { return *graph_; }
   const memory::AllocationPlan& plan() const { return plan_; }
@@ -111,10 +125,14 @@ class Session {
 
  private:
   void init();
+  // A value's memory category: gradient, stash, recompute or transient.
+  const char* value_category(const ir::Value* v) const;
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 
   std::unique_ptr<ir::Graph> graph_;
+  std::unique_ptr<ir::Graph> unplanned_graph_;  // training: the graph before recompute plans, for predictions
+  memory::AllocationPlan unplanned_plan_;
   SessionOptions options_;
   CachingAllocator* alloc_;
   memory::AllocationPlan plan_;
@@ -126,6 +144,7 @@ class Session {
   std::vector<bool> reached_;
   uint64_t run_count_ = 0;
   std::unique_ptr<runtime::Profile> profile_;
+  std::unique_ptr<runtime::MemoryRecorder> recorder_;
 };
 
 }  // namespace onnxtrain

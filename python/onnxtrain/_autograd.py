@@ -22,5 +22,5 @@ class Apply(torch.autograd.Function):
         runner, state = ctx.runner, ctx.state
         ctx.state = None  # the stash goes as soon as backward is done
         output_grads = {name: as_numpy(g) for name, g in zip(runner.output_names, grads) if name in runner.grad_outputs}
-        result = runner.session.run_backward(state, output_grads)
+        result = runner.backward(state, output_grads)
         return (None, *[torch.from_numpy(result[n]) if n in result else None for n in runner.feed_names])

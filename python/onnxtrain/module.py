@@ -44,6 +44,8 @@ class _Runner:
             self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
                                                   options.memory_opt_config, options.memory_budget, dims,
                                                   options.memory_opt_level)
+            self.dims = dims
+            self.timeline_path = options.memory_timeline  # recorded at the first training step
             if options.memory_opt_config or options.memory_budget or options.memory_opt_level:
                 logger.warning("onnxtrain memory optimizer (%s), sizes for the first batch:\n%s", type(module).__name__,
                                self.session.memory_report(dims))
@@ -67,10 +69,23 @@ class _Runner:
         self.last_dims = {f"{n}_dim{i}": int(d) for n, t in zip(self.exported.input_names, tensors) for i, d in enumerate(t.shape)}
         # Random ops draw from PyTorch's generator, so torch.manual_seed makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,)).item())
+        if self.timeline_path:
+            self.session.start_memory_recording()
         outs, state = self.session.run_forward(self.feeds(tensors), seed)
         self.last_stash_bytes = state.stash_bytes
         self.update_buffers(outs)
         return outs, state
+
+    def backward(self, state, output_grads):
+        result = self.session.run_backward(state, output_grads)
+        if self.timeline_path:
+            from onnxtrain import timeline
+
+            path, self.timeline_path = self.timeline_path, ""
+            timeline.save(self.session.stop_memory_recording(self.last_dims), path)
+            logger.warning("onnxtrain: memory timeline of the first training step of %s: %s",
+                           type(self.module).__name__, path)
+        return result
 
     def run(self, tensors):
         outs = self.session.run(self.feeds(tensors))
@@ -123,17 +138,18 @@ class Module(torch.nn.Module):
 
     def memory_report(self, dims=None, json=False):
         """The memory optimizer's report of the training graph built last: every recompute cluster with its
-        frequency, status, bytes saved (symbolic, and for `dims` such as {"input_ids_dim0": 8}), flops and the
-        config entry that enables it."""
+        frequency, status, bytes saved (symbolic, and for `dims` such as {"input_ids_dim0": 8}; by default the
+        last batch's), flops and the config entry that enables it; then the step's predicted peak without and with
+        the plans."""
         runners = [r for r in self._runners.values() if r.training]
         if not runners:
             raise RuntimeError("onnxtrain: no training graph yet; the report comes after the first training forward")
-        return runners[-1].session.memory_report(dims or {}, json)
+        return runners[-1].session.memory_report(dims or getattr(runners[-1], "last_dims", runners[-1].dims), json)
 
     def memory_timeline(self, path):
-        """Draws the memory timeline of the last training step's graph at its sizes to `path` (PNG; the data
-        goes to the same path with .json): bytes over the execution order by category, the forward/backward
-        boundary, the predicted peak."""
+        """Draws the predicted memory timeline of the training graph at the last batch's sizes to `path` (PNG;
+        the data goes to the same path with .json): bytes over the execution order by category, the
+        forward/backward boundary, the predicted peak. Options(memory_timeline=PATH) records a real step instead."""
         from onnxtrain import timeline
 
         runners = [r for r in self._runners.values() if r.training and hasattr(r, "last_dims")]

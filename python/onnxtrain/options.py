@@ -13,12 +13,17 @@ class Options:
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
-    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL): 0 the config only, 1 transformer layer-wise
+    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL): 0 the config only, 1 transformer layer-wise,
+    # 2 layer-wise plus compromised plans (stash the narrower input of an up-cast instead of its output)
     memory_opt_level: int = 0
-    # ONNXTRAIN_MEMORY_BUDGET: keep at most this fraction of the stash (e.g. 0.3), for the first batch's sizes;
-    # the memory optimizer recomputes the cheapest set of activations that meets it
-    memory_budget: float = 0.0
+    # ONNXTRAIN_MEMORY_BUDGET: a fraction of the stash to keep at most (0.3), or a size for the whole step's
+    # predicted peak ("6GiB": parameters, gradients, stash, transient buffers; PyTorch's optimizer state is not
+    # counted), for the first batch's sizes; the memory optimizer recomputes the cheapest plans that meet it
+    memory_budget: str = ""
     print_memory_stats: bool = False  # ONNXTRAIN_PRINT_MEMORY_STATS=1: log the memory of each training step's phases
+    # ONNXTRAIN_MEMORY_TIMELINE: a PNG path; the first training step's allocations and frees are recorded and
+    # drawn there (the data goes to the same path with .json)
+    memory_timeline: str = ""
 
     def resolved(self):
         """These options with the environment's overrides applied and checked."""
@@ -29,16 +34,16 @@ class Options:
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
         level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL", os.environ.get("ORTMODULE_MEMORY_OPT_LEVEL", o.memory_opt_level))
-        if str(level) not in ("0", "1"):
-            raise ValueError(f"onnxtrain: memory optimizer level '{level}' is not 0 or 1 (level 2 is not supported yet)")
+        if str(level) not in ("0", "1", "2"):
+            raise ValueError(f"onnxtrain: memory optimizer level '{level}' is not 0, 1 or 2")
         o.memory_opt_level = int(level)
+        o.memory_timeline = os.environ.get("ONNXTRAIN_MEMORY_TIMELINE", o.memory_timeline)
         o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", "1" if o.print_memory_stats else "0") == "1"
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
-        try:
-            o.memory_budget = float(budget)
-        except ValueError:
-            raise ValueError(f"onnxtrain: ONNXTRAIN_MEMORY_BUDGET / Options.memory_budget is '{budget}'; "
-                             "give a fraction of the stash such as 0.3") from None
+        o.memory_budget = "" if budget in (0, "0", "") else str(budget)
+        from onnxtrain._onnxtrain import check_memory_budget
+
+        check_memory_budget(o.memory_budget)  # a ConfigError quoting it
         if o.fallback not in ("raise", "torch"):
             raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; use 'raise' or 'torch'")
         if o.log_level not in logging.getLevelNamesMapping():

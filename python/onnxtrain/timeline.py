@@ -9,17 +9,24 @@ CATEGORIES = ("stash", "recompute", "transient", "gradient")
 
 def save(timeline_json, path):
     """Writes `path` (.png, drawn with matplotlib) and the same path with .json; returns the parsed timeline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     t = json.loads(timeline_json)
     base = os.path.splitext(path)[0]
     tmp = base + ".json.tmp"
     with open(tmp, "w") as f:
         json.dump(t, f)
     os.replace(tmp, base + ".json")
+    draw(t, path)
+    return t
+
+
+def draw(t, path):
+    """Draws a parsed timeline into the PNG `path` (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = os.path.splitext(path)[0]
     mib = 2**20
     steps = [s["step"] for s in t["steps"]]
     params = [t["parameters"] / mib] * len(steps)
@@ -31,11 +38,23 @@ def save(timeline_json, path):
         ax.axhline((t["parameters"] + t["predicted_peak"]) / mib, color="red", linewidth=1, label="predicted peak")
     ax.set_xlabel("step of the execution order")
     ax.set_ylabel("MiB")
-    ax.set_title("onnxtrain memory timeline of one training step")
+    source = t.get("source", "predicted")
+    if "measured_peak" in t:
+        ax.axhline((t["parameters"] + t["measured_peak"]) / mib, color="black", linewidth=1, linestyle=":",
+                   label="measured peak")
+    ax.set_title(f"onnxtrain memory timeline of one training step ({source})")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     tmp = base + ".png.tmp"
     fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
     os.replace(tmp, path)
-    return t
+
+
+if __name__ == "__main__":  # python -m onnxtrain.timeline TIMELINE.json OUT.png (used by `onnxtrain plan --plot`)
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m onnxtrain.timeline TIMELINE.json OUT.png")
+    with open(sys.argv[1]) as f:
+        draw(json.load(f), sys.argv[2])

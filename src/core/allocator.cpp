@@ -40,6 +40,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   s_.allocated += rounded;
   s_.num_allocs++;
   update_peaks();
+  if (observer_) observer_(p, int64_t(rounded));
   return p;
 }
 
@@ -49,6 +50,7 @@ void CachingAllocator::free(void* p) {
   auto it = used_.find(p);
   if (it == used_.end()) return;
   s_.allocated -= it->second.second;
+  if (observer_) observer_(p, -int64_t(it->second.second));
   free_blocks_.emplace(it->second.first, p);
   used_.erase(it);
   s_.num_frees++;
@@ -72,6 +74,11 @@ void CachingAllocator::reset_peaks() {
   s_.peak_allocated = s_.allocated;
   s_.peak_cached = s_.cached;
   s_.peak_inactive = s_.inactive;
+}
+
+void CachingAllocator::set_observer(Observer observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(observer);
 }
 
 void CachingAllocator::set_limit(int64_t bytes) {

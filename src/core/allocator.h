@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -34,6 +35,10 @@ class CachingAllocator {
   void set_limit(int64_t bytes);
   // Returns unused cached blocks to the system.
   void empty_cache();
+  // Called (under the allocator's lock: it must not allocate from this allocator) with every block handed
+  // out (+rounded bytes) and taken back (-rounded bytes); an empty function removes it.
+  using Observer = std::function<void(const void* block, int64_t bytes)>;
+  void set_observer(Observer observer);
 
   static CachingAllocator& global();
 
@@ -44,6 +49,7 @@ class CachingAllocator {
   std::multimap<size_t, void*> free_blocks_;  // block size -> block
   std::map<void*, std::pair<size_t, size_t>> used_;  // block -> (block size, rounded request)
   MemoryStats s_;
+  Observer observer_;
 };
 
 }  // namespace onnxtrain

@@ -60,6 +60,42 @@ std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> 
 }
 const Tensor* Node::attr_tensor(const std::string& key) const { return get_attr<Tensor>(*this, key, "tensor"); }
 
+std::unique_ptr<Graph> Graph::clone() const {
+  auto g = std::make_unique<Graph>();
+  std::map<const Value*, Value*> vmap;
+  std::map<const Node*, Node*> nmap;
+  for (auto& v : values_) {
+    g->values_.push_back(std::make_unique<Value>(*v));
+    vmap[v.get()] = g->values_.back().get();
+    g->by_name_[v->name] = g->values_.back().get();
+  }
+  for (auto& n : nodes_) {
+    g->nodes_.push_back(std::make_unique<Node>(*n));
+    nmap[n.get()] = g->nodes_.back().get();
+  }
+  auto value = [&](Value* v) { return v ? vmap.at(v) : nullptr; };
+  for (auto& v : g->values_) {
+    v->producer = v->producer ? nmap.count(v->producer) ? nmap.at(v->producer) : nullptr : nullptr;
+    for (Node*& c : v->consumers) c = nmap.at(c);
+  }
+  for (auto& n : g->nodes_) {
+    for (Value*& v : n->inputs) v = value(v);
+    for (Value*& v : n->outputs) v = value(v);
+  }
+  for (Value* v : inputs) g->inputs.push_back(value(v));
+  for (Value* v : outputs) g->outputs.push_back(value(v));
+  for (Value* v : initializers) g->initializers.push_back(value(v));
+  for (const Node* n : unknown_)
+    if (nmap.count(n)) g->unknown_.push_back(nmap.at(n));
+  g->opsets = opsets;
+  g->name = name;
+  g->ir_version = ir_version;
+  g->producer_name = producer_name;
+  g->invented_ = invented_;
+  g->counter_ = counter_;
+  return g;
+}
+
 Value* Graph::add_value(const std::string& name) {
   values_.push_back(std::make_unique<Value>());
   Value* v = values_.back().get();

@@ -66,6 +66,8 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
+  // A deep copy (values, nodes and their wiring; tensors share their storage, ops are shared).
+  std::unique_ptr<Graph> clone() const;
   Value* add_value(const std::string& name);
   Value* find(const std::string& name) const;
   Node* add_node(const std::string& op_type, const std::vector<Value*>& inputs, const std::vector<Value*>& outputs,

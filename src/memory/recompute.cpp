@@ -1,8 +1,7 @@
 #include "memory/recompute.h"
 
 #include <algorithm>
-#include <climits>
-#include <numeric>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -32,38 +31,63 @@ static Dim bytes_of(const ir::Value* v) {
   return v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("bytes(" + v->name + ")");
 }
 
+static bool is_upcast(const ir::Node* n) {
+  return n->op_type == "Cast" && n->inputs[0] && n->outputs[0] && dtype_size(n->outputs[0]->dtype) > dtype_size(n->inputs[0]->dtype);
+}
+
+// The nodes recomputing `target` from values free in backward (graph inputs, parameters, constants, values
+// stashed anyway), or false. With `compromise`, a walk stops at up-casts, the narrower inputs going to `kept`.
+static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std::set<const ir::Node*>* chosen,
+                 std::vector<const ir::Value*>* kept) {
+  std::vector<const ir::Node*> todo = {target->producer};
+  while (!todo.empty()) {
+    const ir::Node* n = todo.back();
+    todo.pop_back();
+    if (chosen->count(n)) continue;
+    if (!n->op || !n->op->recomputable() || chosen->size() >= node_cap) return false;
+    chosen->insert(n);
+    for (const ir::Value* u : n->inputs) {
+      if (!u || !u->producer || u->producer->backward || read_in_backward(u)) continue;
+      if (compromise && is_upcast(n)) {
+        if (std::find(kept->begin(), kept->end(), u) == kept->end()) kept->push_back(u);
+        continue;
+      }
+      todo.push_back(u->producer);
+    }
+  }
+  return true;
+}
+
 std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
   std::vector<Candidate> out;
   for (const ir::Value* target : stashed_values(g)) {
     std::set<const ir::Node*> chosen;
-    std::vector<const ir::Node*> todo = {target->producer};
-    bool ok = true;
-    while (ok && !todo.empty()) {
-      const ir::Node* n = todo.back();
-      todo.pop_back();
-      if (chosen.count(n)) continue;
-      if (!n->op || !n->op->recomputable() || chosen.size() >= node_cap) {
-        ok = false;
-        break;
-      }
-      chosen.insert(n);
-      for (const ir::Value* u : n->inputs) {
-        // Free in backward: graph inputs, parameters, constants, and values stashed anyway.
-        if (!u || !u->producer || u->producer->backward || read_in_backward(u)) continue;
-        todo.push_back(u->producer);
-      }
+    std::vector<const ir::Value*> kept;
+    bool compromise = false;
+    if (!walk(target, node_cap, false, &chosen, &kept)) {
+      chosen.clear();
+      if (!walk(target, node_cap, true, &chosen, &kept) || kept.empty()) continue;
+      compromise = true;
     }
-    if (!ok) continue;
     Candidate c;
     c.target = target;
+    c.compromise = compromise;
+    c.kept = kept;
     for (auto& n : g.nodes())
       if (chosen.count(n.get())) c.nodes.push_back(n.get());  // forward order
     c.flops = Dim(0);
+    Dim moved(0);
     for (const ir::Node* n : c.nodes) {
       c.cluster += n->op_type + "+";
       c.flops = c.flops + n->op->flops(*n);
+      for (const ir::Value* v : n->inputs)
+        if (v) moved = moved + bytes_of(v);
+      for (const ir::Value* v : n->outputs)
+        if (v) moved = moved + bytes_of(v);
     }
+    c.cost = c.flops + moved * Dim(kBytesCost);
     c.bytes = bytes_of(target);
+    for (const ir::Value* v : kept) c.bytes = c.bytes - bytes_of(v);
     out.push_back(c);
   }
   return out;
@@ -78,9 +102,8 @@ static ConfigEntry parse_entry(const std::string& entry) {
   e.cluster = entry.substr(0, a);
   if (e.cluster.empty()) throw bad("empty cluster id");
   std::string strategy = entry.substr(a + 1, b - a - 1), count = entry.substr(b + 1);
-  if (strategy != "0" && strategy != "1")
-    throw bad("strategy '" + strategy + "' is not 0 (off) or 1 (recompute)" +
-              (strategy == "2" ? "; 2 (recompute with compromise) is not supported yet" : ""));
+  if (strategy != "0" && strategy != "1" && strategy != "2")
+    throw bad("strategy '" + strategy + "' is not 0 (off), 1 (recompute) or 2 (recompute with compromise)");
   e.strategy = strategy[0] - '0';
   try {
     size_t used = 0;
@@ -179,57 +202,6 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
   if (!clones.empty()) g.move_before(clones, first);  // (reused clones get ordered by the final sort)
 }
 
-BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const ir::Graph& g, const Budget& budget) {
-  BudgetChoice r;
-  for (const ir::Value* v : stashed_values(g)) {
-    auto b = bytes_of(v).eval(budget.dims);
-    if (!b) throw ConfigError("memory budget: the size of '" + v->name + "' (" + bytes_of(v).str() + ") needs dims that were not given");
-    r.stash += *b;
-  }
-  r.need = std::max<int64_t>(0, r.stash - int64_t(budget.stash_fraction * double(r.stash)));
-  std::vector<int64_t> bytes, flops;
-  int64_t unit = 0;
-  for (auto& c : candidates) {
-    auto b = c.bytes.eval(budget.dims), f = c.flops.eval(budget.dims);
-    bytes.push_back(b ? *b : 0);
-    flops.push_back(f ? *f : 0);
-    unit = std::gcd(unit, bytes.back());
-  }
-  unit = std::max<int64_t>(unit, 1);
-  const int64_t cap = (r.need + unit - 1) / unit;  // units to save, at least
-  // dp[u]: least flops saving at least u units (capped at cap); take[i][u]: whether item i is used there.
-  const int64_t kInf = INT64_MAX / 4;
-  std::vector<int64_t> dp(size_t(cap) + 1, kInf);
-  dp[0] = 0;
-  std::vector<std::vector<bool>> take(candidates.size(), std::vector<bool>(size_t(cap) + 1, false));
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    int64_t w = bytes[i] / unit;
-    if (w == 0) continue;
-    for (int64_t u = cap; u >= 0; --u) {
-      int64_t from = std::max<int64_t>(0, u - w);
-      // reaching u from `from` (any state >= u - w reaches u when capped)
-      if (dp[size_t(from)] < kInf && dp[size_t(from)] + flops[i] < dp[size_t(u)]) {
-        dp[size_t(u)] = dp[size_t(from)] + flops[i];
-        take[i][size_t(u)] = true;
-      }
-    }
-  }
-  if (dp[size_t(cap)] >= kInf) {  // cannot meet it: recompute everything and say by how much it misses
-    for (size_t i = 0; i < candidates.size(); ++i) r.chosen.push_back(i), r.saved += bytes[i];
-    return r;
-  }
-  int64_t u = cap;
-  for (size_t i = candidates.size(); i-- > 0 && u > 0;)
-    if (take[i][size_t(u)]) {
-      r.chosen.push_back(i);
-      r.saved += bytes[i];
-      u = std::max<int64_t>(0, u - bytes[i] / unit);
-    }
-  std::reverse(r.chosen.begin(), r.chosen.end());
-  r.met = true;
-  return r;
-}
-
 std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
   auto is_add = [](const ir::Node* n) { return n && n->op_type == "Add"; };
   std::vector<const ir::Node*> starts;
@@ -258,73 +230,178 @@ std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
   return starts;
 }
 
-RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget, int level) {
-  auto candidates = find_candidates(g);
-  RecomputeReport report;
-  std::map<std::string, size_t> row;  // cluster + shape -> report row
-  for (auto& c : candidates) {
-    std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
-    auto [it, fresh] = row.emplace(c.cluster + shape, report.clusters.size());
-    if (fresh) report.clusters.push_back(ClusterReport{c.cluster, shape, 0, 0, 0, c.bytes, c.flops});
-    report.clusters[it->second].frequency++;
+// The forward nodes of the detected transformer layers (from the first start to the last layer's end) and
+// each layer's input, its checkpoint: it stays stashed (recomputing it would chain the layers).
+struct Layers {
+  std::set<const ir::Node*> nodes;
+  std::set<const ir::Value*> checkpoints;
+  size_t count = 0;
+};
+
+static Layers find_layers(const ir::Graph& g) {
+  Layers r;
+  auto starts = detect_layers(g);
+  r.count = starts.size();
+  if (starts.empty()) return r;
+  for (const ir::Node* s : starts) r.checkpoints.insert(s->inputs[0]);
+  // A layer spans from its start to the next start; the last one to the last LayerNormalization after it.
+  const ir::Node* end = nullptr;
+  bool inside = false;
+  for (auto& n : g.nodes())
+    if (!n->backward && n->op_type == "LayerNormalization") end = n.get();
+  for (auto& n : g.nodes()) {
+    if (n->backward) continue;
+    if (n.get() == starts.front()) inside = true;
+    if (n.get() == end && n.get() != starts.back()) inside = false;
+    if (inside) r.nodes.insert(n.get());
   }
-  std::set<size_t> by_budget;
-  if (budget) {
-    BudgetChoice choice = choose_for_budget(candidates, g, *budget);
-    by_budget.insert(choice.chosen.begin(), choice.chosen.end());
-    std::ostringstream os;
-    os << "budget: keep " << budget->stash_fraction * 100 << "% of a " << choice.stash << "-byte stash: save " << choice.need
-       << " bytes; the plans chosen save " << choice.saved << " bytes"
-       << (choice.met ? "" : " (missed by " + std::to_string(choice.need - choice.saved) + " bytes)");
-    report.budget = os.str();
-  }
-  std::set<const ir::Node*> in_layers;  // level 1: forward nodes from the first layer start to the last layer's end
-  std::set<const ir::Value*> checkpoints;  // level 1: each layer's input stays stashed (recomputing it would chain layers)
-  if (level == 1) {
-    auto starts = detect_layers(g);
-    std::ostringstream os;
-    os << "level 1: " << starts.size() << " transformer layers";
-    if (starts.empty()) os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
-    report.level = os.str();
-    for (const ir::Node* s : starts) checkpoints.insert(s->inputs[0]);
-    if (!starts.empty()) {
-      // A layer spans from its start to the next start; the last one to the last LayerNormalization after it.
-      const ir::Node* end = nullptr;
-      bool inside = false;
-      for (auto& n : g.nodes())
-        if (!n->backward && n->op_type == "LayerNormalization") end = n.get();
-      for (auto& n : g.nodes()) {
-        if (n->backward) continue;
-        if (n.get() == starts.front()) inside = true;
-        if (n.get() == end && n.get() != starts.back()) inside = false;
-        if (inside) in_layers.insert(n.get());
-      }
-    }
-  } else if (level != 0) {
-    throw ConfigError("memory optimizer level " + std::to_string(level) + " is not supported" +
-                      (level == 2 ? " yet (level 2 adds compromised plans)" : " (levels are 0 and 1)"));
-  }
-  std::map<std::string, int64_t> applied;  // cluster -> occurrences applied so far (forward order)
-  Clones done;
+  return r;
+}
+
+// Which candidates the config and the level choose; `by_config` marks the config's.
+static std::vector<bool> choose_by_config_and_level(const std::vector<Candidate>& candidates, const RecomputeOptions& o,
+                                                    const Layers& layers, std::vector<bool>* by_config) {
+  std::vector<bool> pick(candidates.size(), false);
+  by_config->assign(candidates.size(), false);
+  std::map<std::string, int64_t> counted;  // cluster -> occurrences the config took so far (forward order)
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
-    auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == c.cluster; });
-    bool configured = e != config.end() && e->strategy == 1 && (e->count == -1 || applied[c.cluster] < e->count);
-    bool switched_off = e != config.end() && e->strategy == 0;  // the config overrides the level
-    bool layer = !switched_off && in_layers.count(c.target->producer) && !checkpoints.count(c.target);
-    if (!configured && !by_budget.count(i) && !layer) continue;
-    clone_into_backward(g, c, done);
-    applied[c.cluster]++;
-    std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
-    ClusterReport& r = report.clusters[row.at(c.cluster + shape)];
-    r.applied++;
-    if (!configured) r.requested++;  // chosen by the budget
+    auto e = std::find_if(o.config.begin(), o.config.end(), [&](auto& x) { return x.cluster == c.cluster; });
+    bool allowed = e != o.config.end() && (e->strategy == 2 || (e->strategy == 1 && !c.compromise));
+    if (allowed && (e->count == -1 || counted[c.cluster] < e->count)) {
+      counted[c.cluster]++;
+      pick[i] = (*by_config)[i] = true;
+    }
+    bool switched_off = e != o.config.end() && e->strategy == 0;  // the config overrides the level
+    bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
+    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !layers.checkpoints.count(c.target))
+      pick[i] = true;
   }
+  return pick;
+}
+
+static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, const std::vector<bool>& pick) {
+  Clones done;
+  for (size_t i = 0; i < candidates.size(); ++i)
+    if (pick[i]) clone_into_backward(g, candidates[i], done);
   if (!done.nodes.empty()) g.sort_nodes();  // clones reading earlier clones: producers first
-  for (auto& r : report.clusters) {  // requested by the config (the budget's picks are counted above)
-    auto e = std::find_if(config.begin(), config.end(), [&](auto& x) { return x.cluster == r.cluster; });
-    if (e != config.end() && e->strategy == 1) r.requested += e->count == -1 ? r.frequency : e->count;
+}
+
+static int64_t eval_or_throw(const Dim& d, const Bindings& dims, const std::string& what) {
+  auto v = d.eval(dims);
+  if (!v) throw ConfigError("memory budget: the size of " + what + " (" + d.str() + ") needs dims that were not given");
+  return *v;
+}
+
+static std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / 1048576.0);
+  return buf;
+}
+
+// Adds to `pick` the cheapest further plans that meet the budget; returns what the report says of it.
+static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candidates, const RecomputeOptions& o,
+                                     std::vector<bool>* pick) {
+  const Budget& b = o.budget;
+  std::vector<Item> items;
+  std::vector<size_t> index;  // items -> candidates
+  int64_t saved_anyway = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    int64_t bytes = eval_or_throw(candidates[i].bytes, b.dims, "'" + candidates[i].target->name + "'");
+    if ((*pick)[i]) {
+      saved_anyway += bytes;
+      continue;
+    }
+    items.push_back({bytes, eval_or_throw(candidates[i].cost, b.dims, "a recompute cost")});
+    index.push_back(i);
   }
+  auto with = [&](const Choice& c) {
+    std::vector<bool> p = *pick;
+    for (size_t k : c.chosen) p[index[k]] = true;
+    return p;
+  };
+  std::ostringstream os;
+  os << "budget " << b.str() << ": ";
+  if (b.stash_fraction > 0) {
+    int64_t stash = 0;
+    for (const ir::Value* v : stashed_values(g)) stash += eval_or_throw(bytes_of(v), b.dims, "'" + v->name + "'");
+    int64_t need = std::max<int64_t>(0, stash - int64_t(b.stash_fraction * double(stash)));
+    Choice c = choose_cheapest(items, need - saved_anyway);
+    *pick = with(c);
+    os << "of a " << mib(stash) << " stash, save " << mib(need) << "; the plans chosen save " << mib(c.saved + saved_anyway)
+       << (c.met ? "" : " (missed by " + mib(need - saved_anyway - c.saved) + ")");
+    return os.str();
+  }
+  // A budget on the step's peak: the least stash to save whose cheapest plans bring the rewritten graph's
+  // predicted peak under it, found by doubling the estimate from the peak, then bisecting.
+  auto peak_with = [&](int64_t need, Choice* c) {
+    *c = choose_cheapest(items, need);
+    auto h = g.clone();
+    rewrite(*h, find_candidates(*h), with(*c));
+    return o.step_peak(*h);
+  };
+  Choice c, best;
+  const int64_t before = peak_with(0, &c);
+  int64_t peak = before, lo = 0, need = std::max<int64_t>(before - b.peak_bytes, 0), step = need;
+  best = c;
+  if (peak > b.peak_bytes) {
+    for (peak = peak_with(need, &c); peak > b.peak_bytes && c.met; peak = peak_with(need, &c)) {
+      lo = need;
+      need += std::max<int64_t>(step, 1);
+      step *= 2;
+    }
+    best = c;
+    if (peak <= b.peak_bytes) {
+      for (int round = 0; round < 12 && need - lo > 1; ++round) {  // the least need that still fits
+        int64_t mid = lo + (need - lo) / 2, p = peak_with(mid, &c);
+        if (p <= b.peak_bytes) need = mid, peak = p, best = c;
+        else lo = mid;
+      }
+    }
+  }
+  *pick = with(best);
+  os << "predicted peak " << mib(before) << " without its plans, " << mib(peak) << " with them (they save "
+     << mib(best.saved) << " of stash)" << (peak <= b.peak_bytes ? "" : "; missed by " + mib(peak - b.peak_bytes));
+  return os.str();
+}
+
+RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
+  if (o.level < 0 || o.level > 2)
+    throw ConfigError("memory optimizer level " + std::to_string(o.level) + " is not 0, 1 or 2");
+  if (o.budget.peak_bytes && !o.step_peak) throw ConfigError("memory budget: a budget on the step's peak needs a session to plan it");
+  auto candidates = find_candidates(g);
+  RecomputeReport report;
+  std::vector<size_t> row_of;  // candidate -> report row
+  std::map<std::string, size_t> row;  // cluster + shape + kind -> report row
+  for (auto& c : candidates) {
+    std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
+    auto [it, fresh] = row.emplace(c.cluster + shape + (c.compromise ? "~" : ""), report.clusters.size());
+    if (fresh) report.clusters.push_back(ClusterReport{c.cluster, shape, c.compromise, 0, 0, 0, c.bytes, c.flops});
+    report.clusters[it->second].frequency++;
+    row_of.push_back(it->second);
+  }
+  Layers layers;
+  if (o.level > 0) {
+    layers = find_layers(g);
+    std::ostringstream os;
+    os << "level " << o.level << ": " << layers.count << " transformer layers";
+    if (!layers.count) os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
+    report.level = os.str();
+  }
+  std::vector<bool> by_config;
+  std::vector<bool> pick = choose_by_config_and_level(candidates, o, layers, &by_config);
+  if (!o.budget.empty()) report.budget = choose_for_budget(g, candidates, o, &pick);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    ClusterReport& r = report.clusters[row_of[i]];
+    r.applied += pick[i];
+    r.requested += by_config[i] || pick[i];  // the config's, the level's and the budget's picks
+  }
+  for (auto& r : report.clusters) {  // the config may ask for more occurrences than exist
+    auto e = std::find_if(o.config.begin(), o.config.end(), [&](auto& x) { return x.cluster == r.cluster; });
+    bool asks = e != o.config.end() && (e->strategy == 2 || (e->strategy == 1 && !r.compromise));
+    if (asks && e->count > r.frequency) r.requested += e->count - r.frequency;
+  }
+  rewrite(g, candidates, pick);
   return report;
 }
 
@@ -340,7 +417,7 @@ std::string RecomputeReport::str(const Bindings& dims) const {
   for (auto& c : clusters)
     os << c.cluster << " | " << c.shape << " | " << c.frequency << " | " << (c.applied ? "ON" : "OFF") << " ("
        << c.applied << "/" << c.requested << ") | " << c.bytes.str() << " = " << evaluated(c.bytes, dims) << " | "
-       << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.cluster << ":1:-1\n";
+       << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.config() << (c.compromise ? " (compromise)" : "") << "\n";
   if (!level.empty()) os << level << "\n";
   if (!budget.empty()) os << budget << "\n";
   return os.str();
@@ -353,7 +430,7 @@ std::string RecomputeReport::json(const Bindings& dims) const {
     rows.push_back({{"cluster", c.cluster}, {"shape", c.shape}, {"frequency", c.frequency}, {"requested", c.requested},
                     {"applied", c.applied}, {"bytes", c.bytes.str()}, {"bytes_evaluated", b ? nlohmann::json(*b) : nullptr},
                     {"flops", c.flops.str()}, {"flops_evaluated", f ? nlohmann::json(*f) : nullptr},
-                    {"config", c.cluster + ":1:-1"}});
+                    {"config", c.config()}, {"compromise", c.compromise}});
   }
   return nlohmann::json{{"clusters", rows}, {"budget", budget}, {"level", level}}.dump(2);
 }

@@ -4,11 +4,13 @@
 // ("Add+Gelu+"), the user's choice in ONNX Runtime's config grammar, and the
 // rewrite that clones chosen subgraphs into the backward part.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/dim.h"
+#include "memory/budget.h"
 #include "ir/graph.h"
 
 namespace onnxtrain::memory {
@@ -20,14 +22,24 @@ struct Candidate {
   const ir::Value* target = nullptr;     // the stashed activation it saves
   std::vector<const ir::Node*> nodes;    // the subgraph recomputing it, in forward order
   std::string cluster;                   // op types in order, each followed by '+'
-  Dim bytes;                             // bytes of `target` no longer stashed
+  Dim bytes;                             // stash bytes saved: target's, less what a compromise keeps
   Dim flops;                             // recompute work
+  // Recompute cost the budget minimises: flops plus kBytesCost per byte the subgraph reads and writes
+  // (elementwise recompute is bound by memory traffic, not arithmetic).
+  Dim cost;
+  // A compromised plan: the walk stopped at up-casts (Cast to a wider type) whose narrower inputs, in
+  // `kept`, are stashed instead of being recomputed.
+  bool compromise = false;
+  std::vector<const ir::Value*> kept;
 };
+constexpr int64_t kBytesCost = 8;
 
-// One candidate per stashed activation whose producer chain is recomputable within `node_cap` nodes.
+// One candidate per stashed activation whose producer chain is recomputable within `node_cap` nodes; for a
+// stashed activation without one, a compromised candidate when stopping at up-casts makes one.
 std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap = 12);
 
-// One entry of a config: ClusterId:Strategy:Count (strategy 0 off, 1 recompute; count -1 = all, N = first N).
+// One entry of a config: ClusterId:Strategy:Count (strategy 0 off, 1 recompute, 2 recompute with compromise;
+// count -1 = all, N = first N).
 struct ConfigEntry {
   std::string cluster;
   int strategy = 0;
@@ -40,8 +52,10 @@ std::vector<ConfigEntry> parse_config(const std::string& text);
 
 struct ClusterReport {
   std::string cluster, shape;
+  bool compromise = false;
   int64_t frequency = 0, requested = 0, applied = 0;
   Dim bytes, flops;  // per occurrence
+  std::string config() const { return cluster + (compromise ? ":2:-1" : ":1:-1"); }
 };
 struct RecomputeReport {
   std::vector<ClusterReport> clusters;
@@ -52,28 +66,22 @@ struct RecomputeReport {
   std::string json(const Bindings& dims = {}) const;
 };
 
-// A budget: keep at most `stash_fraction` of the stash (evaluated for `dims`), recomputing
-// the set of candidates with the least total flops that saves enough (an exact knapsack over
-// the candidates' sizes; matmul-heavy plans are chosen only when cheaper ones cannot meet it).
-struct Budget {
-  double stash_fraction = 1.0;
-  Bindings dims;
-};
-struct BudgetChoice {
-  std::vector<size_t> chosen;  // indices into the candidates
-  int64_t stash = 0, need = 0, saved = 0;
-  bool met = false;
-};
-BudgetChoice choose_for_budget(const std::vector<Candidate>& candidates, const ir::Graph& g, const Budget& budget);
-
 // Transformer layers, detected from structure: each starts at a LayerNormalization whose input is a
 // residual stream (an Add's output, or read by an Add) and whose output reaches a Softmax before any
 // other LayerNormalization; it ends where the next one starts. Returns the starting nodes, in order.
 std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
 
-// Clones the chosen candidates (by config, level, and budget when given) into the backward part,
-// each clone before its first reader and with the original's random key, and reports every cluster.
-RecomputeReport apply_recompute(ir::Graph& g, const std::vector<ConfigEntry>& config, const Budget* budget = nullptr,
-                                int level = 0);
+struct RecomputeOptions {
+  std::vector<ConfigEntry> config;
+  int level = 0;  // 0 the config only; 1 plain plans inside transformer layers; 2 also compromised ones
+  Budget budget;  // the cheapest further plans that meet it, for budget.dims
+  // For a budget on the step's peak: the whole step's predicted peak in bytes of a training graph for
+  // budget.dims (the session plans it the way it will run).
+  std::function<int64_t(const ir::Graph&)> step_peak;
+};
+
+// Clones the chosen candidates (by config, level and budget) into the backward part, each clone before its
+// first reader and with the original's random key, and reports every cluster.
+RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& options);
 
 }  // namespace onnxtrain::memory

@@ -1,5 +1,6 @@
 // Allocator statistics and limits.
 #include "core/allocator.h"
+#include "memory/budget.h"
 #include "python/init.h"
 
 namespace py = pybind11;
@@ -27,6 +28,9 @@ void init_memory(py::module_& m) {
   m.def("reset_peak_stats", [] { CachingAllocator::global().reset_peaks(); }, "Sets every peak to its current value.");
   m.def("set_memory_limit", [](int64_t bytes) { CachingAllocator::global().set_limit(bytes); }, py::arg("bytes"),
         "Allocations past this many allocated bytes raise OutOfMemoryError; 0 removes the limit.");
+  m.def(
+      "check_memory_budget", [](const std::string& text) { memory::parse_budget(text); }, py::arg("text"),
+      "Raises ConfigError unless `text` is a memory budget: a fraction of the stash ('0.3') or a size ('6GiB').");
   m.def("empty_cache", [] { CachingAllocator::global().empty_cache(); }, "Returns unused cached blocks to the system.");
 }
 

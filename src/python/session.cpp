@@ -24,19 +24,23 @@ void init_session(py::module_& m) {
       .def_static(
           "for_training",
           [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const std::string& memory_config,
-             double memory_budget, const Bindings& memory_dims, int memory_level) {
+             const std::string& memory_budget, const Bindings& memory_dims, int memory_level, double optimizer_state_factor) {
             autodiff::TrainingSpec spec{wrt, loss};
             SessionOptions options;
             options.memory_level = memory_level;
             options.memory_config = memory_config;
             options.memory_budget = memory_budget;
             options.memory_dims = memory_dims;
+            options.optimizer_state_factor = optimizer_state_factor;
             return Session(ir::load_model_bytes(std::string(b)), spec, options);
           },
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",
-          py::arg("memory_budget") = 0.0, py::arg("memory_dims") = Bindings{}, py::arg("memory_level") = 0,
+          py::arg("memory_budget") = "", py::arg("memory_dims") = Bindings{}, py::arg("memory_level") = 0,
+          py::arg("optimizer_state_factor") = 0.0,
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
-          "is empty, of the outputs whose gradients run_backward receives.")
+          "is empty, of the outputs whose gradients run_backward receives. memory_budget: '' none, a fraction of "
+          "the stash ('0.3') or a size for the step's peak ('6GiB'); optimizer_state_factor: optimizer state bytes "
+          "per parameter byte counted in predictions and budgets.")
       .def_property_readonly("input_names", &Session::input_names)
       .def_property_readonly("output_names", &Session::output_names)
       .def_property_readonly("grad_names", &Session::grad_names)
@@ -87,32 +91,42 @@ void init_session(py::module_& m) {
       .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
       .def(
           "predict_memory",
-          [](const Session& s, const Bindings& dims) {
-            MemoryPrediction p = s.predict_memory(dims);
+          [](const Session& s, const Bindings& dims, bool without_plans) {
+            MemoryPrediction p = s.predict_memory(dims, without_plans);
             py::dict d;
             d["parameters"] = p.parameters;
+            d["optimizer_state"] = p.optimizer_state;
             d["gradients"] = p.gradients;
             d["stash"] = p.stash;
             d["peak"] = p.peak;
+            d["total"] = p.total();
             return d;
           },
-          py::arg("dims"), "A training step's memory for these dims: parameters, gradients, stash, peak (bytes).")
+          py::arg("dims"), py::arg("without_plans") = false,
+          "A training step's memory for these dims (bytes): parameters, optimizer_state, gradients, stash, peak "
+          "(the allocator's, during the step) and total (the whole step); without_plans: as if no recompute plan "
+          "were applied.")
       .def(
           "transformer_layers",
           [](const Session& s) { return memory::detect_layers(s.graph()).size(); },
           "How many transformer layers the memory optimizer detects in the forward graph.")
       .def("memory_timeline", &Session::memory_timeline, py::arg("dims"),
-           "The allocation timeline of one run for these dims, as JSON (see onnxtrain.timeline).")
+           "The predicted allocation timeline of one run for these dims, as JSON (see onnxtrain.timeline).")
+      .def("start_memory_recording", &Session::start_memory_recording,
+           "Records every allocation and free of the following runs until stop_memory_recording.")
+      .def("stop_memory_recording", &Session::stop_memory_recording, py::arg("dims"),
+           "The measured timeline of the recorded runs as JSON (memory_timeline's format plus events and "
+           "measured_peak); `dims` sizes the predicted peak drawn beside it.")
       .def("largest_fitting", &Session::largest_fitting, py::arg("symbol"), py::arg("dims"), py::arg("limit"),
-           py::arg("extra_per_parameter_byte") = 0.0,
-           "The largest value of `symbol` whose parameters (plus optimizer state) and peak fit in `limit` bytes.")
+           "The largest value of `symbol` whose whole step (parameters, optimizer state, peak) fits in `limit` bytes.")
       .def(
           "memory_report",
           [](const Session& s, const Bindings& dims, bool as_json) {
-            return as_json ? s.memory_report().json(dims) : s.memory_report().str(dims);
+            return s.memory_report_text(dims, as_json);
           },
           py::arg("dims") = Bindings{}, py::arg("json") = false,
-          "Recompute clusters of a training session: frequency, status, bytes saved, flops, config entry.")
+          "Recompute clusters of a training session (frequency, status, bytes saved, flops, config entry), then "
+          "the predicted step peak without and with the plans (for `dims`).")
       .def("save", [](const Session& s, const std::string& path) { ir::save_model_file(s.graph(), path); }, py::arg("path"),
            "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
       .def("set_profiling", &Session::set_profiling, py::arg("on"), "Switches per-op-type timing on (resetting it) or off.")

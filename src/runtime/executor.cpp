@@ -4,6 +4,7 @@
 
 #include "ops/bind.h"
 #include "ops/shape_util.h"
+#include "runtime/memory_recorder.h"
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::runtime {
@@ -16,7 +17,8 @@ static uint64_t random_key(const ir::Node& n) {
   return h;
 }
 
-static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, CachingAllocator* alloc, uint64_t seed) {
+static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, CachingAllocator* alloc, uint64_t seed,
+                     MemoryRecorder* recorder) {
   const memory::StepPlan& step = plan.steps()[s];
   const ir::Node& n = *step.node;
   std::vector<const Tensor*> ins;
@@ -46,6 +48,7 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
       outs[i] = Tensor(o.dtype, dims, env.at(vp.source).storage());
     } else {
       outs[i] = Tensor(o.dtype, dims, alloc);
+      if (recorder) recorder->label(outs[i].raw(), v);
     }
     out_ptrs[i] = &outs[i];
   }
@@ -59,11 +62,12 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
 }
 
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, Profile* profile) {
+             uint64_t seed, Profile* profile, MemoryRecorder* recorder) {
   for (size_t s = begin; s < end; ++s) {
     try {
       auto t0 = std::chrono::steady_clock::now();
-      run_step(plan, s, env, alloc, seed);
+      if (recorder) recorder->at_step(s);
+      run_step(plan, s, env, alloc, seed, recorder);
       if (profile) {
         const std::string& op = plan.steps()[s].node->op_type;
         profile->ms_by_op[op] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

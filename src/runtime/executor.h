@@ -24,7 +24,9 @@ struct Profile {
   std::map<std::string, int64_t> calls_by_op;
 };
 
+class MemoryRecorder;
+
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, Profile* profile = nullptr);
+             uint64_t seed, Profile* profile = nullptr, MemoryRecorder* recorder = nullptr);
 
 }  // namespace onnxtrain::runtime

@@ -60,23 +60,54 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
   init();
 }
 
+// The forward part first, then the backward part, each in graph order; returns the boundary.
+static size_t execution_order(const ir::Graph& g, std::vector<const ir::Node*>* order) {
+  for (auto& n : g.nodes())
+    if (!n->backward) order->push_back(n.get());
+  size_t boundary = order->size();
+  for (auto& n : g.nodes())
+    if (n->backward) order->push_back(n.get());
+  return boundary;
+}
+
+static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
+  Dim b = v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("?");
+  auto x = b.eval(dims);
+  if (!x) throw ConfigError("memory prediction: the size of '" + v->name + "' (" + b.str() + ") needs dims that were not given");
+  return *x;
+}
+
+static int64_t planned_peak(const memory::AllocationPlan& plan, const Bindings& dims) {
+  auto peak = plan.predicted_peak(dims);
+  if (!peak) throw ConfigError("memory prediction: some sizes depend on data or on dims that were not given");
+  return *peak;
+}
+
 void Session::init() {
   if (options_.optimize) passes::run_passes(*graph_, passes::default_passes());
   // Recompute clones go in after the passes (common-subexpression elimination would merge them back).
   if (training_) {
-    if (options_.memory_budget < 0 || options_.memory_budget > 1)
-      throw ConfigError("memory budget " + std::to_string(options_.memory_budget) + " is not a fraction of the stash in [0, 1]");
-    memory::Budget budget{options_.memory_budget, options_.memory_dims};
-    report_ = memory::apply_recompute(*graph_, memory::parse_config(options_.memory_config),
-                                      options_.memory_budget > 0 ? &budget : nullptr, options_.memory_level);
+    unplanned_graph_ = graph_->clone();
+    std::vector<const ir::Node*> order;
+    execution_order(*unplanned_graph_, &order);
+    unplanned_plan_ = memory::AllocationPlan::build(*unplanned_graph_, order, options_.allow_inplace);
+    memory::RecomputeOptions ro;
+    ro.config = memory::parse_config(options_.memory_config);
+    ro.level = options_.memory_level;
+    ro.budget = memory::parse_budget(options_.memory_budget);
+    ro.budget.dims = options_.memory_dims;
+    ro.step_peak = [this](const ir::Graph& g) {
+      std::vector<const ir::Node*> order;
+      execution_order(g, &order);
+      int64_t params = 0;
+      for (auto& name : wrt_) params += evaluated_bytes(g.find(name), options_.memory_dims);
+      return int64_t(double(params) * (1 + options_.optimizer_state_factor)) +
+             planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace), options_.memory_dims);
+    };
+    report_ = memory::apply_recompute(*graph_, ro);
   }
-  // The forward part first, then the backward part, each in graph order.
   std::vector<const ir::Node*> order;
-  for (auto& n : graph_->nodes())
-    if (!n->backward) order.push_back(n.get());
-  boundary_ = order.size();
-  for (auto& n : graph_->nodes())
-    if (n->backward) order.push_back(n.get());
+  boundary_ = execution_order(*graph_, &order);
   plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace);
 }
 
@@ -88,29 +119,46 @@ Session Session::from_bytes(const std::string& bytes, SessionOptions options) {
   return Session(ir::load_model_bytes(bytes), options);
 }
 
-static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
-  Dim b = v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("?");
-  auto x = b.eval(dims);
-  if (!x) throw ConfigError("memory prediction: the size of '" + v->name + "' (" + b.str() + ") needs dims that were not given");
-  return *x;
-}
-
-MemoryPrediction Session::predict_memory(const Bindings& dims) const {
+MemoryPrediction Session::predict_memory(const Bindings& dims, bool without_plans) const {
+  if (!training_) throw Error("predict_memory needs a session built for training");
+  const ir::Graph& g = without_plans ? *unplanned_graph_ : *graph_;
   MemoryPrediction p;
-  for (auto& name : wrt_) p.parameters += evaluated_bytes(graph_->find(name), dims);
-  for (const ir::Value* g : grads_) p.gradients += evaluated_bytes(g, dims);
-  for (const ir::Value* v : memory::stashed_values(*graph_)) p.stash += evaluated_bytes(v, dims);
-  auto peak = plan_.predicted_peak(dims);
-  if (!peak) throw ConfigError("memory prediction: some sizes depend on data or on dims that were not given");
-  p.peak = *peak;
+  for (auto& name : wrt_) p.parameters += evaluated_bytes(g.find(name), dims);
+  p.optimizer_state = int64_t(double(p.parameters) * options_.optimizer_state_factor);
+  for (const ir::Value* v : grads_) p.gradients += evaluated_bytes(g.find(v->name), dims);
+  for (const ir::Value* v : memory::stashed_values(g)) p.stash += evaluated_bytes(v, dims);
+  p.peak = planned_peak(without_plans ? unplanned_plan_ : plan_, dims);
   return p;
 }
 
-int64_t Session::largest_fitting(const std::string& symbol, Bindings dims, int64_t limit, double extra) const {
+std::string Session::memory_report_text(const Bindings& dims, bool as_json) const {
+  std::optional<MemoryPrediction> before, after;
+  try {
+    before = predict_memory(dims, true);
+    after = predict_memory(dims);
+  } catch (const ConfigError&) {  // dims not given: the report stays symbolic
+  }
+  if (as_json) {
+    nlohmann::json j = nlohmann::json::parse(report_.json(dims));
+    auto obj = [](const std::optional<MemoryPrediction>& p) {
+      if (!p) return nlohmann::json(nullptr);
+      return nlohmann::json{{"parameters", p->parameters}, {"optimizer_state", p->optimizer_state}, {"gradients", p->gradients},
+                            {"stash", p->stash}, {"transient", p->peak - p->stash - p->gradients}, {"peak", p->peak},
+                            {"total", p->total()}};
+    };
+    j["predicted_before"] = obj(before);
+    j["predicted_after"] = obj(after);
+    return j.dump(2);
+  }
+  std::string r = report_.str(dims);
+  if (before) r += "predicted without plans: " + before->str() + "\npredicted with plans:    " + after->str() + "\n";
+  return r;
+}
+
+int64_t Session::largest_fitting(const std::string& symbol, Bindings dims, int64_t limit) const {
   auto fits = [&](int64_t v) {
     dims[symbol] = v;
-    MemoryPrediction p = predict_memory(dims);
-    return double(p.parameters) * (1 + extra) + double(p.peak) <= double(limit);
+    return predict_memory(dims).total() <= limit;
   };
   if (!fits(1)) return 0;
   int64_t lo = 1, hi = 2;
@@ -128,44 +176,9 @@ std::string MemoryPrediction::str() const {
     std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
     return std::string(buf);
   };
-  return "parameters " + mib(parameters) + ", peak of the step " + mib(peak) + " (stash " + mib(stash) + ", gradients " +
-         mib(gradients) + ", transient " + mib(std::max<int64_t>(0, peak - stash - gradients)) + ")";
-}
-
-std::string Session::memory_timeline(const Bindings& dims) const {
-  std::set<const ir::Value*> stash, grads(grads_.begin(), grads_.end());
-  for (const ir::Value* v : memory::stashed_values(*graph_)) stash.insert(v);
-  auto category = [&](const ir::Value* v) -> std::string {
-    if (grads.count(v)) return "gradient";
-    if (stash.count(v)) return "stash";
-    if (v->producer && v->producer->backward && v->producer->name.find("_recompute") != std::string::npos) return "recompute";
-    return "transient";
-  };
-  std::map<std::string, int64_t> live;
-  std::map<const ir::Value*, std::pair<std::string, int64_t>> held;
-  nlohmann::json steps = nlohmann::json::array();
-  for (size_t s = 0; s < plan_.steps().size(); ++s) {
-    const memory::StepPlan& st = plan_.steps()[s];
-    for (const ir::Value* v : plan_.allocations(s)) {
-      auto b = plan_.value(v).bytes.eval(dims);
-      if (!b) throw ConfigError("memory timeline: the size of '" + v->name + "' needs dims that were not given");
-      int64_t rounded = int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
-      held[v] = {category(v), rounded};
-      live[held[v].first] += rounded;
-    }
-    nlohmann::json row = {{"step", s}, {"node", st.node->name}, {"op", st.node->op_type},
-                          {"part", st.node->backward ? "backward" : "forward"}, {"live", live}};
-    steps.push_back(row);
-    for (const ir::Value* v : st.frees) {
-      auto it = held.find(v);
-      if (it != held.end()) live[it->second.first] -= it->second.second;
-    }
-  }
-  int64_t params = 0;
-  for (auto& name : wrt_) params += evaluated_bytes(graph_->find(name), dims);
-  auto peak = plan_.predicted_peak(dims);
-  return nlohmann::json{{"steps", steps}, {"parameters", params}, {"predicted_peak", peak ? *peak : -1},
-                        {"boundary", boundary_}}.dump();
+  return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " + mib(optimizer_state) +
+         " + " + mib(peak) + " during the step (stash " + mib(stash) + ", gradients " + mib(gradients) + ", transient " +
+         mib(std::max<int64_t>(0, peak - stash - gradients)) + ")";
 }
 
 void Session::set_profiling(bool on) { profile_ = on ? std::make_unique<runtime::Profile>() : nullptr; }
@@ -246,7 +259,7 @@ void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {
   runtime::Env env;
   feed(env, feeds, false);
-  runtime::execute(plan_, 0, plan_.steps().size(), env, alloc_, next_seed(), profile_.get());
+  runtime::execute(plan_, 0, plan_.steps().size(), env, alloc_, next_seed(), profile_.get(), recorder_.get());
   std::map<std::string, Tensor> out;
   for (const ir::Value* v : graph_->outputs) out[v->name] = env.at(v);
   return out;
@@ -258,7 +271,7 @@ std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run
   auto state = std::make_unique<RunState>();
   state->seed_ = seed ? *seed : next_seed();
   feed(state->env_, feeds, true);
-  runtime::execute(plan_, 0, boundary_, state->env_, alloc_, state->seed_, profile_.get());
+  runtime::execute(plan_, 0, boundary_, state->env_, alloc_, state->seed_, profile_.get(), recorder_.get());
   std::map<std::string, Tensor> out;
   for (const ir::Value* v : forward_outputs_) {
     out[v->name] = state->env_.at(v);
@@ -286,7 +299,7 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
       throw InputError("output gradient for '" + out->name + "' is missing");
     }
   state.consumed_ = true;
-  runtime::execute(plan_, boundary_, plan_.steps().size(), state.env_, alloc_, state.seed_, profile_.get());
+  runtime::execute(plan_, boundary_, plan_.steps().size(), state.env_, alloc_, state.seed_, profile_.get(), recorder_.get());
   std::map<std::string, Tensor> grads;
   for (size_t i = 0; i < grads_.size(); ++i) grads[wrt_[i]] = state.env_.at(grads_[i]);
   state.env_.clear();

@@ -83,3 +83,47 @@ TEST(Recompute, TheNodeCapBoundsCandidates) {
   EXPECT_EQ(std::find(narrow.begin(), narrow.end(), "MatMul+Add+"), narrow.end());
   for (auto& c : memory::find_candidates(s.graph(), 1)) EXPECT_EQ(c.nodes.size(), 1u);
 }
+
+TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
+  // loss = sum(Cast<float32>(Cast<float16>(CumSum(x))) * w): CumSum is not recomputable, so the stashed float32
+  // Cast output has no plain plan; the compromise recomputes the up-cast from its float16 input, kept instead.
+  auto make = [](const std::string& config) {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 20;
+    ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
+    ir::Value* w = add_input(*g, "w", DType::kFloat32, {Dim(8)});
+    ir::Value* axis = g->add_value("axis");
+    Tensor a(DType::kInt64, {});
+    a.data<int64_t>()[0] = 0;
+    axis->initializer = a;
+    axis->dtype = DType::kInt64;
+    axis->has_shape = true;
+    g->initializers.push_back(axis);
+    ir::Value* half = add_op(*g, "Cast", {add_op(*g, "CumSum", {x, axis})}, {{"to", int64_t(DType::kFloat16)}});
+    ir::Value* wide = add_op(*g, "Cast", {half}, {{"to", int64_t(DType::kFloat32)}});
+    ir::Value* loss = add_op(*g, "ReduceSum", {add_op(*g, "Mul", {wide, w})}, {{"keepdims", int64_t(0)}});
+    g->outputs.push_back(loss);
+    SessionOptions o;
+    o.memory_config = config;
+    return Session(std::move(g), autodiff::TrainingSpec{{"w"}, loss->name}, o);
+  };
+  Session plain = make(""), strategy1 = make("Cast+:1:-1"), compromised = make("Cast+:2:-1");
+  const memory::ClusterReport* row = nullptr;
+  for (auto& r : compromised.memory_report().clusters)
+    if (r.cluster == "Cast+") row = &r;
+  ASSERT_NE(row, nullptr);
+  EXPECT_TRUE(row->compromise);
+  EXPECT_EQ(row->config(), "Cast+:2:-1");
+  EXPECT_EQ(row->bytes, Dim::symbol("batch") * Dim(16));  // 32 bytes a row stashed in float32, 16 in float16
+  EXPECT_EQ(row->applied, 1);
+  for (auto& r : strategy1.memory_report().clusters) EXPECT_EQ(r.applied, 0) << r.cluster;  // strategy 1: plain only
+  auto step = [](Session& s, int64_t* stash) {
+    auto [out, state] = s.run_forward({{"x", test_graphs::pattern_tensor({5, 8})}, {"w", test_graphs::pattern_tensor({8})}});
+    *stash = state->stash_bytes();
+    return s.run_backward(*state).at("w");
+  };
+  int64_t full = 0, kept = 0;
+  Tensor a = step(plain, &full), b = step(compromised, &kept);
+  EXPECT_EQ(full - kept, 5 * 8 * 2);  // half of the float32 value's bytes: its float16 input is kept instead
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]);
+}

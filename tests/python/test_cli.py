@@ -1,6 +1,7 @@
 """The onnxtrain CLI as a user runs it: inspect, run, train, and clear errors for bad input."""
 
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -93,10 +94,29 @@ def test_plan_reports_clusters_prediction_and_largest_batch(tmp_path):
             "--max-dim", "batch", "--json", tmp_path / "plan.json")
     assert r.returncode == 0, r.stderr
     assert "Gelu+ | [batch, seq, 128]" in r.stdout
-    assert "budget: keep 50% of a" in r.stdout and "missed" not in r.stdout
-    assert "predicted: parameters" in r.stdout and "largest batch that fits in 64MiB with AdamW:" in r.stdout
+    assert "budget 50% of the stash" in r.stdout and "missed" not in r.stdout
+    assert "predicted without plans: step peak" in r.stdout and "predicted with plans:" in r.stdout
+    largest = re.search(r"largest batch whose step fits in 64MiB \(AdamW\): level 0: (\d+); level 1: (\d+); "
+                        r"level 2: (\d+); these options: (\d+)", r.stdout)
+    assert largest, r.stdout
+    level0, level1, level2, budget = map(int, largest.groups())
+    assert 0 < level0 < budget <= level1 <= level2
     import json
-    assert json.loads((tmp_path / "plan.json").read_text())["clusters"]
+    report = json.loads((tmp_path / "plan.json").read_text())
+    assert report["clusters"] and report["predicted_after"]["total"] < report["predicted_before"]["total"]
+    assert report["predicted_before"]["optimizer_state"] == 2 * report["predicted_before"]["parameters"]
+    # A budget on the whole step's peak, met, and the predicted timeline drawn without running anything.
+    r = cli("plan", path, "--loss", "loss", "--dims", "batch=8,seq=32", "--level", "1", "--json", tmp_path / "l1.json")
+    layered = json.loads((tmp_path / "l1.json").read_text())["predicted_after"]["total"]
+    want = (report["predicted_before"]["total"] + layered) // 2
+    r = cli("plan", path, "--loss", "loss", "--dims", "batch=8,seq=32", "--budget", f"{want}B", "--json",
+            tmp_path / "peak.json", "--plot", tmp_path / "timeline.png")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "peak.json").read_text())["predicted_after"]["total"] <= want
+    png = (tmp_path / "timeline.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10000
+    timeline = json.loads((tmp_path / "timeline.json").read_text())
+    assert timeline["source"] == "predicted" and len(timeline["steps"]) > timeline["boundary"] > 0
     r = cli("plan", path, "--loss", "loss", "--dims", "batch=8,seq=32", "--config", "Gelu+:7:1")
     assert r.returncode == 1 and "memory config entry 'Gelu+:7:1'" in r.stderr
     r = cli("plan", path, "--loss", "loss", "--dims", "batch=8", "--budget", "0.5")

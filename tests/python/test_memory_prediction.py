@@ -1,6 +1,8 @@
 """A training step's memory predicted before it runs: the peak equals the allocator's, and the largest batch
 predicted to fit under a limit runs while the next one fails with the typed out-of-memory error."""
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +15,7 @@ from models import GPT, WithLoss
 AXES = {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}
 
 
-@pytest.fixture(scope="module", params=["", "budget", "level 1"])
+@pytest.fixture(scope="module", params=["", "budget", "peak budget", "level 1", "level 2"])
 def gpt(request, tmp_path_factory):
     torch.manual_seed(0)
     m = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32, dropout=0.1)).train()
@@ -22,8 +24,9 @@ def gpt(request, tmp_path_factory):
     model = onnx.load(path)
     params = {i.name: np.asarray(onnx.numpy_helper.to_array(i)) for i in model.graph.initializer}
     wrt = [n for n in params if n in dict(m.named_parameters())]
-    options = {"": {}, "budget": dict(memory_budget=0.5, memory_dims={"batch": 4, "seq": 16}),
-               "level 1": dict(memory_level=1)}[request.param]
+    options = {"": {}, "budget": dict(memory_budget="0.5", memory_dims={"batch": 4, "seq": 16}),
+               "peak budget": dict(memory_budget="500KiB", memory_dims={"batch": 4, "seq": 16}),
+               "level 1": dict(memory_level=1), "level 2": dict(memory_level=2)}[request.param]
     session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss", **options)
     return session, params
 
@@ -67,3 +70,20 @@ def test_the_largest_batch_that_fits_runs_and_the_next_fails_cleanly(gpt):
             train_step(session, params, batch(b + 1))
     finally:
         onnxtrain.set_memory_limit(0)
+
+
+def test_a_recorded_step_matches_its_prediction(gpt):
+    session, params = gpt
+    dims = {"batch": 3, "seq": 16}
+    session.start_memory_recording()
+    train_step(session, params, batch(3))
+    t = json.loads(session.stop_memory_recording(dims))
+    assert t["source"] == "measured" and t["measured_peak"] == t["predicted_peak"] > 0
+    categories = {e["category"] for e in t["events"]}
+    assert {"stash", "gradient", "transient"} <= categories
+    assert ("recompute" in categories) == bool(session.memory_report().count("ON ("))
+    stashed = [e for e in t["events"] if e["category"] == "stash" and e["bytes"] > 0]
+    assert all(e["value"] and e["step"] < t["boundary"] for e in stashed)
+    steps = t["steps"]
+    assert len(steps) > t["boundary"] and steps[0]["node"] and steps[-1]["part"] == "backward"
+    assert max(sum(s["live"].values()) for s in steps) == t["measured_peak"]

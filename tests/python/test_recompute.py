@@ -2,6 +2,7 @@
 grammar's count and duplicate rules, and every config error quoting its entry."""
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -86,8 +87,7 @@ def test_config_from_a_json_file(model, tmp_path):
 
 @pytest.mark.parametrize("config,message", [
     ("Gelu+", "'Gelu+': expected ClusterId:Strategy:Count"),
-    ("Gelu+:3:-1", "'Gelu+:3:-1': strategy '3' is not 0 (off) or 1 (recompute)"),
-    ("Gelu+:2:-1", "2 (recompute with compromise) is not supported yet"),
+    ("Gelu+:3:-1", "'Gelu+:3:-1': strategy '3' is not 0 (off), 1 (recompute) or 2 (recompute with compromise)"),
     ("Gelu+:1:x", "'Gelu+:1:x': count 'x' is not -1"),
     ("Gelu+:1:-2", "count '-2'"),
     (":1:-1", "empty cluster id"),
@@ -114,10 +114,10 @@ def test_a_stash_budget_is_met_at_least_flops_with_identical_gradients(model, fr
     dims = {"batch": 4, "seq": 16}
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, stash = step(plain, feeds)
-    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=fraction, memory_dims=dims)
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=str(fraction), memory_dims=dims)
     got, kept = step(planned, feeds)
     report = planned.memory_report(dims)
-    assert "budget: keep" in report and "missed" not in report, report
+    assert f"budget {fraction * 100:g}% of the stash" in report and "missed" not in report, report
     assert kept <= fraction * stash * 1.02 + 4096, (kept, stash)  # allocation rounding aside
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
@@ -125,14 +125,14 @@ def test_a_stash_budget_is_met_at_least_flops_with_identical_gradients(model, fr
 
 def test_an_impossible_budget_says_by_how_much_it_misses(model):
     b, wrt, _ = model
-    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=0.01, memory_dims={"batch": 4, "seq": 16})
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget="0.01", memory_dims={"batch": 4, "seq": 16})
     assert "missed by" in planned.memory_report()
 
 
 def test_a_budget_needs_the_batch_dims(model):
     b, wrt, _ = model
     with pytest.raises(onnxtrain.ConfigError, match="needs dims that were not given"):
-        onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=0.5)
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_budget="0.5")
 
 
 @pytest.mark.parametrize("layers", [2, 6])
@@ -163,5 +163,38 @@ def test_level_1_recomputes_inside_layers_with_identical_gradients(model):
     assert kept < 0.5 * stash
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    with pytest.raises(onnxtrain.ConfigError, match="level 2 adds compromised plans"):
-        onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2)
+    level2 = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2)
+    got2, kept2 = step(level2, feeds)
+    assert "level 2: 2 transformer layers" in level2.memory_report()
+    assert kept2 <= kept
+    for name in want:
+        np.testing.assert_array_equal(got2[name], want[name], err_msg=name)
+    with pytest.raises(onnxtrain.ConfigError, match="level 3 is not 0, 1 or 2"):
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_level=3)
+
+
+def test_a_budget_on_the_step_peak_is_met_with_identical_gradients(model):
+    b, wrt, feeds = model
+    dims = {"batch": 4, "seq": 16}
+    plain = onnxtrain.Session.for_training(b, wrt, "loss")
+    want, _ = step(plain, feeds)
+    before = plain.predict_memory(dims)["total"]
+    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1).predict_memory(dims)["total"]
+    budget = (before + everything) // 2
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=f"{budget}B", memory_dims=dims)
+    report = planned.memory_report(dims)
+    assert planned.predict_memory(dims)["total"] <= budget < before, report
+    assert planned.predict_memory(dims, without_plans=True)["total"] == before
+    assert "for the step's peak" in report and "missed" not in report, report
+    got, _ = step(planned, feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    tiny = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget="1KiB", memory_dims=dims)
+    assert "missed by" in tiny.memory_report(dims)
+
+
+@pytest.mark.parametrize("text", ["6 GiB", "-1", "1.5", "abc", "0.3GiB?"])
+def test_a_malformed_budget_is_a_config_error_quoting_it(model, text):
+    b, wrt, _ = model
+    with pytest.raises(onnxtrain.ConfigError, match="memory budget '" + re.escape(text) + "'"):
+        onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=text, memory_dims={"batch": 4, "seq": 16})

@@ -1,0 +1,92 @@
+// A training step's memory over its execution order, by category: predicted
+// from the allocation plan, or measured by recording the allocator.
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "onnxtrain/session.h"
+
+namespace onnxtrain {
+
+const char* Session::value_category(const ir::Value* v) const {
+  if (!v) return "transient";  // kernel scratch
+  if (std::find(grads_.begin(), grads_.end(), v) != grads_.end()) return "gradient";
+  if (v->producer && !v->producer->backward)
+    for (const ir::Node* c : v->consumers)
+      if (c->backward) return "stash";
+  if (v->producer && v->producer->backward && v->producer->name.find("_recompute") != std::string::npos) return "recompute";
+  return "transient";
+}
+
+// One row per plan step with the bytes live by category at the step's peak.
+static nlohmann::json rows(const memory::AllocationPlan& plan, const std::vector<std::map<std::string, int64_t>>& live) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (size_t s = 0; s < plan.steps().size(); ++s) {
+    const ir::Node* n = plan.steps()[s].node;
+    steps.push_back({{"step", s}, {"node", n->name}, {"op", n->op_type}, {"part", n->backward ? "backward" : "forward"},
+                     {"live", live[s]}});
+  }
+  return steps;
+}
+
+std::string Session::memory_timeline(const Bindings& dims) const {
+  std::map<std::string, int64_t> live;
+  std::map<const ir::Value*, std::pair<std::string, int64_t>> held;
+  std::vector<std::map<std::string, int64_t>> at_peak;
+  for (size_t s = 0; s < plan_.steps().size(); ++s) {
+    for (const ir::Value* v : plan_.allocations(s)) {
+      auto b = plan_.value(v).bytes.eval(dims);
+      if (!b) throw ConfigError("memory timeline: the size of '" + v->name + "' needs dims that were not given");
+      int64_t rounded = int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
+      held[v] = {value_category(v), rounded};
+      live[held[v].first] += rounded;
+    }
+    at_peak.push_back(live);  // frees come at the step's end
+    for (const ir::Value* v : plan_.steps()[s].frees) {
+      auto it = held.find(v);
+      if (it != held.end()) live[it->second.first] -= it->second.second;
+    }
+  }
+  MemoryPrediction p = predict_memory(dims);
+  return nlohmann::json{{"source", "predicted"}, {"steps", rows(plan_, at_peak)}, {"parameters", p.parameters},
+                        {"predicted_peak", p.peak}, {"boundary", boundary_}}.dump();
+}
+
+void Session::start_memory_recording() {
+  recorder_.reset();  // one observer at a time
+  recorder_ = std::make_unique<runtime::MemoryRecorder>(*alloc_);
+}
+
+std::string Session::stop_memory_recording(const Bindings& dims) {
+  if (!recorder_) throw Error("stop_memory_recording: recording was not started");
+  std::unique_ptr<runtime::MemoryRecorder> rec = std::move(recorder_);
+  const std::vector<runtime::AllocationEvent>& ev = rec->events();
+  nlohmann::json events = nlohmann::json::array();
+  int64_t now = 0, peak = 0;
+  for (const runtime::AllocationEvent& e : ev) {
+    now += e.bytes;
+    peak = std::max(peak, now);
+    events.push_back({{"step", e.step}, {"bytes", e.bytes}, {"value", e.value ? e.value->name : ""},
+                      {"category", value_category(e.value)}});
+  }
+  // Each step's bytes by category at its highest point (events come in step order within one training step).
+  std::map<std::string, int64_t> live;
+  std::vector<std::map<std::string, int64_t>> at_peak(plan_.steps().size());
+  size_t i = 0;
+  now = 0;
+  for (size_t s = 0; s < at_peak.size(); ++s) {
+    at_peak[s] = live;
+    int64_t best = now;
+    for (; i < ev.size() && ev[i].step == s; ++i) {
+      live[value_category(ev[i].value)] += ev[i].bytes;
+      now += ev[i].bytes;
+      if (now > best) best = now, at_peak[s] = live;
+    }
+  }
+  MemoryPrediction p = predict_memory(dims);
+  return nlohmann::json{{"source", "measured"}, {"steps", rows(plan_, at_peak)}, {"parameters", p.parameters},
+                        {"predicted_peak", p.peak}, {"measured_peak", peak}, {"boundary", boundary_},
+                        {"events", events}}.dump();
+}
+
+}  // namespace onnxtrain
