@@ -1,5 +1,7 @@
 """Trains a small character-level GPT, defined in plain PyTorch, on the license texts every Debian machine has
-(/usr/share/common-licenses), with onnxtrain.Module (or --eager for plain PyTorch), then samples from it."""
+(/usr/share/common-licenses), with onnxtrain.Module (or --eager for plain PyTorch), then samples from it.
+onnxtrain runs with its memory optimizer (level 1 unless told otherwise), prints the optimizer's report at the
+first step and the memory statistics of each phase of the sampled steps."""
 
 import argparse
 import glob
@@ -48,7 +50,11 @@ def main():
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--eager", action="store_true", help="plain PyTorch, for comparison")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", help="save the memory timeline of a training step to this PNG (onnxtrain only)")
+    p.add_argument("--plot", help="record the first training step's memory timeline into this PNG (onnxtrain only)")
+    p.add_argument("--memory-level", type=int, default=1, choices=(0, 1, 2),
+                   help="memory optimizer level: 0 none, 1 transformer layer-wise recompute, 2 plus compromised plans")
+    p.add_argument("--budget", default="", help="memory budget: a fraction of the stash (0.5) or a step peak (64MiB)")
+    p.add_argument("--no-memory-stats", action="store_true", help="do not print the per-phase memory statistics")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     text = load_text()
@@ -59,7 +65,12 @@ def main():
     print(f"{len(text)} characters, vocabulary {len(chars)}, {sum(q.numel() for q in model.parameters())} parameters, "
           f"{'PyTorch eager' if args.eager else 'onnxtrain'}, {torch.get_num_threads()} threads")
     if not args.eager:
-        model = onnxtrain.Module(model)
+        model = onnxtrain.Module(model, onnxtrain.Options(
+            memory_opt_level=args.memory_level, memory_budget=args.budget, memory_timeline=args.plot or "",
+            print_memory_stats=not args.no_memory_stats))
+    elif not args.no_memory_stats:
+        onnxtrain.subscribe_memory_stats(model)  # the same lines for plain PyTorch (process RSS)
+        logging.getLogger("onnxtrain").setLevel(logging.INFO)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
     def batch():
@@ -70,7 +81,7 @@ def main():
     model.train()
     first = None
     t0 = time.perf_counter()
-    bar = tqdm(range(args.steps), desc="training", unit="step", mininterval=1.0)
+    bar = tqdm(range(args.steps), desc="training", unit="step", mininterval=1.0, disable=not sys.stderr.isatty())
     for step in bar:
         lr = args.lr * min(1.0, (step + 1) / 20) * (0.5 * (1 + math.cos(math.pi * step / args.steps)) * 0.9 + 0.1)
         for group in opt.param_groups:
@@ -86,9 +97,6 @@ def main():
             tqdm.write(f"step {step:5d}  loss {loss.item():.4f}")
     elapsed = time.perf_counter() - t0
     print(f"loss {first:.3f} -> {loss.item():.3f} in {args.steps} steps, {elapsed / args.steps * 1e3:.1f} ms/step")
-    if args.plot and not args.eager:
-        model.memory_timeline(args.plot)
-        print(f"memory timeline: {args.plot}")
 
     model.eval()
     context = torch.tensor([[stoi[c] for c in "Permission is "]], dtype=torch.int64)
@@ -101,6 +109,13 @@ def main():
     print("sample:", "".join(chars[i] for i in context[0].tolist()))
 
 
+class TqdmLogHandler(logging.Handler):
+    """Log lines above the progress bar instead of through it."""
+
+    def emit(self, record):
+        tqdm.write(self.format(record))
+
+
 if __name__ == "__main__":
-    logging.basicConfig(format="%(message)s")
+    logging.basicConfig(format="%(message)s", handlers=[TqdmLogHandler()])
     main()

@@ -28,7 +28,11 @@ TrainingSession make_session(const PlanArgs& a, const MemoryArgs& memory, const 
 // Draws the predicted timeline JSON at `json_path` into `png` with the Python package (matplotlib).
 void draw(const std::string& json_path, const std::string& png) {
   const char* python = std::getenv("ONNXTRAIN_PYTHON");
+#ifdef ONNXTRAIN_PYTHON
+  std::string exe = python && *python ? python : ONNXTRAIN_PYTHON;
+#else
   std::string exe = python && *python ? python : "python3";
+#endif
   std::vector<std::string> args = {exe, "-m", "onnxtrain.timeline", json_path, png};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());

@@ -50,6 +50,13 @@ class Engine {
     bool backward_value = in && ((in->producer && in->producer->backward) || backward_inputs_.count(in));
     bool shape_of_forward = (type == "Shape" || type == "Size") && in && !backward_value;
     n->backward = !shape_of_forward;
+    if (shape_of_forward) {  // right after the value is made, so that the shape does not keep it alive
+      auto& nodes = g_.nodes();
+      size_t at = 0;
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (nodes[i].get() == in->producer) at = i + 1;
+      if (nodes[at].get() != n) g_.move_before({n}, nodes[at].get());
+    }
     n->domain = domain;
     n->opset = domain.empty() ? opset_ : 1;
     ops::bind_node(*n);

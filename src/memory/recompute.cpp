@@ -35,8 +35,16 @@ static bool is_upcast(const ir::Node* n) {
   return n->op_type == "Cast" && n->inputs[0] && n->outputs[0] && dtype_size(n->outputs[0]->dtype) > dtype_size(n->inputs[0]->dtype);
 }
 
+// A shape or index list: an integer tensor of at most 64 elements. Stashing it costs nothing worth saving, so a
+// walk stops there instead of following the shape arithmetic (Shape, Gather, Concat) back to activations.
+static bool small_integers(const ir::Value* u) {
+  if (dtype_is_float(u->dtype) || !u->has_shape) return false;
+  auto n = shape_numel(u->shape).eval({});
+  return n && *n <= 64;
+}
+
 // The nodes recomputing `target` from values free in backward (graph inputs, parameters, constants, values
-// stashed anyway), or false. With `compromise`, a walk stops at up-casts, the narrower inputs going to `kept`.
+// stashed anyway, small integer tensors), or false. With `compromise`, a walk stops at up-casts, the narrower inputs going to `kept`.
 static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std::set<const ir::Node*>* chosen,
                  std::vector<const ir::Value*>* kept) {
   std::vector<const ir::Node*> todo = {target->producer};
@@ -47,7 +55,7 @@ static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std:
     if (!n->op || !n->op->recomputable() || chosen->size() >= node_cap) return false;
     chosen->insert(n);
     for (const ir::Value* u : n->inputs) {
-      if (!u || !u->producer || u->producer->backward || read_in_backward(u)) continue;
+      if (!u || !u->producer || u->producer->backward || read_in_backward(u) || small_integers(u)) continue;
       if (compromise && is_upcast(n)) {
         if (std::find(kept->begin(), kept->end(), u) == kept->end()) kept->push_back(u);
         continue;

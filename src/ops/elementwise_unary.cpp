@@ -4,6 +4,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/vector_math.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 
@@ -11,6 +12,10 @@ namespace onnxtrain::ops {
 namespace {
 
 using kernels::dispatch;
+
+// A functor with a float32 array kernel (see kernels/cpu/vector_math.h).
+template <typename F>
+concept HasVector = requires(const F f, const float* x, float* y, int64_t n) { f.vector(x, y, n); };
 
 template <typename F, int Types>
 class UnaryOp : public Op {
@@ -24,6 +29,9 @@ class UnaryOp : public Op {
       const T* x = c.in(0).data<T>();
       T* y = c.out(0).data<T>();
       parallel_for(c.in(0).numel(), 8, [&](int64_t b, int64_t e) {
+        if constexpr (std::is_same_v<T, float> && HasVector<F>) {
+          if (f_.vector(x + b, y + b, e - b)) return;
+        }
         for (int64_t i = b; i < e; ++i) y[i] = f_(x[i]);
       });
     });
@@ -44,7 +52,8 @@ using ir::Value;
 
 // A stateless functor computing EXPR of x, its gradient GRAD (graph nodes built
 // with g from x, y = f(x) and dy; nullptr when the gradient is zero), and its registration.
-#define OT_UNARY(NAME, TYPES, EXPR, GRAD)                              \
+// OT_UNARY_VEC adds VEC, a float32 array kernel.
+#define OT_UNARY_IMPL(NAME, TYPES, EXPR, GRAD, EXTRA)                  \
   struct NAME##Fn {                                                    \
     explicit NAME##Fn(const ir::Node&) {}                              \
     template <typename T>                                              \
@@ -54,16 +63,20 @@ using ir::Value;
     Value* grad(GradCtx& g, Value* x, Value* y, Value* dy) const {     \
       return GRAD;                                                     \
     }                                                                  \
+    EXTRA                                                              \
   };                                                                   \
   using NAME##Op = UnaryOp<NAME##Fn, TYPES>;                           \
   OT_REGISTER_OP(#NAME, NAME##Op)
+#define OT_UNARY(NAME, TYPES, EXPR, GRAD) OT_UNARY_IMPL(NAME, TYPES, EXPR, GRAD, )
+#define OT_UNARY_VEC(NAME, TYPES, EXPR, GRAD, VEC) \
+  OT_UNARY_IMPL(NAME, TYPES, EXPR, GRAD, bool vector(const float* x, float* y, int64_t n) const { VEC(x, y, n); return true; })
 
 Value* square(GradCtx& g, Value* v) { return g.mul(v, v); }
 Value* positive(GradCtx& g, Value* x) { return g.op("Greater", {x, g.like(0, x)}); }
 
 OT_UNARY(Abs, kN, std::is_signed_v<T> ? (x < 0 ? T(-x) : x) : x, g.mul(dy, g.op("Sign", {x})));
 OT_UNARY(Neg, kN, T(-x), g.neg(dy));
-OT_UNARY(Exp, kF, std::exp(x), g.mul(dy, y));
+OT_UNARY_VEC(Exp, kF, std::exp(x), g.mul(dy, y), kernels::exp_f32);
 OT_UNARY(Log, kF, std::log(x), g.div(dy, x));
 OT_UNARY(Sqrt, kF, std::sqrt(x), g.div(g.mul(dy, g.like(0.5, dy)), y));
 OT_UNARY(Reciprocal, kF, T(1) / x, g.neg(g.mul(dy, square(g, y))));
@@ -72,7 +85,8 @@ OT_UNARY(Sigmoid, kF, x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1
 OT_UNARY(Relu, kN, x > T(0) ? x : T(0), g.where_or_zero(positive(g, x), dy));
 OT_UNARY(Softsign, kF, x / (T(1) + std::abs(x)), g.div(dy, square(g, g.add(g.like(1, x), g.op("Abs", {x})))));
 OT_UNARY(Softplus, kF, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)), g.mul(dy, g.op("Sigmoid", {x})));
-OT_UNARY(Erf, kF, std::erf(x), g.mul(dy, g.mul(g.like(1.1283791670955126, x), g.op("Exp", {g.neg(square(g, x))}))));
+OT_UNARY_VEC(Erf, kF, std::erf(x), g.mul(dy, g.mul(g.like(1.1283791670955126, x), g.op("Exp", {g.neg(square(g, x))}))),
+             kernels::erf_f32);
 OT_UNARY(Sin, kF, std::sin(x), g.mul(dy, g.op("Cos", {x})));
 OT_UNARY(Cos, kF, std::cos(x), g.neg(g.mul(dy, g.op("Sin", {x}))));
 OT_UNARY(Tan, kF, std::tan(x), g.mul(dy, g.add(g.like(1, y), square(g, y))));
@@ -177,6 +191,11 @@ struct GeluFn {
     if (tanh_approx)
       return T(0.5) * x * (T(1) + std::tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
     return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+  }
+  bool vector(const float* x, float* y, int64_t n) const {
+    if (tanh_approx) return false;
+    kernels::gelu_f32(x, y, n);
+    return true;
   }
   Value* grad(GradCtx& g, Value* x, Value*, Value* dy) const {
     if (tanh_approx) {  // d/dx 0.5x(1+t), t = tanh(k(x + c x^3))

@@ -4,6 +4,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/vector_math.h"
 #include "ops/axis_util.h"
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -63,6 +64,16 @@ class SoftmaxOp : public Op {
       return;
     }
     T sum = 0;
+    if constexpr (std::is_same_v<T, float>) {
+      if (kind_ == kSoftmax && stride == 1) {  // contiguous rows: the vector exp
+        for (int64_t k = 0; k < n; ++k) y[k] = x[k] - m;
+        kernels::exp_f32(y, y, n);
+        for (int64_t k = 0; k < n; ++k) sum += y[k];
+        T inv = T(1) / sum;
+        for (int64_t k = 0; k < n; ++k) y[k] *= inv;
+        return;
+      }
+    }
     if (kind_ == kSoftmax) {
       for (int64_t k = 0; k < n; ++k) sum += (y[k * stride] = std::exp(x[k * stride] - m));
       T inv = T(1) / sum;

@@ -1,6 +1,7 @@
 // A training step's memory over its execution order, by category: predicted
 // from the allocation plan, or measured by recording the allocator.
 #include <algorithm>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -8,14 +9,32 @@
 
 namespace onnxtrain {
 
+// A value's own category: gradient, stash, recompute or transient (in increasing order of precedence below).
 const char* Session::value_category(const ir::Value* v) const {
-  if (!v) return "transient";  // kernel scratch
   if (std::find(grads_.begin(), grads_.end(), v) != grads_.end()) return "gradient";
   if (v->producer && !v->producer->backward)
     for (const ir::Node* c : v->consumers)
       if (c->backward) return "stash";
   if (v->producer && v->producer->backward && v->producer->name.find("_recompute") != std::string::npos) return "recompute";
   return "transient";
+}
+
+// Each buffer's category: that of the values sharing it (views and in-place outputs of its root), the first
+// of stash, gradient, recompute, transient; a buffer a stashed view keeps alive is stash.
+static std::map<const ir::Value*, std::string> buffer_categories(const ir::Graph& g, const memory::AllocationPlan& plan,
+                                                                 const std::function<const char*(const ir::Value*)>& own) {
+  static const char* order[] = {"stash", "gradient", "recompute", "transient"};
+  auto rank = [&](const std::string& c) { return size_t(std::find(std::begin(order), std::end(order), c) - std::begin(order)); };
+  std::map<const ir::Value*, std::string> r;
+  for (auto& n : g.nodes())
+    for (const ir::Value* v : n->outputs) {
+      if (!v || !plan.has(v) || plan.value(v).kind == memory::AllocKind::kExternal) continue;
+      const ir::Value* root = plan.value(v).root ? plan.value(v).root : v;
+      std::string c = own(v);
+      auto it = r.find(root);
+      if (it == r.end() || rank(c) < rank(it->second)) r[root] = c;
+    }
+  return r;
 }
 
 // One row per plan step with the bytes live by category at the step's peak.
@@ -30,6 +49,7 @@ static nlohmann::json rows(const memory::AllocationPlan& plan, const std::vector
 }
 
 std::string Session::memory_timeline(const Bindings& dims) const {
+  auto category = buffer_categories(*graph_, plan_, [this](const ir::Value* v) { return value_category(v); });
   std::map<std::string, int64_t> live;
   std::map<const ir::Value*, std::pair<std::string, int64_t>> held;
   std::vector<std::map<std::string, int64_t>> at_peak;
@@ -38,7 +58,7 @@ std::string Session::memory_timeline(const Bindings& dims) const {
       auto b = plan_.value(v).bytes.eval(dims);
       if (!b) throw ConfigError("memory timeline: the size of '" + v->name + "' needs dims that were not given");
       int64_t rounded = int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
-      held[v] = {value_category(v), rounded};
+      held[v] = {category.count(v) ? category.at(v) : "transient", rounded};
       live[held[v].first] += rounded;
     }
     at_peak.push_back(live);  // frees come at the step's end
@@ -60,6 +80,11 @@ void Session::start_memory_recording() {
 std::string Session::stop_memory_recording(const Bindings& dims) {
   if (!recorder_) throw Error("stop_memory_recording: recording was not started");
   std::unique_ptr<runtime::MemoryRecorder> rec = std::move(recorder_);
+  auto buffers = buffer_categories(*graph_, plan_, [this](const ir::Value* v) { return value_category(v); });
+  auto category = [&](const ir::Value* v) -> std::string {  // unlabeled blocks are kernel scratch
+    auto it = v ? buffers.find(v) : buffers.end();
+    return it == buffers.end() ? "transient" : it->second;
+  };
   const std::vector<runtime::AllocationEvent>& ev = rec->events();
   nlohmann::json events = nlohmann::json::array();
   int64_t now = 0, peak = 0;
@@ -67,7 +92,7 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
     now += e.bytes;
     peak = std::max(peak, now);
     events.push_back({{"step", e.step}, {"bytes", e.bytes}, {"value", e.value ? e.value->name : ""},
-                      {"category", value_category(e.value)}});
+                      {"category", category(e.value)}});
   }
   // Each step's bytes by category at its highest point (events come in step order within one training step).
   std::map<std::string, int64_t> live;
@@ -78,7 +103,7 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
     at_peak[s] = live;
     int64_t best = now;
     for (; i < ev.size() && ev[i].step == s; ++i) {
-      live[value_category(ev[i].value)] += ev[i].bytes;
+      live[category(ev[i].value)] += ev[i].bytes;
       now += ev[i].bytes;
       if (now > best) best = now, at_peak[s] = live;
     }

@@ -1,0 +1,69 @@
+#include "kernels/cpu/vector_math.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace onnxtrain::kernels {
+namespace {
+
+__m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72284f);  // exp: 2^-126 and FLT_MAX
+  __m256 c = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), c);  // ln 2 in two parts
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040);
+  for (float k : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
+  // p * 2^n as p * 2^(n/2) * 2^(n - n/2): each factor a normal float for n in [-126, 128].
+  auto pow2 = [](__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); };
+  __m256i ni = _mm256_cvtps_epi32(n), half = _mm256_srai_epi32(ni, 1);
+  __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(ni, half)));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));                 // underflow
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));                              // NaN stays NaN
+}
+
+__m256 erf8(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 ax = _mm256_andnot_ps(sign, x);
+  // |x| < 1: x * sum_k (-1)^k x^2k / (k! (2k + 1)), times 2 / sqrt(pi).
+  static const float taylor[] = {-1.f / 6894720, 1.f / 685440, -1.f / 75600, 1.f / 9360, -1.f / 1320,
+                                 1.f / 216,      -1.f / 42,    1.f / 10,     -1.f / 3,   1.f};
+  __m256 x2 = _mm256_mul_ps(x, x), p = _mm256_set1_ps(taylor[0]);
+  for (int k = 1; k < 10; ++k) p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(taylor[k]));
+  __m256 small = _mm256_mul_ps(_mm256_mul_ps(x, p), _mm256_set1_ps(1.1283791670955126f));
+  // |x| >= 1: 1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / (1 + 0.3275911 |x|).
+  __m256 t = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, _mm256_set1_ps(1.f)));
+  __m256 q = _mm256_set1_ps(1.061405429f);
+  for (float a : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}) q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(a));
+  q = _mm256_mul_ps(q, t);
+  __m256 large = _mm256_fnmadd_ps(q, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x2)), _mm256_set1_ps(1.f));
+  large = _mm256_or_ps(large, _mm256_and_ps(x, sign));
+  return _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, _mm256_set1_ps(1.f), _CMP_LT_OQ));
+}
+
+__m256 gelu8(__m256 x) {
+  __m256 e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.f), e));
+}
+
+template <__m256 (*F)(__m256)>
+void map8(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, F(_mm256_loadu_ps(x + i)));
+  if (i < n) {  // the tail, padded to a full vector
+    alignas(32) float buf[8] = {};
+    std::copy(x + i, x + n, buf);
+    _mm256_store_ps(buf, F(_mm256_load_ps(buf)));
+    std::copy(buf, buf + (n - i), y + i);
+  }
+}
+
+}  // namespace
+
+void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
+void erf_f32(const float* x, float* y, int64_t n) { map8<erf8>(x, y, n); }
+void gelu_f32(const float* x, float* y, int64_t n) { map8<gelu8>(x, y, n); }
+
+}  // namespace onnxtrain::kernels

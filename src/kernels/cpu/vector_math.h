@@ -1,0 +1,17 @@
+// exp, erf and GELU of float32 arrays with AVX2/FMA: polynomial approximations
+// within a few units in the last place of float32 (exp: range reduction by ln 2
+// and a degree-7 polynomial; erf: its Taylor series below 1, Abramowitz and
+// Stegun's formula 7.1.26 above). libm's scalar calls were most of the time of
+// GELU, softmax and their gradients. A tail shorter than a vector is computed
+// as a padded full vector, so each element's result never depends on where it
+// sits in the array (a recomputed activation stays bit-identical).
+#pragma once
+#include <cstdint>
+
+namespace onnxtrain::kernels {
+
+void exp_f32(const float* x, float* y, int64_t n);
+void erf_f32(const float* x, float* y, int64_t n);
+void gelu_f32(const float* x, float* y, int64_t n);  // 0.5 x (1 + erf(x / sqrt 2))
+
+}  // namespace onnxtrain::kernels

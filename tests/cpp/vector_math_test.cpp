@@ -1,0 +1,70 @@
+// The vectorised float32 exp, erf and GELU against libm in double precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/vector_math.h"
+
+using namespace onnxtrain;
+
+namespace {
+
+std::vector<float> sweep(float lo, float hi, int n) {
+  std::vector<float> x(size_t(n) + 3);  // not a multiple of 8: the padded tail is exercised too
+  for (size_t i = 0; i < x.size(); ++i) x[i] = lo + (hi - lo) * float(i) / float(x.size() - 1);
+  return x;
+}
+
+}  // namespace
+
+TEST(VectorMath, ExpIsWithinAFewUlpsOverTheWholeRange) {
+  auto x = sweep(-87.f, 88.5f, 200000);
+  std::vector<float> y(x.size());
+  kernels::exp_f32(x.data(), y.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = std::exp(double(x[i]));
+    ASSERT_NEAR(y[i] / want, 1.0, 4e-7) << "exp(" << x[i] << ")";
+  }
+  float edge[] = {-1000.f, -88.f, 89.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::nanf(""), 0.f};
+  float out[7];
+  kernels::exp_f32(edge, out, 7);
+  EXPECT_EQ(out[0], 0.f);
+  EXPECT_LT(out[1], 1e-37f);
+  EXPECT_TRUE(std::isinf(out[2]) && std::isinf(out[3]));
+  EXPECT_EQ(out[4], 0.f);
+  EXPECT_TRUE(std::isnan(out[5]));
+  EXPECT_EQ(out[6], 1.f);
+}
+
+TEST(VectorMath, ErfAndGeluMatchLibm) {
+  auto x = sweep(-7.f, 7.f, 200000);
+  std::vector<float> e(x.size()), g(x.size());
+  kernels::erf_f32(x.data(), e.data(), int64_t(x.size()));
+  kernels::gelu_f32(x.data(), g.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    double want = std::erf(double(x[i]));
+    ASSERT_NEAR(e[i], want, 3e-7 + 2e-7 * std::abs(want)) << "erf(" << x[i] << ")";
+    if (std::abs(x[i]) < 1 && x[i] != 0) ASSERT_NEAR(e[i] / want, 1.0, 1e-6) << "erf(" << x[i] << ")";  // relative near 0
+    double gelu = 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)));
+    ASSERT_NEAR(g[i], gelu, 4e-7 * std::max(1.0, std::abs(double(x[i])))) << "gelu(" << x[i] << ")";
+  }
+  float tiny[] = {1e-30f, -1e-20f, std::nanf("")};
+  float out[3];
+  kernels::erf_f32(tiny, out, 3);
+  EXPECT_NEAR(out[0] / (1.1283791670955126 * 1e-30), 1.0, 1e-6);
+  EXPECT_LT(out[1], 0.f);
+  EXPECT_TRUE(std::isnan(out[2]));
+}
+
+TEST(VectorMath, AnElementsResultDoesNotDependOnItsPosition) {
+  auto x = sweep(-5.f, 5.f, 1000);
+  std::vector<float> whole(x.size()), part(x.size());
+  kernels::gelu_f32(x.data(), whole.data(), int64_t(x.size()));
+  for (size_t start : {1, 3, 7}) {  // shifted so that vector lanes and the tail fall elsewhere
+    kernels::gelu_f32(x.data() + start, part.data() + start, int64_t(x.size() - start));
+    for (size_t i = start; i < x.size(); ++i) ASSERT_EQ(part[i], whole[i]) << i;
+  }
+}
