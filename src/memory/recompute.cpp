@@ -266,12 +266,26 @@ static Layers find_layers(const ir::Graph& g) {
   return r;
 }
 
-// Which candidates the config and the level choose; `by_config` marks the config's.
-static std::vector<bool> choose_by_config_and_level(const std::vector<Candidate>& candidates, const RecomputeOptions& o,
-                                                    const Layers& layers, std::vector<bool>* by_config) {
+// A size for `dims`, unbound symbols (when no batch was given) taken as 128.
+static int64_t eval_or_default(const Dim& d, Bindings dims) {
+  std::vector<std::string> syms;
+  d.symbols(&syms);
+  for (auto& s : syms) dims.emplace(s, 128);
+  auto v = d.eval(dims);
+  return v ? *v : 0;
+}
+
+// Which candidates the config and the level choose; `by_config` marks the config's. Levels choose, among the
+// candidates inside the layers (compromised ones too at level 2), the cheapest set that keeps at most
+// kLevelKeep of the stash made inside the layers (for the budget's dims, else 128 for each dim).
+static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const std::vector<Candidate>& candidates,
+                                                    const RecomputeOptions& o, const Layers& layers,
+                                                    std::vector<bool>* by_config) {
   std::vector<bool> pick(candidates.size(), false);
   by_config->assign(candidates.size(), false);
   std::map<std::string, int64_t> counted;  // cluster -> occurrences the config took so far (forward order)
+  std::vector<Item> items;
+  std::vector<size_t> index;  // items -> candidates
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
     auto e = std::find_if(o.config.begin(), o.config.end(), [&](auto& x) { return x.cluster == c.cluster; });
@@ -282,8 +296,16 @@ static std::vector<bool> choose_by_config_and_level(const std::vector<Candidate>
     }
     bool switched_off = e != o.config.end() && e->strategy == 0;  // the config overrides the level
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
-    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !layers.checkpoints.count(c.target))
-      pick[i] = true;
+    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !layers.checkpoints.count(c.target)) {
+      items.push_back({eval_or_default(c.bytes, o.budget.dims), eval_or_default(c.cost, o.budget.dims)});
+      index.push_back(i);
+    }
+  }
+  if (!items.empty()) {
+    int64_t stash = 0;
+    for (const ir::Value* v : stashed_values(g))
+      if (layers.nodes.count(v->producer)) stash += eval_or_default(bytes_of(v), o.budget.dims);
+    for (size_t k : choose_cheapest(items, stash - int64_t(kLevelKeep * double(stash))).chosen) pick[index[k]] = true;
   }
   return pick;
 }
@@ -392,12 +414,13 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   if (o.level > 0) {
     layers = find_layers(g);
     std::ostringstream os;
-    os << "level " << o.level << ": " << layers.count << " transformer layers";
+    os << "level " << o.level << ": " << layers.count << " transformer layers; inside them the cheapest plans that keep "
+       << kLevelKeep * 100 << "% of their stash";
     if (!layers.count) os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
     report.level = os.str();
   }
   std::vector<bool> by_config;
-  std::vector<bool> pick = choose_by_config_and_level(candidates, o, layers, &by_config);
+  std::vector<bool> pick = choose_by_config_and_level(g, candidates, o, layers, &by_config);
   if (!o.budget.empty()) report.budget = choose_for_budget(g, candidates, o, &pick);
   for (size_t i = 0; i < candidates.size(); ++i) {
     ClusterReport& r = report.clusters[row_of[i]];

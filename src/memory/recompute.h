@@ -33,6 +33,8 @@ struct Candidate {
   std::vector<const ir::Value*> kept;
 };
 constexpr int64_t kBytesCost = 8;
+// Levels 1 and 2 keep at most this fraction of the stash made inside the transformer layers.
+constexpr double kLevelKeep = 0.3;
 
 // One candidate per stashed activation whose producer chain is recomputable within `node_cap` nodes; for a
 // stashed activation without one, a compromised candidate when stopping at up-casts makes one.
@@ -73,7 +75,9 @@ std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
 
 struct RecomputeOptions {
   std::vector<ConfigEntry> config;
-  int level = 0;  // 0 the config only; 1 plain plans inside transformer layers; 2 also compromised ones
+  // 0 the config only; 1 the cheapest plain plans inside transformer layers that keep kLevelKeep of their stash
+  // (each layer's input stays stashed: its checkpoint); 2 compromised plans too
+  int level = 0;
   Budget budget;  // the cheapest further plans that meet it, for budget.dims
   // For a budget on the step's peak: the whole step's predicted peak in bytes of a training graph for
   // budget.dims (the session plans it the way it will run).
