@@ -1,6 +1,7 @@
 // MatMul (NumPy semantics, batched with broadcasting) and Gemm.
 #include <cstring>
 
+#include "core/parallel.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
@@ -54,7 +55,7 @@ class MatMulOp : public Op {
         if (na == nb) return kernels::gemm<T>(false, false, na * m, n, k, T(1), a, k, b, n, T(0), o, n);
       }
       auto sa = kernels::broadcast_strides(ab, batch), sb = kernels::broadcast_strides(bb, batch);
-      for (int64_t i = 0; i < nb; ++i) {
+      auto one = [&](int64_t i) {
         int64_t oa = 0, ob = 0, rem = i;
         for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
           int64_t cd = rem % batch[size_t(d)];
@@ -63,6 +64,15 @@ class MatMulOp : public Op {
           ob += cd * sb[size_t(d)];
         }
         kernels::gemm<T>(false, false, m, n, k, T(1), a + oa * m * k, k, b + ob * k * n, n, T(0), o + i * m * n, n);
+      };
+      // Small GEMMs (attention heads): the batches in parallel, each GEMM on one thread (BLAS runs
+      // single-threaded inside a parallel region); large ones: one after another, each on every thread.
+      if (m * n * k < (int64_t(1) << 22)) {
+        parallel_for(nb, m * n * k, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) one(i);
+        });
+      } else {
+        for (int64_t i = 0; i < nb; ++i) one(i);
       }
     });
   }

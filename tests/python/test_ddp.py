@@ -51,3 +51,36 @@ def test_ddp_matches_single_process(tmp_path):
     single(*batch()).backward()
     for n, p in single.named_parameters():
         assert torch.allclose(grads[n], p.grad, rtol=1e-4, atol=1e-6), n
+
+
+def stats_worker(rank, port, folder):
+    import logging
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    os.environ["ONNXTRAIN_PRINT_MEMORY_STATS"] = "1"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    log = logging.getLogger("onnxtrain")
+    log.addHandler(logging.FileHandler(os.path.join(folder, f"rank{rank}.log")))
+    model = torch.nn.parallel.DistributedDataParallel(onnxtrain.Module(make_model()))
+    idx, target = batch()
+    model(idx, target).backward()
+    eager = make_model()  # a plain PyTorch module, every rank asked to log
+    onnxtrain.subscribe_memory_stats(eager, all_ranks=True)
+    eager(idx, target).backward()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_memory_stats_come_from_rank_zero_under_ddp(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(stats_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    logs = [(tmp_path / f"rank{r}.log").read_text().splitlines() for r in (0, 1)]
+    lines = [[line for line in log if " memory (MiB) | phase: " in line] for log in logs]
+    # rank 0: the onnxtrain module's four phases and the subscriber's four; rank 1: only the subscriber's.
+    assert [line.split(" memory")[0] for line in lines[0]] == ["rank-0 step 0"] * 8, logs[0]
+    assert [line.split(" memory")[0] for line in lines[1]] == ["rank-1 step 0"] * 4, logs[1]
+    assert [line.split("phase: ")[1].split(" |")[0] for line in lines[1]] == [
+        "pre_forward", "post_forward", "pre_backward", "post_backward"]
