@@ -40,12 +40,17 @@ def worker(rank, port, out):
     dist.destroy_process_group()
 
 
-def test_ddp_matches_single_process(tmp_path):
+def spawn(fn, *args):
+    """Runs fn(rank, port, *args) in two processes that meet on a free loopback port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    mp.spawn(fn, args=(port, *args), nprocs=2, join=True)
+
+
+def test_ddp_matches_single_process(tmp_path):
     out = str(tmp_path / "grads.pt")
-    mp.spawn(worker, args=(port, out), nprocs=2, join=True)
+    spawn(worker, out)
     grads = torch.load(out)
     single = make_model()
     single(*batch()).backward()
@@ -73,10 +78,7 @@ def stats_worker(rank, port, folder):
 
 
 def test_memory_stats_come_from_rank_zero_under_ddp(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(stats_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    spawn(stats_worker, str(tmp_path))
     logs = [(tmp_path / f"rank{r}.log").read_text().splitlines() for r in (0, 1)]
     lines = [[line for line in log if " memory (MiB) | phase: " in line] for log in logs]
     # rank 0: the onnxtrain module's four phases and the subscriber's four; rank 1: only the subscriber's.
