@@ -4,6 +4,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/vector_math.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 
@@ -66,17 +67,25 @@ class LayerNormOp : public Op {
       parallel_for(rows, n * 4, [&](int64_t rb, int64_t re) {
         for (int64_t r = rb; r < re; ++r) {
           const T* row = xp + r * n;
-          double s = 0, s2 = 0;
-          for (int64_t j = 0; j < n; ++j) s += row[j];
-          double mean = s / double(n);
-          for (int64_t j = 0; j < n; ++j) s2 += (row[j] - mean) * (row[j] - mean);
-          double rstd = 1.0 / std::sqrt(s2 / double(n) + double(eps_));
+          double mean = 0, var = 0;
+          if constexpr (std::is_same_v<T, float>) {
+            kernels::mean_var_f32(row, n, &mean, &var);
+          } else {
+            for (int64_t j = 0; j < n; ++j) mean += row[j];
+            mean /= double(n);
+            for (int64_t j = 0; j < n; ++j) var += (row[j] - mean) * (row[j] - mean);
+            var /= double(n);
+          }
+          double rstd = 1.0 / std::sqrt(var + double(eps_));
           T m = T(mean), rs = T(rstd);
           T* yr = y + r * n;
-          // Scale and bias broadcast over the normalized dims (usually the same size).
-          for (int64_t j = 0; j < n; ++j) {
-            T v = (row[j] - m) * rs * w[j % nw];
-            yr[j] = b ? v + b[j % nb] : v;
+          if (nw == n && (!b || nb == n)) {  // scale and bias over the normalized dims (the usual case)
+            for (int64_t j = 0; j < n; ++j) yr[j] = (row[j] - m) * rs * w[j] + (b ? b[j] : T(0));
+          } else {  // broadcast over them
+            for (int64_t j = 0; j < n; ++j) {
+              T v = (row[j] - m) * rs * w[j % nw];
+              yr[j] = b ? v + b[j % nb] : v;
+            }
           }
           if (mean_out) mean_out[r] = m;
           if (rstd_out) rstd_out[r] = rs;

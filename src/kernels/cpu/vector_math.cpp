@@ -60,7 +60,38 @@ void map8(const float* x, float* y, int64_t n) {
   }
 }
 
+// The sum of f(x[i]) for 4 doubles at a time (f maps 4 doubles to 4 doubles), then the rest.
+template <typename F>
+double sum_pd(const float* x, int64_t n, F f) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    acc0 = _mm256_add_pd(acc0, f(_mm256_cvtps_pd(_mm256_castps256_ps128(v))));
+    acc1 = _mm256_add_pd(acc1, f(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) {
+    alignas(32) double one[4];
+    _mm256_store_pd(one, f(_mm256_set1_pd(double(x[i]))));
+    s += one[0];
+  }
+  return s;
+}
+
 }  // namespace
+
+void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
+  double m = sum_pd(x, n, [](__m256d v) { return v; }) / double(n);
+  __m256d mv = _mm256_set1_pd(m);
+  *mean = m;
+  *var = sum_pd(x, n, [mv](__m256d v) {
+           __m256d d = _mm256_sub_pd(v, mv);
+           return _mm256_mul_pd(d, d);
+         }) / double(n);
+}
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
 void erf_f32(const float* x, float* y, int64_t n) { map8<erf8>(x, y, n); }

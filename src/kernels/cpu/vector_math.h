@@ -13,5 +13,7 @@ namespace onnxtrain::kernels {
 void exp_f32(const float* x, float* y, int64_t n);
 void erf_f32(const float* x, float* y, int64_t n);
 void gelu_f32(const float* x, float* y, int64_t n);  // 0.5 x (1 + erf(x / sqrt 2))
+// The mean and the (biased) variance of n floats, accumulated in double: a sum, then the centred sum of squares.
+void mean_var_f32(const float* x, int64_t n, double* mean, double* var);
 
 }  // namespace onnxtrain::kernels
