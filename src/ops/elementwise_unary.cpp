@@ -206,15 +206,50 @@ struct GeluFn {
       Value* d = g.add(g.mul(g.like(0.5, t), g.add(g.like(1, t), t)), g.mul(g.mul(g.like(0.5, x), x), dt));
       return g.mul(dy, d);
     }
-    // Phi(x) + x phi(x)
-    Value* cdf = g.mul(g.like(0.5, x), g.add(g.like(1, x), g.op("Erf", {g.mul(x, g.like(0.7071067811865476, x))})));
-    Value* pdf = g.mul(g.like(0.3989422804014327, x), g.op("Exp", {g.mul(g.like(-0.5, x), square(g, x))}));
-    return g.mul(dy, g.add(cdf, g.mul(x, pdf)));
+    return g.ops("GeluGrad", {dy, x}, 1, {}, "com.onnxtrain")[0];  // dy (Phi(x) + x phi(x)) in one pass
   }
   bool tanh_approx;
 };
 using GeluOp = UnaryOp<GeluFn, kF>;
 OT_REGISTER_OP("Gelu", GeluOp);
+
+// com.onnxtrain.GeluGrad(dy, x) = dy (Phi(x) + x phi(x)): the gradient of exact GELU in one pass; composed of
+// ordinary ops it took ten passes over the activation (Erf, Exp and their products).
+class GeluGradOp : public Op {
+ public:
+  explicit GeluGradOp(const ir::Node&) {}
+  bool recomputable() const override { return true; }
+  int inplace_input() const override { return 0; }
+  void infer(InferCtx& ctx) const override {
+    if (ctx.rank(0) != ctx.rank(1)) ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");
+    ctx.set(0, ctx.dtype(1), ctx.shape(1));
+  }
+  Dim flops(const ir::Node& n) const override {
+    return n.outputs[0]->has_shape ? shape_numel(n.outputs[0]->shape) * Dim(20) : Dim(0);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &dy = c.in(0), &x = c.in(1);
+    if (dy.numel() != x.numel() || dy.dtype() != x.dtype())
+      c.fail("dy " + dims_str(dy.dims()) + " and x " + dims_str(x.dims()) + " differ");
+    dispatch<kF>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *d = dy.data<T>(), *xp = x.data<T>();
+      T* out = c.out(0).data<T>();
+      parallel_for(x.numel(), 30, [&](int64_t b, int64_t e) {
+        if constexpr (std::is_same_v<T, float>) {
+          kernels::gelu_grad_f32(d + b, xp + b, out + b, e - b);
+        } else {
+          for (int64_t i = b; i < e; ++i) {
+            T cdf = T(0.5) * (T(1) + std::erf(xp[i] * T(0.7071067811865476)));
+            T pdf = T(0.3989422804014327) * std::exp(T(-0.5) * xp[i] * xp[i]);
+            out[i] = d[i] * (cdf + xp[i] * pdf);
+          }
+        }
+      });
+    });
+  }
+};
+const bool kGeluGradRegistered = register_op("com.onnxtrain", "GeluGrad", factory<GeluGradOp>());
 
 struct MishFn {
   explicit MishFn(const ir::Node&) {}

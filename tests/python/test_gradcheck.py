@@ -133,6 +133,7 @@ NOT_DIFFERENTIABLE = {
     **{op: "gradient is zero almost everywhere" for op in ["Floor", "Ceil", "Round", "Sign", "Hardmax"]},
     "Mod": "no gradient rule yet", "Resize": "no gradient rule yet", "AveragePool": "no gradient rule yet",
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
+    "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},
 }
 

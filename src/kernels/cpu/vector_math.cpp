@@ -48,6 +48,14 @@ __m256 gelu8(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.f), e));
 }
 
+__m256 gelu_grad8(__m256 dy, __m256 x) {
+  __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f),
+                             _mm256_add_ps(_mm256_set1_ps(1.f), erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)))));
+  __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(0.3989422804014327f),
+                             exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(x, x))));
+  return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
+}
+
 template <__m256 (*F)(__m256)>
 void map8(const float* x, float* y, int64_t n) {
   int64_t i = 0;
@@ -94,6 +102,18 @@ void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
 }
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
+
+void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dx + i, gelu_grad8(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(x + i)));
+  if (i < n) {  // the tail, padded to a full vector
+    alignas(32) float a[8] = {}, b[8] = {};
+    std::copy(dy + i, dy + n, a);
+    std::copy(x + i, x + n, b);
+    _mm256_store_ps(a, gelu_grad8(_mm256_load_ps(a), _mm256_load_ps(b)));
+    std::copy(a, a + (n - i), dx + i);
+  }
+}
 void erf_f32(const float* x, float* y, int64_t n) { map8<erf8>(x, y, n); }
 void gelu_f32(const float* x, float* y, int64_t n) { map8<gelu8>(x, y, n); }
 
