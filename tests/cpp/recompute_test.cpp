@@ -127,3 +127,46 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
   EXPECT_EQ(full - kept, 5 * 8 * 2);  // half of the float32 value's bytes: its float16 input is kept instead
   for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]);
 }
+
+TEST(Recompute, CountNTakesTheFirstNInForwardOrderAndTheLastDuplicateWins) {
+  // Three blocks h = Gelu(MatMul(h, w_i)), each Gelu output stashed for the next MatMul's weight gradient.
+  auto make = [](const std::string& config) {
+    auto g = std::make_unique<ir::Graph>();
+    g->opsets[""] = 20;
+    ir::Value* h = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
+    std::vector<std::string> wrt;
+    for (int i = 0; i < 4; ++i) {
+      wrt.push_back("w" + std::to_string(i));
+      h = add_op(*g, "MatMul", {h, add_input(*g, wrt.back(), DType::kFloat32, {Dim(8), Dim(8)})});
+      if (i < 3) h = add_op(*g, "Gelu", {h});
+    }
+    ir::Value* loss = add_op(*g, "ReduceSum", {h}, {{"keepdims", int64_t(0)}});
+    g->outputs.push_back(loss);
+    SessionOptions o;
+    o.memory_config = config;
+    return Session(std::move(g), autodiff::TrainingSpec{wrt, loss->name}, o);
+  };
+  // Which forward Gelu nodes (in forward order) lost their backward readers to a clone.
+  auto recomputed = [](const Session& s) {
+    std::vector<bool> r;
+    for (auto& n : s.graph().nodes())
+      if (n->op_type == "Gelu" && !n->backward) {
+        bool read = false;
+        for (const ir::Node* c : n->outputs[0]->consumers) read = read || c->backward;
+        r.push_back(!read);
+      }
+    return r;
+  };
+  EXPECT_EQ(recomputed(make("Gelu+:1:2")), (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(recomputed(make("Gelu+:1:-1")), (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(recomputed(make("Gelu+:1:-1,Gelu+:0:0")), (std::vector<bool>{false, false, false}));
+  EXPECT_EQ(recomputed(make("Gelu+:0:0, Gelu+:1:1")), (std::vector<bool>{true, false, false}));
+  Session more = make("Gelu+:1:5");
+  const auto& rows = more.memory_report().clusters;
+  auto it = std::find_if(rows.begin(), rows.end(), [](auto& r) { return r.cluster == "Gelu+"; });
+  ASSERT_NE(it, rows.end());
+  const memory::ClusterReport& row = *it;
+  EXPECT_EQ(row.frequency, 3);
+  EXPECT_EQ(row.applied, 3);
+  EXPECT_EQ(row.requested, 5);  // asked for more than exist
+}
