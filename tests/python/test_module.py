@@ -283,6 +283,13 @@ def test_memory_budget_option_keeps_gradients_and_reports(monkeypatch):
     assert "budget 50% of the stash" in planned.memory_report()
     for (n, p), q in zip(planned.named_parameters(), plain.parameters()):
         assert torch.equal(p.grad, q.grad), n
+    monkeypatch.setenv("ONNXTRAIN_MEMORY_BUDGET", "300KiB")  # the whole step's predicted peak
+    sized = onnxtrain.Module(copy.deepcopy(eager))
+    sized(idx, idx).backward()
+    report = sized.memory_report()
+    assert "budget 0.29 MiB for the step's peak" in report and "predicted with plans" in report, report
+    for (n, p), q in zip(sized.named_parameters(), plain.parameters()):
+        assert torch.equal(p.grad, q.grad), n
     monkeypatch.setenv("ONNXTRAIN_MEMORY_BUDGET", "half")
     with pytest.raises(onnxtrain.ConfigError, match="memory budget 'half'"):
         onnxtrain.Module(nn.Linear(2, 2))
