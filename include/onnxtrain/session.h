@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,7 @@ struct MemoryPrediction {
   int64_t gradients = 0;    // the gradients one step returns
   int64_t stash = 0;        // activations kept from the forward part for the backward part
   int64_t peak = 0;         // the allocator's peak above its level before the step (activations, stash, gradients)
+  std::map<std::string, int64_t> at_peak;  // `peak` by category: stash, gradient, recompute, transient
   int64_t total() const { return parameters + optimizer_state + peak; }  // the whole step's peak
   std::string str() const;
 };
@@ -125,8 +127,10 @@ class Session {
 
  private:
   void init();
-  // A value's memory category: gradient, stash, recompute or transient.
-  const char* value_category(const ir::Value* v) const;
+  std::set<std::string> grad_value_names() const;
+  // The allocation plan's walk (with the recompute plans or without) for these dims: the bytes live by category
+  // (stash, gradient, recompute, transient) at each step's highest point.
+  std::vector<std::map<std::string, int64_t>> predicted_live(bool without_plans, const Bindings& dims) const;
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 

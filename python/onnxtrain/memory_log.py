@@ -54,7 +54,8 @@ def format_fields(module=None, stats=None):
               ("param", _tensor_bytes(params)), ("grad", _tensor_bytes([p.grad for p in params])),
               ("buffer", _tensor_bytes(list(module.buffers())) if module is not None else 0)]
     text = " | ".join(f"{name}: {value // _MIB}" for name, value in fields)
-    if s["num_allocs"] == 0:  # nothing went through onnxtrain's allocator: plain PyTorch on the CPU
+    plain = not hasattr(module, "memory_report") if module is not None else s["num_allocs"] == 0
+    if plain:  # a plain PyTorch module (or nothing through onnxtrain's allocator yet): its memory is the process's
         text += f" | process rss: {s['process_rss'] // _MIB} (the allocator fields are onnxtrain's; PyTorch's CPU allocator has no statistics)"
     return text
 

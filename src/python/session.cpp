@@ -99,13 +99,14 @@ void init_session(py::module_& m) {
             d["gradients"] = p.gradients;
             d["stash"] = p.stash;
             d["peak"] = p.peak;
+            d["at_peak"] = p.at_peak;
             d["total"] = p.total();
             return d;
           },
           py::arg("dims"), py::arg("without_plans") = false,
           "A training step's memory for these dims (bytes): parameters, optimizer_state, gradients, stash, peak "
-          "(the allocator's, during the step) and total (the whole step); without_plans: as if no recompute plan "
-          "were applied.")
+          "(the allocator's, during the step), at_peak (the peak by category: stash, gradient, recompute, "
+          "transient) and total (the whole step); without_plans: as if no recompute plan were applied.")
       .def(
           "transformer_layers",
           [](const Session& s) { return memory::detect_layers(s.graph()).size(); },

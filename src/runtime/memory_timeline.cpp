@@ -1,7 +1,7 @@
 // A training step's memory over its execution order, by category: predicted
 // from the allocation plan, or measured by recording the allocator.
 #include <algorithm>
-#include <functional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -9,9 +9,9 @@
 
 namespace onnxtrain {
 
-// A value's own category: gradient, stash, recompute or transient (in increasing order of precedence below).
-const char* Session::value_category(const ir::Value* v) const {
-  if (std::find(grads_.begin(), grads_.end(), v) != grads_.end()) return "gradient";
+// A value's own category: gradient, stash, recompute or transient.
+static const char* own_category(const ir::Value* v, const std::set<std::string>& grads) {
+  if (grads.count(v->name)) return "gradient";
   if (v->producer && !v->producer->backward)
     for (const ir::Node* c : v->consumers)
       if (c->backward) return "stash";
@@ -22,7 +22,7 @@ const char* Session::value_category(const ir::Value* v) const {
 // Each buffer's category: that of the values sharing it (views and in-place outputs of its root), the first
 // of stash, gradient, recompute, transient; a buffer a stashed view keeps alive is stash.
 static std::map<const ir::Value*, std::string> buffer_categories(const ir::Graph& g, const memory::AllocationPlan& plan,
-                                                                 const std::function<const char*(const ir::Value*)>& own) {
+                                                                 const std::set<std::string>& grads) {
   static const char* order[] = {"stash", "gradient", "recompute", "transient"};
   auto rank = [&](const std::string& c) { return size_t(std::find(std::begin(order), std::end(order), c) - std::begin(order)); };
   std::map<const ir::Value*, std::string> r;
@@ -30,7 +30,7 @@ static std::map<const ir::Value*, std::string> buffer_categories(const ir::Graph
     for (const ir::Value* v : n->outputs) {
       if (!v || !plan.has(v) || plan.value(v).kind == memory::AllocKind::kExternal) continue;
       const ir::Value* root = plan.value(v).root ? plan.value(v).root : v;
-      std::string c = own(v);
+      std::string c = own_category(v, grads);
       auto it = r.find(root);
       if (it == r.end() || rank(c) < rank(it->second)) r[root] = c;
     }
@@ -48,28 +48,40 @@ static nlohmann::json rows(const memory::AllocationPlan& plan, const std::vector
   return steps;
 }
 
-std::string Session::memory_timeline(const Bindings& dims) const {
-  auto category = buffer_categories(*graph_, plan_, [this](const ir::Value* v) { return value_category(v); });
+std::set<std::string> Session::grad_value_names() const {
+  std::set<std::string> r;
+  for (const ir::Value* v : grads_) r.insert(v->name);
+  return r;
+}
+
+std::vector<std::map<std::string, int64_t>> Session::predicted_live(bool without_plans, const Bindings& dims) const {
+  const ir::Graph& g = without_plans ? *unplanned_graph_ : *graph_;
+  const memory::AllocationPlan& plan = without_plans ? unplanned_plan_ : plan_;
+  auto category = buffer_categories(g, plan, grad_value_names());
   std::map<std::string, int64_t> live;
   std::map<const ir::Value*, std::pair<std::string, int64_t>> held;
   std::vector<std::map<std::string, int64_t>> at_peak;
-  for (size_t s = 0; s < plan_.steps().size(); ++s) {
-    for (const ir::Value* v : plan_.allocations(s)) {
-      auto b = plan_.value(v).bytes.eval(dims);
-      if (!b) throw ConfigError("memory timeline: the size of '" + v->name + "' needs dims that were not given");
+  for (size_t s = 0; s < plan.steps().size(); ++s) {
+    for (const ir::Value* v : plan.allocations(s)) {
+      auto b = plan.value(v).bytes.eval(dims);
+      if (!b) throw ConfigError("memory prediction: the size of '" + v->name + "' needs dims that were not given");
       int64_t rounded = int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
       held[v] = {category.count(v) ? category.at(v) : "transient", rounded};
       live[held[v].first] += rounded;
     }
     at_peak.push_back(live);  // frees come at the step's end
-    for (const ir::Value* v : plan_.steps()[s].frees) {
+    for (const ir::Value* v : plan.steps()[s].frees) {
       auto it = held.find(v);
       if (it != held.end()) live[it->second.first] -= it->second.second;
     }
   }
+  return at_peak;
+}
+
+std::string Session::memory_timeline(const Bindings& dims) const {
   MemoryPrediction p = predict_memory(dims);
-  return nlohmann::json{{"source", "predicted"}, {"steps", rows(plan_, at_peak)}, {"parameters", p.parameters},
-                        {"predicted_peak", p.peak}, {"boundary", boundary_}}.dump();
+  return nlohmann::json{{"source", "predicted"}, {"steps", rows(plan_, predicted_live(false, dims))},
+                        {"parameters", p.parameters}, {"predicted_peak", p.peak}, {"boundary", boundary_}}.dump();
 }
 
 void Session::start_memory_recording() {
@@ -80,7 +92,7 @@ void Session::start_memory_recording() {
 std::string Session::stop_memory_recording(const Bindings& dims) {
   if (!recorder_) throw Error("stop_memory_recording: recording was not started");
   std::unique_ptr<runtime::MemoryRecorder> rec = std::move(recorder_);
-  auto buffers = buffer_categories(*graph_, plan_, [this](const ir::Value* v) { return value_category(v); });
+  auto buffers = buffer_categories(*graph_, plan_, grad_value_names());
   auto category = [&](const ir::Value* v) -> std::string {  // unlabeled blocks are kernel scratch
     auto it = v ? buffers.find(v) : buffers.end();
     return it == buffers.end() ? "transient" : it->second;

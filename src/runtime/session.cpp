@@ -128,6 +128,12 @@ MemoryPrediction Session::predict_memory(const Bindings& dims, bool without_plan
   for (const ir::Value* v : grads_) p.gradients += evaluated_bytes(g.find(v->name), dims);
   for (const ir::Value* v : memory::stashed_values(g)) p.stash += evaluated_bytes(v, dims);
   p.peak = planned_peak(without_plans ? unplanned_plan_ : plan_, dims);
+  int64_t highest = -1;
+  for (auto& live : predicted_live(without_plans, dims)) {
+    int64_t total = 0;
+    for (auto& [category, bytes] : live) total += bytes;
+    if (total > highest) highest = total, p.at_peak = live;
+  }
   return p;
 }
 
@@ -143,8 +149,7 @@ std::string Session::memory_report_text(const Bindings& dims, bool as_json) cons
     auto obj = [](const std::optional<MemoryPrediction>& p) {
       if (!p) return nlohmann::json(nullptr);
       return nlohmann::json{{"parameters", p->parameters}, {"optimizer_state", p->optimizer_state}, {"gradients", p->gradients},
-                            {"stash", p->stash}, {"transient", p->peak - p->stash - p->gradients}, {"peak", p->peak},
-                            {"total", p->total()}};
+                            {"stash", p->stash}, {"peak", p->peak}, {"at_peak", p->at_peak}, {"total", p->total()}};
     };
     j["predicted_before"] = obj(before);
     j["predicted_after"] = obj(after);
@@ -176,9 +181,11 @@ std::string MemoryPrediction::str() const {
     std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
     return std::string(buf);
   };
+  auto part = [&](const char* c) { return at_peak.count(c) ? at_peak.at(c) : int64_t(0); };
   return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " + mib(optimizer_state) +
-         " + " + mib(peak) + " during the step (stash " + mib(stash) + ", gradients " + mib(gradients) + ", transient " +
-         mib(std::max<int64_t>(0, peak - stash - gradients)) + ")";
+         " + " + mib(peak) + " during the step (at its highest: stash " + mib(part("stash")) + ", gradients " +
+         mib(part("gradient")) + ", recomputed " + mib(part("recompute")) + ", transient " + mib(part("transient")) +
+         "; the whole stash " + mib(stash) + ")";
 }
 
 void Session::set_profiling(bool on) { profile_ = on ? std::make_unique<runtime::Profile>() : nullptr; }

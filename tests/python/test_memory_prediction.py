@@ -51,6 +51,7 @@ def test_predicted_peak_equals_the_allocators(gpt, b):
     out, grads = train_step(session, params, batch(b))
     measured = onnxtrain.allocator_stats()["peak_allocated"] - base
     assert measured == predicted["peak"]
+    assert sum(predicted["at_peak"].values()) == predicted["peak"], "the peak broken down by category"
     assert predicted["stash"] > 0 and predicted["gradients"] == sum(g.nbytes for g in grads.values())
     assert predicted["parameters"] == sum(params[n].nbytes for n in session.grad_names)
 

@@ -39,6 +39,7 @@ def test_onnxtrain_module_logs_four_phases_per_sampled_step(monkeypatch, caplog)
         train(model, 18, (idx, idx))
     found = lines(caplog)
     assert all(found), [r.getMessage() for r in caplog.records if "memory (MiB)" in r.getMessage() and not LINE.match(r.getMessage())]
+    assert not any("process rss" in r.getMessage() for r in caplog.records), "onnxtrain's own allocator figures only"
     steps = sorted({int(m.group(2)) for m in found})
     assert steps == list(range(10)) + [16], "steps 0 to 9, then powers of two"
     assert [m.group(3) for m in found[:4]] == ["pre_forward", "post_forward", "pre_backward", "post_backward"]
@@ -64,6 +65,9 @@ def test_plain_pytorch_module_in_the_same_format_says_where_numbers_come_from(ca
             opt.step()
     found = lines(caplog)
     assert len(found) == 12 and printer.step == 3
+    messages = [r.getMessage() for r in caplog.records if "memory (MiB)" in r.getMessage()]
+    assert all(re.search(r"\| process rss: \d+ \(the allocator fields are onnxtrain's; PyTorch's CPU allocator has no "
+                         r"statistics\)$", m) for m in messages), messages
 
 
 def test_only_rank_zero_logs_unless_asked(monkeypatch, caplog):
