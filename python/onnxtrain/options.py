@@ -38,6 +38,10 @@ class Options:
             raise ValueError(f"onnxtrain: memory optimizer level '{level}' is not 0, 1 or 2")
         o.memory_opt_level = int(level)
         o.memory_timeline = os.environ.get("ONNXTRAIN_MEMORY_TIMELINE", o.memory_timeline)
+        folder = os.path.dirname(os.path.abspath(o.memory_timeline)) if o.memory_timeline else ""
+        if folder and not os.path.isdir(folder):
+            raise ValueError(f"onnxtrain: ONNXTRAIN_MEMORY_TIMELINE / Options.memory_timeline is '{o.memory_timeline}', "
+                             f"but the folder {folder} does not exist")
         o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", "1" if o.print_memory_stats else "0") == "1"
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
         o.memory_budget = "" if budget in (0, "0", "") else str(budget)

@@ -139,3 +139,8 @@ def test_timeline_pngs_at_level_0_and_1(monkeypatch, tmp_path):
         predicted = model.memory_timeline(str(tmp_path / f"predicted{level}.png"))
         assert max(sum(s["live"].values()) for s in predicted["steps"]) == predicted["predicted_peak"]
     assert peaks["1"] < 0.5 * peaks["0"]
+
+
+def test_a_timeline_into_a_missing_folder_is_refused_up_front(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        onnxtrain.Module(nn.Linear(2, 2), onnxtrain.Options(memory_timeline=str(tmp_path / "no" / "t.png")))
