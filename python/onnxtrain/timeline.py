@@ -42,6 +42,14 @@ def draw(t, path):
     if "measured_peak" in t:
         ax.axhline((t["parameters"] + t["measured_peak"]) / mib, color="black", linewidth=1, linestyle=":",
                    label="measured peak")
+    totals = [sum(s["live"].values()) for s in t["steps"]]
+    top = max(range(len(totals)), key=totals.__getitem__) if totals else None
+    if top is not None:  # where the peak is, and what it is made of
+        at = t["steps"][top]
+        parts = ", ".join(f"{c} {at['live'].get(c, 0) / mib:.1f}" for c in CATEGORIES if at["live"].get(c, 0))
+        ax.annotate(f"peak {(t['parameters'] + totals[top]) / mib:.1f} MiB at {at['node']} ({at['op']})\n{parts}",
+                    xy=(steps[top], (t["parameters"] + totals[top]) / mib), xytext=(0.62, 0.93),
+                    textcoords="axes fraction", fontsize=8, va="top", arrowprops={"arrowstyle": "->", "lw": 0.8})
     ax.set_title(f"onnxtrain memory timeline of one training step ({source})")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
