@@ -47,7 +47,9 @@ TEST(VectorMath, ErfAndGeluMatchLibm) {
   for (size_t i = 0; i < x.size(); ++i) {
     double want = std::erf(double(x[i]));
     ASSERT_NEAR(e[i], want, 3e-7 + 2e-7 * std::abs(want)) << "erf(" << x[i] << ")";
-    if (std::abs(x[i]) < 1 && x[i] != 0) ASSERT_NEAR(e[i] / want, 1.0, 1e-6) << "erf(" << x[i] << ")";  // relative near 0
+    if (std::abs(x[i]) < 1 && x[i] != 0) {  // relative near 0
+      ASSERT_NEAR(e[i] / want, 1.0, 1e-6) << "erf(" << x[i] << ")";
+    }
     double gelu = 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)));
     ASSERT_NEAR(g[i], gelu, 4e-7 * std::max(1.0, std::abs(double(x[i])))) << "gelu(" << x[i] << ")";
   }
