@@ -62,9 +62,12 @@ std::string Budget::str() const {
 
 Choice choose_cheapest(const std::vector<Item>& items, int64_t need) {
   Choice r;
+  // Exact in units of the sizes' gcd; past kMaxUnits units, in coarser ones with sizes rounded down (the choice
+  // then saves at least `need` still, perhaps a little more than the least would).
+  constexpr int64_t kMaxUnits = 1 << 16;
   int64_t unit = 0;
   for (auto& it : items) unit = std::gcd(unit, it.bytes);
-  unit = std::max<int64_t>(unit, 1);
+  unit = std::max({unit, int64_t(1), (std::max<int64_t>(need, 0) + kMaxUnits - 1) / kMaxUnits});
   const int64_t cap = (std::max<int64_t>(need, 0) + unit - 1) / unit;  // units to save, at least
   // dp[u]: least cost saving at least u units (states above cap are capped); take[i][u]: item i used there.
   const int64_t kInf = INT64_MAX / 4;

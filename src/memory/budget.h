@@ -35,8 +35,8 @@ struct Choice {
   int64_t saved = 0;
   bool met = false;            // false: even every item saves less than `need`
 };
-// The subset saving at least `need` bytes at the least total cost (exact, in units of the gcd of the sizes);
-// when none does, every item.
+// The subset saving at least `need` bytes at the least total cost (exact in units of the gcd of the sizes, or
+// of need / 65536 when coarser); when none does, every item.
 Choice choose_cheapest(const std::vector<Item>& items, int64_t need);
 
 }  // namespace onnxtrain::memory
