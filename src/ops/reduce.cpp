@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
+#include "kernels/cpu/vector_math.h"
 #include "ops/axis_util.h"
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -83,13 +84,18 @@ class ReduceOp : public Op {
         using T = typename decltype(tag)::type;
         const T* src = x.data<T>();
         T* out = c.out(0).data<T>();
-        parallel_for(rows, len, [&](int64_t b, int64_t e) {
-          std::vector<double> acc(size_t(e - b), 0.0);
-          for (int64_t r = 0; r < len; ++r) {
-            const T* row = src + r * rows;
-            for (int64_t j = b; j < e; ++j) acc[size_t(j - b)] += double(row[j]);
+        // Blocks of 64 columns (whole cache lines), each summed down every row into double accumulators.
+        constexpr int64_t kCols = 64;
+        parallel_for((rows + kCols - 1) / kCols, len * kCols, [&](int64_t b, int64_t e) {
+          for (int64_t block = b; block < e; ++block) {
+            int64_t j0 = block * kCols, width = std::min(kCols, rows - j0);
+            double acc[kCols] = {};
+            for (int64_t r = 0; r < len; ++r) {
+              const T* row = src + r * rows + j0;
+              for (int64_t j = 0; j < width; ++j) acc[j] += double(row[j]);
+            }
+            for (int64_t j = 0; j < width; ++j) out[j0 + j] = T(acc[j]);
           }
-          for (int64_t j = b; j < e; ++j) out[j] = T(acc[size_t(j - b)]);
         });
       });
     kernels::dispatch<kernels::kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
@@ -147,6 +153,12 @@ class ReduceOp : public Op {
         return T(m + std::log(s));
       }
       default: break;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (kind_ == Reduce::kSum || kind_ == Reduce::kMean) {  // the common case, vectorised
+        double sum = kernels::sum_f32(x, n);
+        return kind_ == Reduce::kSum ? T(sum) : n ? T(sum / double(n)) : T(NAN);
+      }
     }
     Acc s = 0;
     for (int64_t i = 0; i < n; ++i) {

@@ -91,8 +91,12 @@ double sum_pd(const float* x, int64_t n, F f) {
 
 }  // namespace
 
+double sum_f32(const float* x, int64_t n) {
+  return sum_pd(x, n, [](__m256d v) { return v; });
+}
+
 void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
-  double m = sum_pd(x, n, [](__m256d v) { return v; }) / double(n);
+  double m = sum_f32(x, n) / double(n);
   __m256d mv = _mm256_set1_pd(m);
   *mean = m;
   *var = sum_pd(x, n, [mv](__m256d v) {
