@@ -22,9 +22,10 @@ std::unique_ptr<Pass> common_subexpressions();
 std::unique_ptr<Pass> dead_code();
 std::unique_ptr<Pass> identity_elimination();
 std::unique_ptr<Pass> gelu_fusion();
+std::unique_ptr<Pass> transpose_gemm_fusion();
 
-// The default list, in order: identity elimination, GELU fusion, constant folding,
-// common subexpressions, dead code.
+// The default list, in order: identity elimination, GELU fusion, Transpose-into-Gemm fusion, constant
+// folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

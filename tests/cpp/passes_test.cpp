@@ -146,3 +146,30 @@ TEST(Passes, GeluFusionAndIdentityElimination) {
   Tensor ya = a.run({{"x", x}}).begin()->second, yb = b.run({{"x", x}}).begin()->second;
   for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(ya.data<float>()[i], yb.data<float>()[i], 1e-6);
 }
+
+namespace {
+
+// Transpose(Gemm(x, w)) and, with transB, Transpose(Gemm(x, v^T)): each folds into one Gemm.
+std::unique_ptr<ir::Graph> transposed_gemms() {
+  auto g = base();
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
+  ir::Value* a = add_op(*g, "Gemm", {x, add_weight(*g, "w", {4, 5})});
+  g->outputs.push_back(add_op(*g, "Transpose", {a}, {{"perm", std::vector<int64_t>{1, 0}}}));
+  ir::Value* b = add_op(*g, "Gemm", {x, add_weight(*g, "v", {6, 4})}, {{"transB", int64_t(1)}, {"alpha", 0.5f}});
+  g->outputs.push_back(add_op(*g, "Transpose", {b}));
+  return g;
+}
+
+}  // namespace
+
+TEST(Passes, TransposeOfGemmFoldsIntoTheGemm) {
+  auto g = transposed_gemms();
+  ops::bind_graph(*g);
+  ops::infer_shapes(*g);
+  EXPECT_TRUE(passes::transpose_gemm_fusion()->apply(*g));
+  EXPECT_EQ(count(*g, "Transpose"), 0u);
+  EXPECT_EQ(count(*g, "Gemm"), 2u);
+  EXPECT_EQ(shape_str(g->outputs[0]->shape), "[5, batch]");
+  EXPECT_EQ(g->outputs[0]->producer->op_type, "Gemm");
+  expect_same_results(transposed_gemms);
+}
