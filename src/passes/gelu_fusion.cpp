@@ -67,10 +67,7 @@ class GeluFusion : public Pass {
       ops::infer_node(g, *gelu);
       gone.insert(gone.end(), chain.begin(), chain.end());
     }
-    if (gone.empty()) return false;
-    g.remove_nodes([&](const ir::Node& n) { return std::find(gone.begin(), gone.end(), &n) != gone.end(); });
-    g.sort_nodes();
-    return true;
+    return remove_all(g, gone, true);
   }
 };
 

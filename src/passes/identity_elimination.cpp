@@ -36,8 +36,7 @@ class IdentityElimination : public Pass {
       g.replace_uses(out, in);
       gone.push_back(n.get());
     }
-    g.remove_nodes([&](const ir::Node& n) { return std::find(gone.begin(), gone.end(), &n) != gone.end(); });
-    return !gone.empty();
+    return remove_all(g, gone, false);
   }
 };
 

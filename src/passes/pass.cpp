@@ -1,5 +1,7 @@
 #include "passes/pass.h"
 
+#include <algorithm>
+
 namespace onnxtrain::passes {
 
 std::vector<std::unique_ptr<Pass>> default_passes() {
@@ -11,6 +13,13 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(common_subexpressions());
   r.push_back(dead_code());
   return r;
+}
+
+bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort) {
+  if (gone.empty()) return false;
+  g.remove_nodes([&](const ir::Node& n) { return std::find(gone.begin(), gone.end(), &n) != gone.end(); });
+  if (resort) g.sort_nodes();
+  return true;
 }
 
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes) {

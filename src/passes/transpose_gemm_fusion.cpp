@@ -41,10 +41,7 @@ class TransposeGemmFusion : public Pass {
       ops::infer_node(g, *gemm);
       gone.push_back(n.get());
     }
-    if (gone.empty()) return false;
-    g.remove_nodes([&](const ir::Node& n) { return std::find(gone.begin(), gone.end(), &n) != gone.end(); });
-    g.sort_nodes();
-    return true;
+    return remove_all(g, gone, true);
   }
 };
 
