@@ -14,6 +14,7 @@ import time
 import torch
 
 from onnxtrain import _onnxtrain as C
+from onnxtrain import memory_log
 from onnxtrain._autograd import Apply, as_numpy
 from onnxtrain._export import export
 from onnxtrain._schema import flatten, key, unflatten
@@ -45,7 +46,8 @@ class _Runner:
                                                   options.memory_opt_config, options.memory_budget, dims,
                                                   options.memory_opt_level)
             self.dims = dims
-            self.timeline_path = options.memory_timeline  # recorded at the first training step
+            # Recorded at the first training step, by rank 0 only (as the memory lines) when distributed.
+            self.timeline_path = options.memory_timeline if memory_log._rank() == 0 else ""
             if options.memory_opt_config or options.memory_budget or options.memory_opt_level:
                 logger.warning("onnxtrain memory optimizer (%s), sizes for the first batch:\n%s", type(module).__name__,
                                self.session.memory_report(dims))
@@ -114,10 +116,9 @@ class Module(torch.nn.Module):
         self.export_count = 0
         logger.setLevel(self._options.log_level)
         if self._options.print_memory_stats:
-            from onnxtrain.memory_log import subscribe
             if logger.getEffectiveLevel() > logging.INFO:
                 logger.setLevel(logging.INFO)
-            self.memory_stats_printer = subscribe(self)
+            self.memory_stats_printer = memory_log.subscribe(self)
         try:
             self._signature = inspect.signature(module.forward)
         except (TypeError, ValueError):

@@ -63,6 +63,7 @@ def stats_worker(rank, port, folder):
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     os.environ["ONNXTRAIN_PRINT_MEMORY_STATS"] = "1"
+    os.environ["ONNXTRAIN_MEMORY_TIMELINE"] = os.path.join(folder, "step.png")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     log = logging.getLogger("onnxtrain")
@@ -80,6 +81,9 @@ def stats_worker(rank, port, folder):
 def test_memory_stats_come_from_rank_zero_under_ddp(tmp_path):
     spawn(stats_worker, str(tmp_path))
     logs = [(tmp_path / f"rank{r}.log").read_text().splitlines() for r in (0, 1)]
+    assert "memory timeline of the first training step" in "\n".join(logs[0])  # rank 0 records the timeline
+    assert "memory timeline" not in "\n".join(logs[1])
+    assert (tmp_path / "step.png").exists()
     lines = [[line for line in log if " memory (MiB) | phase: " in line] for log in logs]
     # rank 0: the onnxtrain module's four phases and the subscriber's four; rank 1: only the subscriber's.
     assert [line.split(" memory")[0] for line in lines[0]] == ["rank-0 step 0"] * 8, logs[0]
