@@ -1,6 +1,8 @@
 // ir::Graph -> ModelProto. Symbolic dims become dim_param, constants dim_value.
 #include <onnx/onnx_pb.h>
 
+#include <map>
+
 #include "ir/onnx_io.h"
 
 namespace onnxtrain::ir {
@@ -46,7 +48,9 @@ static void write_attribute(const std::string& name, const Attribute& a, onnx::A
 void export_model(const Graph& g, onnx::ModelProto* model) {
   model->set_ir_version(g.ir_version);
   model->set_producer_name("onnxtrain");
-  for (auto& [domain, version] : g.opsets) {
+  std::map<std::string, int64_t> opsets = g.opsets;
+  for (auto& n : g.nodes()) opsets.emplace(n->domain, n->opset);  // onnxtrain's own ops (com.onnxtrain) too
+  for (auto& [domain, version] : opsets) {
     auto* os = model->add_opset_import();
     os->set_domain(domain);
     os->set_version(version);

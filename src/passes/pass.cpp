@@ -8,6 +8,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> r;
   r.push_back(identity_elimination());
   r.push_back(gelu_fusion());
+  r.push_back(linear_fusion());
   r.push_back(transpose_gemm_fusion());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());

@@ -33,6 +33,15 @@ void expect_same_results(std::unique_ptr<ir::Graph> (*make)()) {
   }
 }
 
+// The graph `make` builds, bound and shaped, after `pass`, which must change it.
+std::unique_ptr<ir::Graph> after(std::unique_ptr<ir::Graph> (*make)(), std::unique_ptr<passes::Pass> pass) {
+  auto g = make();
+  ops::bind_graph(*g);
+  ops::infer_shapes(*g);
+  EXPECT_TRUE(pass->apply(*g)) << pass->name();
+  return g;
+}
+
 std::unique_ptr<ir::Graph> base() {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 20;
@@ -163,13 +172,39 @@ std::unique_ptr<ir::Graph> transposed_gemms() {
 }  // namespace
 
 TEST(Passes, TransposeOfGemmFoldsIntoTheGemm) {
-  auto g = transposed_gemms();
-  ops::bind_graph(*g);
-  ops::infer_shapes(*g);
-  EXPECT_TRUE(passes::transpose_gemm_fusion()->apply(*g));
+  auto g = after(transposed_gemms, passes::transpose_gemm_fusion());
   EXPECT_EQ(count(*g, "Transpose"), 0u);
   EXPECT_EQ(count(*g, "Gemm"), 2u);
   EXPECT_EQ(shape_str(g->outputs[0]->shape), "[5, batch]");
   EXPECT_EQ(g->outputs[0]->producer->op_type, "Gemm");
   expect_same_results(transposed_gemms);
+}
+
+namespace {
+
+// Linear layers as exporters write them: Add(MatMul(x, Transpose(w)), b), one without a bias, and one whose
+// transposed weight is read twice (left alone).
+std::unique_ptr<ir::Graph> linear_layers() {
+  auto g = base();
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
+  ir::Value* wt = add_op(*g, "Transpose", {add_weight(*g, "w", {6, 4})});
+  ir::Value* h = add_op(*g, "Add", {add_op(*g, "MatMul", {x, wt}), add_weight(*g, "b", {6})});
+  ir::Value* vt = add_op(*g, "Transpose", {add_weight(*g, "v", {4, 6})});
+  g->outputs.push_back(add_op(*g, "MatMul", {h, vt}));
+  ir::Value* ut = add_op(*g, "Transpose", {add_weight(*g, "u", {3, 4})});
+  g->outputs.push_back(add_op(*g, "MatMul", {x, ut}));
+  g->outputs.push_back(ut);
+  return g;
+}
+
+}  // namespace
+
+TEST(Passes, LinearFusionMakesOneNodeOfEachLinearLayer) {
+  auto g = after(linear_layers, passes::linear_fusion());
+  EXPECT_EQ(count(*g, "Linear"), 2u);
+  EXPECT_EQ(count(*g, "Add"), 0u);
+  EXPECT_EQ(count(*g, "MatMul"), 1u);     // the one whose transposed weight is also an output
+  EXPECT_EQ(count(*g, "Transpose"), 1u);
+  EXPECT_EQ(shape_str(g->outputs[0]->shape), "[batch, 4]");
+  expect_same_results(linear_layers);
 }

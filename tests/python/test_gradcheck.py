@@ -74,6 +74,8 @@ for ta in (0, 1):
         b = r(5, 4) if tb else r(4, 5)
         CASES.append(Case("Gemm", [a, b, r(5)], {"transA": ta, "transB": tb, "alpha": 0.7, "beta": 1.3}))
 CASES += [Case("Gemm", [r(3, 4), r(4, 5), r(3, 5)]), Case("Gemm", [r(3, 4), r(4, 5)])]
+CASES += [Case("Linear", [x, r(5, 4), *bias], domain="com.onnxtrain")  # X W^T + B, what linear_fusion makes
+          for x in (r(3, 4), r(2, 3, 4), r(4)) for bias in ([r(5)], [])]
 for op in ["Softmax", "LogSoftmax"]:
     CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
 REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,
@@ -139,7 +141,7 @@ NOT_DIFFERENTIABLE = {
 
 
 def test_every_op_is_checked_or_listed():
-    checked = {c.op for c in CASES}
+    checked = {f"{c.domain}.{c.op}" if c.domain else c.op for c in CASES}
     missing = [op for op in onnxtrain.registered_ops() if op not in checked and op not in NOT_DIFFERENTIABLE]
     assert not missing, f"ops with neither gradient cases nor a reason: {missing}"
 
