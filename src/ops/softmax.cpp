@@ -55,6 +55,9 @@ class SoftmaxOp : public Op {
  private:
   template <typename T>
   void run_row(const T* x, T* y, int64_t n, int64_t stride) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (kind_ == kSoftmax && stride == 1) return kernels::softmax_f32(x, y, n);  // contiguous rows: vectorised
+    }
     T m = -INFINITY;
     int64_t arg = 0;
     for (int64_t k = 0; k < n; ++k)
@@ -64,16 +67,6 @@ class SoftmaxOp : public Op {
       return;
     }
     T sum = 0;
-    if constexpr (std::is_same_v<T, float>) {
-      if (kind_ == kSoftmax && stride == 1) {  // contiguous rows: the vector exp
-        for (int64_t k = 0; k < n; ++k) y[k] = x[k] - m;
-        kernels::exp_f32(y, y, n);
-        for (int64_t k = 0; k < n; ++k) sum += y[k];
-        T inv = T(1) / sum;
-        for (int64_t k = 0; k < n; ++k) y[k] *= inv;
-        return;
-      }
-    }
     if (kind_ == kSoftmax) {
       for (int64_t k = 0; k < n; ++k) sum += (y[k * stride] = std::exp(x[k * stride] - m));
       T inv = T(1) / sum;

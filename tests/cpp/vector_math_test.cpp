@@ -70,3 +70,21 @@ TEST(VectorMath, AnElementsResultDoesNotDependOnItsPosition) {
     for (size_t i = start; i < x.size(); ++i) ASSERT_EQ(part[i], whole[i]) << i;
   }
 }
+
+TEST(VectorMath, SoftmaxRowsMatchDoublePrecision) {
+  for (int64_t n : {1, 7, 8, 13, 128, 1000}) {
+    std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float((i * 37) % 23) * 0.7f - 8.f + (i == 3 ? -INFINITY : 0.f);
+    kernels::softmax_f32(x.data(), y.data(), n);
+    double m = -INFINITY, sum = 0;
+    for (float v : x) m = std::max(m, double(v));
+    for (float v : x) sum += std::exp(double(v) - m);
+    for (int64_t i = 0; i < n; ++i) {
+      double want = std::exp(double(x[size_t(i)]) - m) / sum;
+      ASSERT_NEAR(y[size_t(i)], want, 1e-6 * want + 1e-12) << "n " << n << " i " << i;
+    }
+  }
+  std::vector<float> masked(5, -INFINITY), out(5);
+  kernels::softmax_f32(masked.data(), out.data(), 5);
+  for (float v : out) EXPECT_TRUE(std::isnan(v));  // as 0/0
+}

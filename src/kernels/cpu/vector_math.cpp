@@ -107,6 +107,41 @@ void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
 
+void softmax_f32(const float* x, float* y, int64_t n) {
+  const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
+  alignas(32) float tail[8];
+  int64_t full = n / 8 * 8, rest = n - full;
+  auto load_tail = [&](const float* src, float pad) {
+    std::fill(tail, tail + 8, pad);
+    std::copy(src + full, src + n, tail);
+    return _mm256_load_ps(tail);
+  };
+  __m256 mv = ninf;
+  for (int64_t i = 0; i < full; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  if (rest) mv = _mm256_max_ps(mv, load_tail(x, -__builtin_inff()));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float m = *std::max_element(lanes, lanes + 8);
+  if (m == -__builtin_inff()) m = 0;  // a row of -inf: exp gives zeros, the 0/0 below gives NaN as libm would
+  const __m256 mm = _mm256_set1_ps(m);
+  __m256 sv = _mm256_setzero_ps();
+  for (int64_t i = 0; i < full; i += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm));
+    _mm256_storeu_ps(y + i, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  if (rest) {
+    __m256 e = exp8(_mm256_sub_ps(load_tail(x, -__builtin_inff()), mm));  // padding: exp(-inf) = 0
+    sv = _mm256_add_ps(sv, e);
+    _mm256_store_ps(tail, e);
+    std::copy(tail, tail + rest, y + full);
+  }
+  _mm256_store_ps(lanes, sv);
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  const float inv = 1.f / sum;
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
 void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dx + i, gelu_grad8(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(x + i)));
