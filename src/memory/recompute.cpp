@@ -228,7 +228,7 @@ std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
       todo.pop_back();
       for (const ir::Node* c : v->consumers) {
         if (c->backward || !seen.insert(c).second || c->op_type == "LayerNormalization") continue;
-        if (c->op_type == "Softmax") attention = true;
+        if (c->op_type == "Softmax" || c->op_type == "MaskedSoftmax") attention = true;  // (the fused form too)
         for (const ir::Value* o : c->outputs)
           if (o) todo.push_back(o);
       }

@@ -9,11 +9,6 @@
 namespace onnxtrain::passes {
 namespace {
 
-bool only_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
-  return v->consumers.size() == 1 && v->consumers[0] == reader &&
-         std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();
-}
-
 class LinearFusion : public Pass {
  public:
   std::string name() const override { return "linear_fusion"; }
@@ -25,14 +20,14 @@ class LinearFusion : public Pass {
     for (ir::Node* m : matmuls) {
       ir::Value *x = m->inputs[0], *wt = m->inputs[1];
       const ir::Node* t = wt ? wt->producer : nullptr;
-      if (!x || !t || t->op_type != "Transpose" || !t->domain.empty() || !only_reader(g, wt, m)) continue;
+      if (!x || !t || t->op_type != "Transpose" || !t->domain.empty() || !sole_reader(g, wt, m)) continue;
       ir::Value* w = t->inputs[0];
       if (!w || !w->has_shape || w->shape.size() != 2 || t->attr_ints("perm", {1, 0}) != std::vector<int64_t>{1, 0}) continue;
       // A bias: the MatMul's only reader adds a vector of W's rows.
       ir::Node* add = m->outputs[0]->consumers.size() == 1 ? m->outputs[0]->consumers[0] : nullptr;
       ir::Value* bias = nullptr;
       if (add && add->op_type == "Add" && add->domain.empty() && add->backward == m->backward &&
-          only_reader(g, m->outputs[0], add)) {
+          sole_reader(g, m->outputs[0], add)) {
         bias = add->inputs[0] == m->outputs[0] ? add->inputs[1] : add->inputs[0];
         if (!bias || !bias->has_shape || bias->shape.size() != 1 || bias->shape[0] != w->shape[0]) bias = nullptr;
       }

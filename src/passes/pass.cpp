@@ -9,11 +9,17 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(identity_elimination());
   r.push_back(gelu_fusion());
   r.push_back(linear_fusion());
+  r.push_back(masked_softmax_fusion());
   r.push_back(transpose_gemm_fusion());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());
   r.push_back(dead_code());
   return r;
+}
+
+bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
+  return v->consumers.size() == 1 && v->consumers[0] == reader &&
+         std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();
 }
 
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort) {

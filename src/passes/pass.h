@@ -24,13 +24,16 @@ std::unique_ptr<Pass> identity_elimination();
 std::unique_ptr<Pass> gelu_fusion();
 std::unique_ptr<Pass> transpose_gemm_fusion();
 std::unique_ptr<Pass> linear_fusion();
+std::unique_ptr<Pass> masked_softmax_fusion();
 
+// Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
+bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);
 // Removes the nodes in `gone` (their outputs must have no remaining readers), then, with `resort`, orders the
 // rest producers first (fusions put new nodes at the end); returns whether any went.
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
-// The default list, in order: identity elimination, GELU fusion, Linear fusion, Transpose-into-Gemm fusion,
-// constant folding, common subexpressions, dead code.
+// The default list, in order: identity elimination, GELU fusion, Linear fusion, masked-softmax fusion,
+// Transpose-into-Gemm fusion, constant folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

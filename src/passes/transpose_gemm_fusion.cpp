@@ -20,8 +20,8 @@ class TransposeGemmFusion : public Pass {
       if (n->attr_ints("perm", {1, 0}) != std::vector<int64_t>{1, 0}) continue;
       ir::Value* t = n->inputs[0];
       ir::Node* gemm = t->producer;
-      if (!gemm || gemm->op_type != "Gemm" || !gemm->domain.empty() || gemm->input(2) || t->consumers.size() != 1 ||
-          std::find(g.outputs.begin(), g.outputs.end(), t) != g.outputs.end() || !t->has_shape || t->shape.size() != 2)
+      if (!gemm || gemm->op_type != "Gemm" || !gemm->domain.empty() || gemm->input(2) || !sole_reader(g, t, n.get()) ||
+          !t->has_shape || t->shape.size() != 2)
         continue;
       bool ta = gemm->attr_int("transA", 0), tb = gemm->attr_int("transB", 0);
       gemm->inputs = {gemm->inputs[1], gemm->inputs[0]};

@@ -1,6 +1,8 @@
 // Each pass on a graph built in code: op counts before and after, identical results.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "onnxtrain/session.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
@@ -207,4 +209,33 @@ TEST(Passes, LinearFusionMakesOneNodeOfEachLinearLayer) {
   EXPECT_EQ(count(*g, "Transpose"), 1u);
   EXPECT_EQ(shape_str(g->outputs[0]->shape), "[batch, 4]");
   expect_same_results(linear_layers);
+}
+
+namespace {
+
+// Attention's scores as exporters write them: Softmax(Where(causal, -inf, Mul(x, 0.5))) over the last axis.
+std::unique_ptr<ir::Graph> masked_scores() {
+  auto g = base();
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
+  ir::Value* cond = g->add_value("causal");
+  Tensor c(DType::kBool, {4});
+  for (int i = 0; i < 4; ++i) c.data<bool>()[i] = i == 2;
+  cond->initializer = c;
+  cond->dtype = DType::kBool;
+  cond->shape = const_shape({4});
+  cond->has_shape = true;
+  g->initializers.push_back(cond);
+  ir::Value* scaled = add_op(*g, "Mul", {x, test_graphs::add_scalar(*g, "scale", 0.5f)});
+  ir::Value* masked = add_op(*g, "Where", {cond, test_graphs::add_scalar(*g, "fill", -INFINITY), scaled});
+  g->outputs.push_back(add_op(*g, "Softmax", {masked}, {{"axis", int64_t(-1)}}));
+  return g;
+}
+
+}  // namespace
+
+TEST(Passes, MaskedSoftmaxFusionMakesOneNodeOfScaleMaskAndSoftmax) {
+  auto g = after(masked_scores, passes::masked_softmax_fusion());
+  EXPECT_EQ(count(*g, "MaskedSoftmax"), 1u);
+  EXPECT_EQ(count(*g, "Softmax") + count(*g, "Where") + count(*g, "Mul"), 0u);
+  expect_same_results(masked_scores);
 }

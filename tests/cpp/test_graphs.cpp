@@ -23,6 +23,17 @@ ir::Value* add_weight(ir::Graph& g, const std::string& name, std::vector<int64_t
   return v;
 }
 
+ir::Value* add_scalar(ir::Graph& g, const std::string& name, float value) {
+  ir::Value* v = g.add_value(name);
+  Tensor t(DType::kFloat32, {});
+  t.data<float>()[0] = value;
+  v->initializer = t;
+  v->dtype = DType::kFloat32;
+  v->has_shape = true;
+  g.initializers.push_back(v);
+  return v;
+}
+
 ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> inputs, ir::Attributes attrs) {
   ir::Value* out = g.add_value("");
   ir::Node* n = g.add_node(op, inputs, {out}, std::move(attrs));

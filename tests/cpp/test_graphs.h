@@ -12,6 +12,8 @@ namespace onnxtrain::test_graphs {
 ir::Value* add_input(ir::Graph& g, const std::string& name, DType t, Shape shape);
 // An initializer filled with 0.01 * (i % 17) - 0.08.
 ir::Value* add_weight(ir::Graph& g, const std::string& name, std::vector<int64_t> dims);
+// A float32 scalar initializer.
+ir::Value* add_scalar(ir::Graph& g, const std::string& name, float value);
 // A node with one fresh output; returns the output.
 ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> inputs, ir::Attributes attrs = {});
 // x (batch, 8) -> MatMul W1 (8, 32) -> Add b1 -> Relu -> MatMul W2 (32, 4) -> Softmax.

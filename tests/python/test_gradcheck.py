@@ -76,6 +76,11 @@ for ta in (0, 1):
 CASES += [Case("Gemm", [r(3, 4), r(4, 5), r(3, 5)]), Case("Gemm", [r(3, 4), r(4, 5)])]
 CASES += [Case("Linear", [x, r(5, 4), *bias], domain="com.onnxtrain")  # X W^T + B, what linear_fusion makes
           for x in (r(3, 4), r(2, 3, 4), r(4)) for bias in ([r(5)], [])]
+CAUSAL = np.triu(np.ones((4, 4), dtype=bool), 1)  # what masked_softmax_fusion makes of attention's scale, mask, softmax
+CASES += [Case("MaskedSoftmax", [r(2, 3, 4, 4), Const(np.array(0.125)), Const(CAUSAL), Const(np.array(-np.inf))],
+               domain="com.onnxtrain"),
+          Case("MaskedSoftmax", [r(3, 5), Const(np.array(2.0)), Const(np.array([[False, True, False, False, True]])),
+                                 Const(np.array(-1e4))], domain="com.onnxtrain")]
 for op in ["Softmax", "LogSoftmax"]:
     CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
 REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,

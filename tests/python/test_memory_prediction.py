@@ -26,7 +26,8 @@ def gpt(request, tmp_path_factory):
     wrt = [n for n in params if n in dict(m.named_parameters())]
     options = {"": {}, "budget": dict(memory_budget="0.5", memory_dims={"batch": 4, "seq": 16}),
                "peak budget": dict(memory_budget="500KiB", memory_dims={"batch": 4, "seq": 16}),
-               "level 1": dict(memory_level=1), "level 2": dict(memory_level=2)}[request.param]
+               "level 1": dict(memory_level=1, memory_dims={"batch": 4, "seq": 16}),
+               "level 2": dict(memory_level=2)}[request.param]  # (level 2 without dims: each dim taken as 128)
     session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss", **options)
     return session, params
 

@@ -157,13 +157,14 @@ def test_level_1_recomputes_inside_layers_with_identical_gradients(model):
     b, wrt, feeds = model
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, stash = step(plain, feeds)
-    layered = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1)
+    dims = {"batch": 4, "seq": 16}  # the batch the level's plans are chosen for (as onnxtrain.Module passes it)
+    layered = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims)
     got, kept = step(layered, feeds)
     assert "level 1: 2 transformer layers" in layered.memory_report()
     assert kept < 0.5 * stash
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    level2 = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2)
+    level2 = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2, memory_dims=dims)
     got2, kept2 = step(level2, feeds)
     assert "level 2: 2 transformer layers" in level2.memory_report()
     assert kept2 <= kept
@@ -179,7 +180,7 @@ def test_a_budget_on_the_step_peak_is_met_with_identical_gradients(model):
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, _ = step(plain, feeds)
     before = plain.predict_memory(dims)["total"]
-    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1).predict_memory(dims)["total"]
+    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims).predict_memory(dims)["total"]
     budget = (before + everything) // 2
     planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=f"{budget}B", memory_dims=dims)
     report = planned.memory_report(dims)

@@ -24,23 +24,35 @@ __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));                              // NaN stays NaN
 }
 
-__m256 erf8(__m256 x) {
-  const __m256 sign = _mm256_set1_ps(-0.f);
-  __m256 ax = _mm256_andnot_ps(sign, x);
-  // |x| < 1: x * sum_k (-1)^k x^2k / (k! (2k + 1)), times 2 / sqrt(pi).
+// erf for |x| < 1: x * sum_k (-1)^k x^2k / (k! (2k + 1)), times 2 / sqrt(pi).
+__m256 erf_small8(__m256 x) {
   static const float taylor[] = {-1.f / 6894720, 1.f / 685440, -1.f / 75600, 1.f / 9360, -1.f / 1320,
                                  1.f / 216,      -1.f / 42,    1.f / 10,     -1.f / 3,   1.f};
   __m256 x2 = _mm256_mul_ps(x, x), p = _mm256_set1_ps(taylor[0]);
   for (int k = 1; k < 10; ++k) p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(taylor[k]));
-  __m256 small = _mm256_mul_ps(_mm256_mul_ps(x, p), _mm256_set1_ps(1.1283791670955126f));
-  // |x| >= 1: 1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / (1 + 0.3275911 |x|).
+  return _mm256_mul_ps(_mm256_mul_ps(x, p), _mm256_set1_ps(1.1283791670955126f));
+}
+
+// erf for |x| >= 1: 1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / (1 + 0.3275911 |x|), with x's sign.
+__m256 erf_large8(__m256 x, __m256 ax, __m256 sign) {
   __m256 t = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, _mm256_set1_ps(1.f)));
   __m256 q = _mm256_set1_ps(1.061405429f);
   for (float a : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}) q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(a));
   q = _mm256_mul_ps(q, t);
-  __m256 large = _mm256_fnmadd_ps(q, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x2)), _mm256_set1_ps(1.f));
-  large = _mm256_or_ps(large, _mm256_and_ps(x, sign));
-  return _mm256_blendv_ps(large, small, _mm256_cmp_ps(ax, _mm256_set1_ps(1.f), _CMP_LT_OQ));
+  __m256 large = _mm256_fnmadd_ps(q, exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(x, x))), _mm256_set1_ps(1.f));
+  return _mm256_or_ps(large, _mm256_and_ps(x, sign));
+}
+
+// Each lane takes one branch; a vector whose lanes all fall on one side computes only that one (the result of
+// a lane never depends on its neighbours).
+__m256 erf8(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 ax = _mm256_andnot_ps(sign, x);
+  __m256 is_small = _mm256_cmp_ps(ax, _mm256_set1_ps(1.f), _CMP_LT_OQ);
+  int mask = _mm256_movemask_ps(is_small);
+  if (mask == 0xff) return erf_small8(x);
+  if (mask == 0) return erf_large8(x, ax, sign);
+  return _mm256_blendv_ps(erf_large8(x, ax, sign), erf_small8(x), is_small);
 }
 
 __m256 gelu8(__m256 x) {

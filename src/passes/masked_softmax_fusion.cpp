@@ -1,0 +1,57 @@
+// Masked softmax fusion: Softmax(Where(cond, fill, Mul(X, scale))) along the last axis, with scale and fill
+// constant scalars, as exporters write scaled, masked attention, becomes one com.onnxtrain.MaskedSoftmax
+// (one pass over the scores instead of three). Only when the intermediate values have no other readers.
+#include <algorithm>
+
+#include "ops/bind.h"
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+bool constant_scalar(const ir::Value* v) {
+  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
+}
+
+class MaskedSoftmaxFusion : public Pass {
+ public:
+  std::string name() const override { return "masked_softmax_fusion"; }
+  bool apply(ir::Graph& g) const override {
+    std::vector<const ir::Node*> gone;
+    std::vector<ir::Node*> softmaxes;
+    for (auto& n : g.nodes())
+      if (n->op_type == "Softmax" && n->domain.empty() && n->opset >= 13) softmaxes.push_back(n.get());
+    for (ir::Node* s : softmaxes) {
+      ir::Value* w = s->inputs[0];
+      int64_t axis = s->attr_int("axis", -1);
+      if (!w || !w->has_shape || w->shape.empty() || (axis != -1 && axis != int64_t(w->shape.size()) - 1)) continue;
+      ir::Node* where = w->producer;
+      if (!where || where->op_type != "Where" || !where->domain.empty() || !sole_reader(g, w, s)) continue;
+      ir::Value *cond = where->inputs[0], *fill = where->inputs[1], *z = where->inputs[2];
+      if (!constant_scalar(fill) || !z || !z->producer || !sole_reader(g, z, where) || !cond || !cond->has_shape) continue;
+      ir::Node* mul = z->producer;
+      if (mul->op_type != "Mul" || !mul->domain.empty() || !z->has_shape || z->shape != w->shape) continue;
+      size_t which = constant_scalar(mul->inputs[1]) ? 1 : constant_scalar(mul->inputs[0]) ? 0 : 2;
+      if (which == 2) continue;
+      ir::Value *x = mul->inputs[1 - which], *scale = mul->inputs[which];
+      if (!x->has_shape || x->shape != w->shape || x->dtype != fill->dtype || scale->dtype != x->dtype) continue;
+      ir::Value* out = s->outputs[0];
+      s->outputs[0] = g.add_value(g.unique_name(out->name + "_unfused"));
+      s->outputs[0]->producer = s;
+      ir::Node* f = g.add_node("MaskedSoftmax", {x, scale, cond, fill}, {out}, {}, g.unique_name(s->name + "_masked"));
+      f->domain = "com.onnxtrain";
+      f->opset = 1;
+      f->backward = s->backward;
+      ops::bind_node(*f);
+      ops::infer_node(g, *f);
+      gone.insert(gone.end(), {mul, where, s});
+    }
+    return remove_all(g, gone, true);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> masked_softmax_fusion() { return std::make_unique<MaskedSoftmaxFusion>(); }
+
+}  // namespace onnxtrain::passes
