@@ -115,12 +115,16 @@ class MaskedSoftmaxOp : public Op {
       T* y = c.out(0).data<T>();
       kernels::broadcast_rows<2>(x.dims(), {&x.dims(), &cond.dims()}, [&](int64_t o, auto off, auto st, int64_t n) {
         T* row = y + o;
-        for (int64_t k = 0; k < n; ++k) row[k] = cp[off[1] + k * st[1]] ? fill : xp[off[0] + k * st[0]] * scale;
+        const T* xr = xp + off[0];
+        const bool* cr = cp + off[1];
         if constexpr (std::is_same_v<T, float>) {
+          if (st[0] == 1 && st[1] == 1) kernels::masked_scale_f32(xr, cr, scale, fill, row, n);  // the usual case
+          else
+            for (int64_t k = 0; k < n; ++k) row[k] = cr[k * st[1]] ? fill : xr[k * st[0]] * scale;
           kernels::softmax_f32(row, row, n);
         } else {
           T m = -INFINITY, sum = 0;
-          for (int64_t k = 0; k < n; ++k) m = std::max(m, row[k]);
+          for (int64_t k = 0; k < n; ++k) m = std::max(m, row[k] = cr[k * st[1]] ? fill : xr[k * st[0]] * scale);
           for (int64_t k = 0; k < n; ++k) sum += (row[k] = std::exp(row[k] - m));
           for (int64_t k = 0; k < n; ++k) row[k] /= sum;
         }

@@ -119,6 +119,17 @@ void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
 
+void masked_scale_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
+  const __m256 s = _mm256_set1_ps(scale), f = _mm256_set1_ps(fill);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i)));
+    __m256 masked = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bytes, _mm256_setzero_si256()));
+    _mm256_storeu_ps(y + i, _mm256_blendv_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), f, masked));
+  }
+  for (; i < n; ++i) y[i] = c[i] ? fill : x[i] * scale;
+}
+
 void softmax_f32(const float* x, float* y, int64_t n) {
   const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
   alignas(32) float tail[8];
