@@ -108,6 +108,11 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
     return Session(std::move(g), autodiff::TrainingSpec{{"w"}, loss->name}, o);
   };
   Session plain = make(""), strategy1 = make("Cast+:1:-1"), compromised = make("Cast+:2:-1");
+  auto candidates = memory::find_candidates(plain.graph());
+  auto c = std::find_if(candidates.begin(), candidates.end(), [](auto& x) { return x.compromise; });
+  ASSERT_NE(c, candidates.end());
+  ASSERT_EQ(c->kept.size(), 1u);  // the float16 input of the up-cast, stashed instead
+  EXPECT_EQ(c->kept[0]->dtype, DType::kFloat16);
   const memory::ClusterReport* row = nullptr;
   for (auto& r : compromised.memory_report().clusters)
     if (r.cluster == "Cast+") row = &r;
