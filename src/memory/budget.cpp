@@ -33,6 +33,12 @@ int64_t parse_size(const std::string& text, const std::string& what) {
   throw InputError(what + ": '" + text + "' is not a size such as 6GiB, 512MiB, 100KiB or a number of bytes");
 }
 
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / 1048576.0);
+  return buf;
+}
+
 Budget parse_budget(const std::string& text) {
   Budget b;
   if (text.empty()) return b;
@@ -54,9 +60,9 @@ Budget parse_budget(const std::string& text) {
 }
 
 std::string Budget::str() const {
+  if (peak_bytes) return mib(peak_bytes) + " for the step's peak";
   char buf[64];
-  if (peak_bytes) std::snprintf(buf, sizeof buf, "%.2f MiB for the step's peak", double(peak_bytes) / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%g%% of the stash", stash_fraction * 100);
+  std::snprintf(buf, sizeof buf, "%g%% of the stash", stash_fraction * 100);
   return buf;
 }
 

@@ -1,7 +1,6 @@
 #include "memory/recompute.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -321,12 +320,6 @@ static int64_t eval_or_throw(const Dim& d, const Bindings& dims, const std::stri
   auto v = d.eval(dims);
   if (!v) throw ConfigError("memory budget: the size of " + what + " (" + d.str() + ") needs dims that were not given");
   return *v;
-}
-
-static std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / 1048576.0);
-  return buf;
 }
 
 // Adds to `pick` the cheapest further plans that meet the budget; returns what the report says of it.

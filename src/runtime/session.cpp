@@ -1,6 +1,6 @@
 #include "onnxtrain/session.h"
 
-#include <cstdio>
+#include <algorithm>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -77,6 +77,13 @@ static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
   return *x;
 }
 
+// Bytes of the `wrt` inputs of g.
+static int64_t parameter_bytes(const ir::Graph& g, const std::vector<std::string>& wrt, const Bindings& dims) {
+  int64_t total = 0;
+  for (auto& name : wrt) total += evaluated_bytes(g.find(name), dims);
+  return total;
+}
+
 static int64_t planned_peak(const memory::AllocationPlan& plan, const Bindings& dims) {
   auto peak = plan.predicted_peak(dims);
   if (!peak) throw ConfigError("memory prediction: some sizes depend on data or on dims that were not given");
@@ -99,8 +106,7 @@ void Session::init() {
     ro.step_peak = [this](const ir::Graph& g) {
       std::vector<const ir::Node*> order;
       execution_order(g, &order);
-      int64_t params = 0;
-      for (auto& name : wrt_) params += evaluated_bytes(g.find(name), options_.memory_dims);
+      int64_t params = parameter_bytes(g, wrt_, options_.memory_dims);
       return int64_t(double(params) * (1 + options_.optimizer_state_factor)) +
              planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace), options_.memory_dims);
     };
@@ -123,17 +129,18 @@ MemoryPrediction Session::predict_memory(const Bindings& dims, bool without_plan
   if (!training_) throw Error("predict_memory needs a session built for training");
   const ir::Graph& g = without_plans ? *unplanned_graph_ : *graph_;
   MemoryPrediction p;
-  for (auto& name : wrt_) p.parameters += evaluated_bytes(g.find(name), dims);
+  p.parameters = parameter_bytes(g, wrt_, dims);
   p.optimizer_state = int64_t(double(p.parameters) * options_.optimizer_state_factor);
   for (const ir::Value* v : grads_) p.gradients += evaluated_bytes(g.find(v->name), dims);
   for (const ir::Value* v : memory::stashed_values(g)) p.stash += evaluated_bytes(v, dims);
-  p.peak = planned_peak(without_plans ? unplanned_plan_ : plan_, dims);
-  int64_t highest = -1;
+  // The plan's walk by category: its highest point is the peak (the allocator's, exactly).
+  p.peak = -1;
   for (auto& live : predicted_live(without_plans, dims)) {
     int64_t total = 0;
     for (auto& [category, bytes] : live) total += bytes;
-    if (total > highest) highest = total, p.at_peak = live;
+    if (total > p.peak) p.peak = total, p.at_peak = live;
   }
+  p.peak = std::max<int64_t>(p.peak, 0);
   return p;
 }
 
@@ -176,11 +183,7 @@ int64_t Session::largest_fitting(const std::string& symbol, Bindings dims, int64
 }
 
 std::string MemoryPrediction::str() const {
-  auto mib = [](int64_t b) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / 1048576.0);
-    return std::string(buf);
-  };
+  using memory::mib;
   auto part = [&](const char* c) { return at_peak.count(c) ? at_peak.at(c) : int64_t(0); };
   return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " + mib(optimizer_state) +
          " + " + mib(peak) + " during the step (at its highest: stash " + mib(part("stash")) + ", gradients " +
