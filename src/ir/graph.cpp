@@ -156,6 +156,7 @@ void Graph::sort_nodes() {
   for (size_t i = 0; i < nodes_.size(); ++i) index[nodes_[i].get()] = i;
   std::vector<int> state(nodes_.size(), 0);  // 0 new, 1 visiting, 2 emitted
   std::function<void(size_t)> visit = [&](size_t i) {
+    if (state[i] == 1) throw Error(nodes_[i]->where() + ": the graph has a cycle through this node");
     if (state[i]) return;
     state[i] = 1;
     for (Value* v : nodes_[i]->inputs)

@@ -8,6 +8,7 @@
 
 #include "onnxtrain/error.h"
 #include "ops/op.h"
+#include "passes/pass.h"
 
 namespace onnxtrain::memory {
 
@@ -313,7 +314,9 @@ static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, cons
   Clones done;
   for (size_t i = 0; i < candidates.size(); ++i)
     if (pick[i]) clone_into_backward(g, candidates[i], done);
-  if (!done.nodes.empty()) g.sort_nodes();  // clones reading earlier clones: producers first
+  if (done.nodes.empty()) return;
+  g.sort_nodes();  // clones reading earlier clones: producers first
+  passes::gelu_recompute_fusion()->apply(g);
 }
 
 static int64_t eval_or_throw(const Dim& d, const Bindings& dims, const std::string& what) {

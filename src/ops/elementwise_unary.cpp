@@ -229,8 +229,7 @@ class GeluGradOp : public Op {
   }
   void compute(ComputeCtx& c) const override {
     const Tensor &dy = c.in(0), &x = c.in(1);
-    if (dy.numel() != x.numel() || dy.dtype() != x.dtype())
-      c.fail("dy " + dims_str(dy.dims()) + " and x " + dims_str(x.dims()) + " differ");
+    check_same(c, x, dy);
     dispatch<kF>(x.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T *d = dy.data<T>(), *xp = x.data<T>();
@@ -239,17 +238,57 @@ class GeluGradOp : public Op {
         if constexpr (std::is_same_v<T, float>) {
           kernels::gelu_grad_f32(d + b, xp + b, out + b, e - b);
         } else {
-          for (int64_t i = b; i < e; ++i) {
-            T cdf = T(0.5) * (T(1) + std::erf(xp[i] * T(0.7071067811865476)));
-            T pdf = T(0.3989422804014327) * std::exp(T(-0.5) * xp[i] * xp[i]);
-            out[i] = d[i] * (cdf + xp[i] * pdf);
-          }
+          for (int64_t i = b; i < e; ++i) out[i] = d[i] * gelu_derivative(xp[i]);
+        }
+      });
+    });
+  }
+  static void check_same(ComputeCtx& c, const Tensor& x, const Tensor& dy) {
+    if (dy.numel() != x.numel() || dy.dtype() != x.dtype())
+      c.fail("dy " + dims_str(dy.dims()) + " and x " + dims_str(x.dims()) + " differ");
+  }
+  template <typename T>
+  static T gelu_derivative(T x) {
+    T cdf = T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476)));
+    T pdf = T(0.3989422804014327) * std::exp(T(-0.5) * x * x);
+    return cdf + x * pdf;
+  }
+};
+const bool kGeluGradRegistered = register_op("com.onnxtrain", "GeluGrad", factory<GeluGradOp>());
+
+// com.onnxtrain.GeluAndGrad(x, dy) = (Gelu(x), GeluGrad(dy, x)), bit for bit, in one pass: where backward
+// recomputes a GELU whose input its gradient reads anyway (gelu_recompute_fusion makes it), the recompute
+// costs little more than the gradient alone.
+class GeluAndGradOp : public Op {
+ public:
+  explicit GeluAndGradOp(const ir::Node&) {}
+  void infer(InferCtx& ctx) const override {
+    if (ctx.rank(0) != ctx.rank(1)) ctx.fail("x " + shape_str(ctx.shape(0)) + " and dy " + shape_str(ctx.shape(1)) + " differ");
+    ctx.set(0, ctx.dtype(0), ctx.shape(0));
+    ctx.set(1, ctx.dtype(0), ctx.shape(0));
+  }
+  Dim flops(const ir::Node& n) const override {
+    return n.outputs[0]->has_shape ? shape_numel(n.outputs[0]->shape) * Dim(24) : Dim(0);
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &x = c.in(0), &dy = c.in(1);
+    GeluGradOp::check_same(c, x, dy);
+    dispatch<kF>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *xp = x.data<T>(), *d = dy.data<T>();
+      T *y = c.out(0).data<T>(), *dx = c.out(1).data<T>();
+      parallel_for(x.numel(), 40, [&](int64_t b, int64_t e) {
+        if constexpr (std::is_same_v<T, float>) {
+          kernels::gelu_and_grad_f32(xp + b, d + b, y + b, dx + b, e - b);
+        } else {
+          const GeluFn gelu{c.node};
+          for (int64_t i = b; i < e; ++i) y[i] = gelu(xp[i]), dx[i] = d[i] * GeluGradOp::gelu_derivative(xp[i]);
         }
       });
     });
   }
 };
-const bool kGeluGradRegistered = register_op("com.onnxtrain", "GeluGrad", factory<GeluGradOp>());
+const bool kGeluAndGradRegistered = register_op("com.onnxtrain", "GeluAndGrad", factory<GeluAndGradOp>());
 
 struct MishFn {
   explicit MishFn(const ir::Node&) {}

@@ -5,6 +5,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/small_gemm.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
@@ -55,6 +56,7 @@ class MatMulOp : public Op {
         if (na == nb) return kernels::gemm<T>(false, false, na * m, n, k, T(1), a, k, b, n, T(0), o, n);
       }
       auto sa = kernels::broadcast_strides(ab, batch), sb = kernels::broadcast_strides(bb, batch);
+      const bool small = nb > 1 && m * n * k < (int64_t(1) << 22);
       auto one = [&](int64_t i) {
         int64_t oa = 0, ob = 0, rem = i;
         for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
@@ -63,11 +65,15 @@ class MatMulOp : public Op {
           oa += cd * sa[size_t(d)];
           ob += cd * sb[size_t(d)];
         }
-        kernels::gemm<T>(false, false, m, n, k, T(1), a + oa * m * k, k, b + ob * k * n, n, T(0), o + i * m * n, n);
+        const T *ai = a + oa * m * k, *bi = b + ob * k * n;
+        if constexpr (std::is_floating_point_v<T>) {
+          if (small) return kernels::small_gemm<T>(m, n, k, ai, bi, o + i * m * n);
+        }
+        kernels::gemm<T>(false, false, m, n, k, T(1), ai, k, bi, n, T(0), o + i * m * n, n);
       };
       // Small GEMMs (attention heads): the batches in parallel, each GEMM on one thread (BLAS runs
       // single-threaded inside a parallel region); large ones: one after another, each on every thread.
-      if (m * n * k < (int64_t(1) << 22)) {
+      if (small) {
         parallel_for(nb, m * n * k, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) one(i);
         });

@@ -118,9 +118,8 @@ class MaskedSoftmaxOp : public Op {
         const T* xr = xp + off[0];
         const bool* cr = cp + off[1];
         if constexpr (std::is_same_v<T, float>) {
-          if (st[0] == 1 && st[1] == 1) kernels::masked_scale_f32(xr, cr, scale, fill, row, n);  // the usual case
-          else
-            for (int64_t k = 0; k < n; ++k) row[k] = cr[k * st[1]] ? fill : xr[k * st[0]] * scale;
+          if (st[0] == 1 && st[1] == 1) return kernels::masked_softmax_f32(xr, cr, scale, fill, row, n);  // the usual case
+          for (int64_t k = 0; k < n; ++k) row[k] = cr[k * st[1]] ? fill : xr[k * st[0]] * scale;
           kernels::softmax_f32(row, row, n);
         } else {
           T m = -INFINITY, sum = 0;

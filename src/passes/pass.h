@@ -25,6 +25,8 @@ std::unique_ptr<Pass> gelu_fusion();
 std::unique_ptr<Pass> transpose_gemm_fusion();
 std::unique_ptr<Pass> linear_fusion();
 std::unique_ptr<Pass> masked_softmax_fusion();
+// Not in the default list: the memory optimizer runs it on its recompute clones.
+std::unique_ptr<Pass> gelu_recompute_fusion();
 
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);

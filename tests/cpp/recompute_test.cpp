@@ -34,7 +34,7 @@ std::map<std::string, Tensor> grads(Session& s) {
 
 }  // namespace
 
-TEST(Recompute, GeluIsClonedIntoBackwardAndItsReaderRewired) {
+TEST(Recompute, GeluIsRecomputedWithItsGradientAndItsReaderRewired) {
   auto make = [](const std::string& config) {
     SessionOptions o;
     o.memory_config = config;
@@ -43,12 +43,19 @@ TEST(Recompute, GeluIsClonedIntoBackwardAndItsReaderRewired) {
     return Session(std::move(g), autodiff::TrainingSpec{{"w1", "w2"}, loss}, o);
   };
   Session plain = make(""), planned = make("Gelu+:1:-1");
+  // The clone and the gradient, which reads the same MatMul output, became one GeluAndGrad.
   const ir::Node* clone = nullptr;
-  for (auto& n : planned.graph().nodes())
-    if (n->op_type == "Gelu" && n->backward) clone = n.get();
+  size_t backward_gelus = 0;
+  for (auto& n : planned.graph().nodes()) {
+    if (n->op_type == "GeluAndGrad" && n->backward) clone = n.get();
+    backward_gelus += n->backward && (n->op_type == "Gelu" || n->op_type == "GeluGrad");
+  }
   ASSERT_NE(clone, nullptr);
+  EXPECT_EQ(backward_gelus, 0u);
   EXPECT_EQ(clone->inputs[0]->producer->op_type, "MatMul");  // reads the stashed MatMul output
   EXPECT_FALSE(clone->inputs[0]->producer->backward);
+  EXPECT_TRUE(clone->inputs[1]->producer->backward);  // and the gradient of Gelu's output
+  EXPECT_FALSE(clone->outputs[1]->consumers.empty());
   ASSERT_FALSE(clone->outputs[0]->consumers.empty());
   for (const ir::Node* c : clone->outputs[0]->consumers) EXPECT_TRUE(c->backward);
   size_t forward_gelu_backward_readers = 0;

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/vector_math.h"
@@ -87,4 +89,26 @@ TEST(VectorMath, SoftmaxRowsMatchDoublePrecision) {
   std::vector<float> masked(5, -INFINITY), out(5);
   kernels::softmax_f32(masked.data(), out.data(), 5);
   for (float v : out) EXPECT_TRUE(std::isnan(v));  // as 0/0
+}
+
+// Causal rows (each a prefix unmasked) with fills that do and do not vanish under exp, a fully masked row too:
+// the masked softmax equals the softmax of the masked row bit for bit, skipped vectors included.
+TEST(VectorMath, MaskedSoftmaxEqualsSoftmaxOfTheMaskedRow) {
+  const float scale = 0.125f;
+  for (float fill : {-INFINITY, std::numeric_limits<float>::lowest(), -1e4f, -3.f})
+    for (int64_t n : {5, 8, 37, 128})
+      for (int64_t open = 0; open <= n; open += std::max<int64_t>(1, n / 7)) {
+        std::vector<float> x(static_cast<size_t>(n)), want(x), got(x);
+        std::unique_ptr<bool[]> c(new bool[size_t(n)]);
+        for (int64_t i = 0; i < n; ++i) {
+          x[size_t(i)] = float((i * 53) % 31) * 0.9f - 12.f;
+          c[size_t(i)] = i >= open;
+          want[size_t(i)] = c[size_t(i)] ? fill : x[size_t(i)] * scale;
+        }
+        kernels::softmax_f32(want.data(), want.data(), n);
+        kernels::masked_softmax_f32(x.data(), c.get(), scale, fill, got.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(std::memcmp(&got[size_t(i)], &want[size_t(i)], 4), 0)
+              << "fill " << fill << " n " << n << " open " << open << " i " << i << ": " << got[size_t(i)] << " vs " << want[size_t(i)];
+      }
 }

@@ -141,6 +141,7 @@ NOT_DIFFERENTIABLE = {
     "Mod": "no gradient rule yet", "Resize": "no gradient rule yet", "AveragePool": "no gradient rule yet",
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
+    "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},
 }
 

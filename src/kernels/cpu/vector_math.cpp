@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace onnxtrain::kernels {
 namespace {
@@ -55,29 +56,49 @@ __m256 erf8(__m256 x) {
   return _mm256_blendv_ps(erf_large8(x, ax, sign), erf_small8(x), is_small);
 }
 
-__m256 gelu8(__m256 x) {
-  __m256 e = erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)));
+// erf(x / sqrt 2): GELU and its gradient share it (and so GeluAndGrad computes it once for both).
+__m256 erf_scaled8(__m256 x) { return erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f))); }
+
+__m256 gelu_from8(__m256 x, __m256 e) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.f), e));
 }
 
-__m256 gelu_grad8(__m256 dy, __m256 x) {
-  __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f),
-                             _mm256_add_ps(_mm256_set1_ps(1.f), erf8(_mm256_mul_ps(x, _mm256_set1_ps(0.70710678118654752f)))));
+__m256 gelu_grad_from8(__m256 dy, __m256 x, __m256 e) {
+  __m256 cdf = _mm256_mul_ps(_mm256_set1_ps(0.5f), _mm256_add_ps(_mm256_set1_ps(1.f), e));
   __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(0.3989422804014327f),
                              exp8(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(x, x))));
   return _mm256_mul_ps(dy, _mm256_fmadd_ps(x, pdf, cdf));
 }
 
+__m256 gelu8(__m256 x) { return gelu_from8(x, erf_scaled8(x)); }
+
+// Element-wise over n floats, 8 at a time: f(inputs..., outputs...) on full vectors, the tail padded to one.
+template <int In, int Out, typename F>
+void map_n(const float* const (&in)[In], float* const (&out)[Out], int64_t n, F f) {
+  int64_t i = 0;
+  __m256 a[In], b[Out];
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < In; ++k) a[k] = _mm256_loadu_ps(in[k] + i);
+    f(a, b);
+    for (int k = 0; k < Out; ++k) _mm256_storeu_ps(out[k] + i, b[k]);
+  }
+  if (i == n) return;
+  alignas(32) float buf[8];
+  for (int k = 0; k < In; ++k) {
+    std::fill(buf, buf + 8, 0.f);
+    std::copy(in[k] + i, in[k] + n, buf);
+    a[k] = _mm256_load_ps(buf);
+  }
+  f(a, b);
+  for (int k = 0; k < Out; ++k) {
+    _mm256_store_ps(buf, b[k]);
+    std::copy(buf, buf + (n - i), out[k] + i);
+  }
+}
+
 template <__m256 (*F)(__m256)>
 void map8(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, F(_mm256_loadu_ps(x + i)));
-  if (i < n) {  // the tail, padded to a full vector
-    alignas(32) float buf[8] = {};
-    std::copy(x + i, x + n, buf);
-    _mm256_store_ps(buf, F(_mm256_load_ps(buf)));
-    std::copy(buf, buf + (n - i), y + i);
-  }
+  map_n<1, 1>({x}, {y}, n, [](const __m256* a, __m256* b) { b[0] = F(a[0]); });
 }
 
 // The sum of f(x[i]) for 4 doubles at a time (f maps 4 doubles to 4 doubles), then the rest.
@@ -119,7 +140,10 @@ void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
 
-void masked_scale_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
+namespace {
+
+// y[i] = c[i] ? fill : x[i] * scale.
+void masked_scale(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
   const __m256 s = _mm256_set1_ps(scale), f = _mm256_set1_ps(fill);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -130,7 +154,15 @@ void masked_scale_f32(const float* x, const bool* c, float scale, float fill, fl
   for (; i < n; ++i) y[i] = c[i] ? fill : x[i] * scale;
 }
 
-void softmax_f32(const float* x, float* y, int64_t n) {
+bool all_masked8(const bool* c) {
+  uint64_t bytes;
+  std::memcpy(&bytes, c, 8);
+  return bytes == 0x0101010101010101ull;
+}
+
+// Softmax of x into y; with a mask c whose masked entries of x all hold `fill`, a vector of 8 masked entries
+// is written as zeros without its exp when exp(fill - max) is 0 (exactly what computing it would give).
+void softmax(const float* x, float* y, int64_t n, const bool* c, float fill) {
   const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
   alignas(32) float tail[8];
   int64_t full = n / 8 * 8, rest = n - full;
@@ -147,8 +179,14 @@ void softmax_f32(const float* x, float* y, int64_t n) {
   float m = *std::max_element(lanes, lanes + 8);
   if (m == -__builtin_inff()) m = 0;  // a row of -inf: exp gives zeros, the 0/0 below gives NaN as libm would
   const __m256 mm = _mm256_set1_ps(m);
+  _mm256_store_ps(lanes, exp8(_mm256_sub_ps(_mm256_set1_ps(fill), mm)));
+  const bool skip = c && lanes[0] == 0.f;
   __m256 sv = _mm256_setzero_ps();
   for (int64_t i = 0; i < full; i += 8) {
+    if (skip && all_masked8(c + i)) {
+      _mm256_storeu_ps(y + i, _mm256_setzero_ps());
+      continue;
+    }
     __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mm));
     _mm256_storeu_ps(y + i, e);
     sv = _mm256_add_ps(sv, e);
@@ -165,17 +203,27 @@ void softmax_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
-void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dx + i, gelu_grad8(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(x + i)));
-  if (i < n) {  // the tail, padded to a full vector
-    alignas(32) float a[8] = {}, b[8] = {};
-    std::copy(dy + i, dy + n, a);
-    std::copy(x + i, x + n, b);
-    _mm256_store_ps(a, gelu_grad8(_mm256_load_ps(a), _mm256_load_ps(b)));
-    std::copy(a, a + (n - i), dx + i);
-  }
+}  // namespace
+
+void softmax_f32(const float* x, float* y, int64_t n) { softmax(x, y, n, nullptr, 0.f); }
+
+void masked_softmax_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
+  masked_scale(x, c, scale, fill, y, n);
+  softmax(y, y, n, c, fill);
 }
+
+void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
+  map_n<2, 1>({dy, x}, {dx}, n, [](const __m256* a, __m256* b) { b[0] = gelu_grad_from8(a[0], a[1], erf_scaled8(a[1])); });
+}
+
+void gelu_and_grad_f32(const float* x, const float* dy, float* y, float* dx, int64_t n) {
+  map_n<2, 2>({x, dy}, {y, dx}, n, [](const __m256* a, __m256* b) {
+    __m256 e = erf_scaled8(a[0]);
+    b[0] = gelu_from8(a[0], e);
+    b[1] = gelu_grad_from8(a[1], a[0], e);
+  });
+}
+
 void erf_f32(const float* x, float* y, int64_t n) { map8<erf8>(x, y, n); }
 void gelu_f32(const float* x, float* y, int64_t n) { map8<gelu8>(x, y, n); }
 

@@ -1,0 +1,73 @@
+// GELU recompute fusion: where backward recomputes Y = Gelu(X) (a memory-optimizer clone) and also computes
+// dX = GeluGrad(dY, X) from the same X, one com.onnxtrain.GeluAndGrad(X, dY) makes both: erf(X) is evaluated
+// once, and the recompute costs about one pass over X more than the gradient alone (two before). The fused
+// node waits for dY, so the recomputed Y comes later, not sooner, than its clone did.
+#include <set>
+#include <vector>
+
+#include "ops/bind.h"
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+bool exact_gelu(const ir::Node& n) {
+  return n.op_type == "Gelu" && n.domain.empty() && n.attr_string("approximate", "none") == "none";
+}
+
+// Whether v is computed from `node`'s outputs (then a node reading both would close a cycle): when other clones
+// recompute what comes after the GELU, the gradient dY itself may wait for the recomputed Y.
+bool depends_on(const ir::Value* v, const ir::Node* node) {
+  std::set<const ir::Node*> seen;
+  std::vector<const ir::Node*> todo;
+  if (v && v->producer) todo.push_back(v->producer);
+  while (!todo.empty()) {
+    const ir::Node* n = todo.back();
+    todo.pop_back();
+    if (n == node) return true;
+    if (!seen.insert(n).second) continue;
+    for (const ir::Value* u : n->inputs)
+      if (u && u->producer) todo.push_back(u->producer);
+  }
+  return false;
+}
+
+class GeluRecomputeFusion : public Pass {
+ public:
+  std::string name() const override { return "gelu_recompute_fusion"; }
+  bool apply(ir::Graph& g) const override {
+    std::vector<const ir::Node*> gone;
+    std::vector<std::pair<ir::Node*, ir::Node*>> pairs;  // (recomputed Gelu, GeluGrad of the same input)
+    for (auto& n : g.nodes()) {
+      if (!n->backward || !exact_gelu(*n) || !n->inputs[0]) continue;
+      for (ir::Node* r : n->inputs[0]->consumers)
+        if (r->backward && r->op_type == "GeluGrad" && r->domain == "com.onnxtrain" && r->inputs[1] == n->inputs[0] &&
+            r->inputs[0] && r->inputs[0]->dtype == n->inputs[0]->dtype && !depends_on(r->inputs[0], n.get())) {
+          pairs.emplace_back(n.get(), r);
+          break;
+        }
+    }
+    for (auto [gelu, grad] : pairs) {
+      ir::Value *y = gelu->outputs[0], *dx = grad->outputs[0];
+      gelu->outputs[0] = g.add_value(g.unique_name(y->name + "_unfused"));
+      gelu->outputs[0]->producer = gelu;
+      grad->outputs[0] = g.add_value(g.unique_name(dx->name + "_unfused"));
+      grad->outputs[0]->producer = grad;
+      ir::Node* f = g.add_node("GeluAndGrad", {gelu->inputs[0], grad->inputs[0]}, {y, dx}, {},
+                               g.unique_name(gelu->name + "_and_grad"));
+      f->domain = "com.onnxtrain";
+      f->opset = 1;
+      f->backward = true;
+      ops::bind_node(*f);
+      ops::infer_node(g, *f);
+      gone.insert(gone.end(), {gelu, grad});
+    }
+    return remove_all(g, gone, true);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> gelu_recompute_fusion() { return std::make_unique<GeluRecomputeFusion>(); }
+
+}  // namespace onnxtrain::passes
