@@ -3,8 +3,9 @@ budgets of 50% and 25%, a budget on the step's peak and every candidate recomput
 and without torch.utils.checkpoint per block.
 
 Every configuration lives in this one process and they take training steps in turn, round after round, so that
-the machine's drifts (it is shared) hit them alike; times are medians over the rounds. Ratios are against
-onnxtrain without plans and against PyTorch eager."""
+the machine's drifts (it is shared) hit them alike; times are medians over the rounds. Ratios are medians of the
+rounds' own ratios (each step against the same round's step without plans, or of eager), which cancels drifts
+slower than a round; "(min)" is the ratio of the fastest steps."""
 
 import argparse
 import logging
@@ -110,17 +111,20 @@ def main():
           f"configurations in turn, median of {args.rounds} rounds")
     print("peak MiB: onnxtrain's allocator peak of the step (activations, stash, gradients; parameters and AdamW state "
           "are PyTorch's); stash of eager: its saved tensors")
-    print("time/none (min): the ratio of the fastest steps, which the machine's noise only ever slows")
+    print("time ratios: medians of each round's ratio; (min): the ratio of the fastest steps, which noise only slows")
     print(f"{'':22}{'ms/step':>9}{'stash MiB':>11}{'peak MiB':>10}{'time/none':>11}{'(min)':>7}{'stash/none':>12}"
           f"{'time/eager':>12}{'time/eager+ckpt':>17}")
     med = {c: statistics.median(times[c]) for c in configs}
     fastest = {c: min(times[c]) for c in configs}
-    for c in configs:
-        t, s = med[c], stash[c] / 2**20
-        peak = f"{peaks[c] / 2**20:10.1f}" if not c.startswith("eager") else f"{'-':>10}"
-        print(f"{c:22}{t:9.1f}{s:11.1f}{peak}{t / med['none']:11.2f}{fastest[c] / fastest['none']:7.2f}"
-              f"{stash[c] / stash['none']:12.2f}{t / med['eager']:12.2f}{t / med['eager+checkpoint']:17.2f}")
 
+    def ratio(c, base):  # the median of the rounds' ratios
+        return statistics.median(t / b for t, b in zip(times[c], times[base]))
+
+    for c in configs:
+        s = stash[c] / 2**20
+        peak = f"{peaks[c] / 2**20:10.1f}" if not c.startswith("eager") else f"{'-':>10}"
+        print(f"{c:22}{med[c]:9.1f}{s:11.1f}{peak}{ratio(c, 'none'):11.2f}{fastest[c] / fastest['none']:7.2f}"
+              f"{stash[c] / stash['none']:12.2f}{ratio(c, 'eager'):12.2f}{ratio(c, 'eager+checkpoint'):17.2f}")
 
 if __name__ == "__main__":
     main()

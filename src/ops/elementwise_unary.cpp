@@ -256,30 +256,31 @@ class GeluGradOp : public Op {
 };
 const bool kGeluGradRegistered = register_op("com.onnxtrain", "GeluGrad", factory<GeluGradOp>());
 
-// com.onnxtrain.GeluAndGrad(x, dy) = (Gelu(x), GeluGrad(dy, x)), bit for bit, in one pass: where backward
+// com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), bit for bit, in one pass: where backward
 // recomputes a GELU whose input its gradient reads anyway (gelu_recompute_fusion makes it), the recompute
-// costs little more than the gradient alone.
+// costs little more than the gradient alone. dx may take dy's buffer, as GeluGrad's does.
 class GeluAndGradOp : public Op {
  public:
   explicit GeluAndGradOp(const ir::Node&) {}
+  int inplace_input() const override { return 0; }
   void infer(InferCtx& ctx) const override {
-    if (ctx.rank(0) != ctx.rank(1)) ctx.fail("x " + shape_str(ctx.shape(0)) + " and dy " + shape_str(ctx.shape(1)) + " differ");
-    ctx.set(0, ctx.dtype(0), ctx.shape(0));
-    ctx.set(1, ctx.dtype(0), ctx.shape(0));
+    if (ctx.rank(0) != ctx.rank(1)) ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");
+    ctx.set(0, ctx.dtype(1), ctx.shape(1));
+    ctx.set(1, ctx.dtype(1), ctx.shape(1));
   }
   Dim flops(const ir::Node& n) const override {
     return n.outputs[0]->has_shape ? shape_numel(n.outputs[0]->shape) * Dim(24) : Dim(0);
   }
   void compute(ComputeCtx& c) const override {
-    const Tensor &x = c.in(0), &dy = c.in(1);
+    const Tensor &dy = c.in(0), &x = c.in(1);
     GeluGradOp::check_same(c, x, dy);
     dispatch<kF>(x.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T *xp = x.data<T>(), *d = dy.data<T>();
-      T *y = c.out(0).data<T>(), *dx = c.out(1).data<T>();
+      const T *d = dy.data<T>(), *xp = x.data<T>();
+      T *dx = c.out(0).data<T>(), *y = c.out(1).data<T>();
       parallel_for(x.numel(), 40, [&](int64_t b, int64_t e) {
         if constexpr (std::is_same_v<T, float>) {
-          kernels::gelu_and_grad_f32(xp + b, d + b, y + b, dx + b, e - b);
+          kernels::gelu_and_grad_f32(d + b, xp + b, dx + b, y + b, e - b);
         } else {
           const GeluFn gelu{c.node};
           for (int64_t i = b; i < e; ++i) y[i] = gelu(xp[i]), dx[i] = d[i] * GeluGradOp::gelu_derivative(xp[i]);

@@ -1,5 +1,5 @@
 // GELU recompute fusion: where backward recomputes Y = Gelu(X) (a memory-optimizer clone) and also computes
-// dX = GeluGrad(dY, X) from the same X, one com.onnxtrain.GeluAndGrad(X, dY) makes both: erf(X) is evaluated
+// dX = GeluGrad(dY, X) from the same X, one com.onnxtrain.GeluAndGrad(dY, X) -> (dX, Y) makes both: erf(X) is evaluated
 // once, and the recompute costs about one pass over X more than the gradient alone (two before). The fused
 // node waits for dY, so the recomputed Y comes later, not sooner, than its clone did.
 #include <set>
@@ -53,7 +53,7 @@ class GeluRecomputeFusion : public Pass {
       gelu->outputs[0]->producer = gelu;
       grad->outputs[0] = g.add_value(g.unique_name(dx->name + "_unfused"));
       grad->outputs[0]->producer = grad;
-      ir::Node* f = g.add_node("GeluAndGrad", {gelu->inputs[0], grad->inputs[0]}, {y, dx}, {},
+      ir::Node* f = g.add_node("GeluAndGrad", {grad->inputs[0], gelu->inputs[0]}, {dx, y}, {},
                                g.unique_name(gelu->name + "_and_grad"));
       f->domain = "com.onnxtrain";
       f->opset = 1;

@@ -52,12 +52,12 @@ TEST(Recompute, GeluIsRecomputedWithItsGradientAndItsReaderRewired) {
   }
   ASSERT_NE(clone, nullptr);
   EXPECT_EQ(backward_gelus, 0u);
-  EXPECT_EQ(clone->inputs[0]->producer->op_type, "MatMul");  // reads the stashed MatMul output
-  EXPECT_FALSE(clone->inputs[0]->producer->backward);
-  EXPECT_TRUE(clone->inputs[1]->producer->backward);  // and the gradient of Gelu's output
-  EXPECT_FALSE(clone->outputs[1]->consumers.empty());
-  ASSERT_FALSE(clone->outputs[0]->consumers.empty());
-  for (const ir::Node* c : clone->outputs[0]->consumers) EXPECT_TRUE(c->backward);
+  EXPECT_EQ(clone->inputs[1]->producer->op_type, "MatMul");  // reads the stashed MatMul output
+  EXPECT_FALSE(clone->inputs[1]->producer->backward);
+  EXPECT_TRUE(clone->inputs[0]->producer->backward);  // and the gradient of Gelu's output
+  EXPECT_FALSE(clone->outputs[0]->consumers.empty());
+  ASSERT_FALSE(clone->outputs[1]->consumers.empty());  // the recomputed Gelu output
+  for (const ir::Node* c : clone->outputs[1]->consumers) EXPECT_TRUE(c->backward);
   size_t forward_gelu_backward_readers = 0;
   for (auto& n : planned.graph().nodes())
     if (n->op_type == "Gelu" && !n->backward)

@@ -216,11 +216,11 @@ void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
   map_n<2, 1>({dy, x}, {dx}, n, [](const __m256* a, __m256* b) { b[0] = gelu_grad_from8(a[0], a[1], erf_scaled8(a[1])); });
 }
 
-void gelu_and_grad_f32(const float* x, const float* dy, float* y, float* dx, int64_t n) {
-  map_n<2, 2>({x, dy}, {y, dx}, n, [](const __m256* a, __m256* b) {
-    __m256 e = erf_scaled8(a[0]);
-    b[0] = gelu_from8(a[0], e);
-    b[1] = gelu_grad_from8(a[1], a[0], e);
+void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n) {
+  map_n<2, 2>({dy, x}, {dx, y}, n, [](const __m256* a, __m256* b) {
+    __m256 e = erf_scaled8(a[1]);
+    b[0] = gelu_grad_from8(a[0], a[1], e);
+    b[1] = gelu_from8(a[1], e);
   });
 }
 

@@ -15,8 +15,8 @@ void erf_f32(const float* x, float* y, int64_t n);
 void gelu_f32(const float* x, float* y, int64_t n);  // 0.5 x (1 + erf(x / sqrt 2))
 // GELU's gradient: dy * (Phi(x) + x phi(x)), Phi and phi the standard normal's CDF and density.
 void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n);
-// Both at once, bit for bit as the two above: y = GELU(x), dx = dy * GELU'(x) (erf computed once).
-void gelu_and_grad_f32(const float* x, const float* dy, float* y, float* dx, int64_t n);
+// Both at once, bit for bit as the two above: dx = dy * GELU'(x), y = GELU(x) (erf computed once); dx may be dy.
+void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n);
 // y = softmax(x) over n floats: max, exp(x - max) and their sum in one vector pass each, then the scale.
 void softmax_f32(const float* x, float* y, int64_t n);
 // y = softmax(c ? fill : x * scale) (attention's scale and mask), bit for bit as softmax_f32 of the masked row;
