@@ -13,25 +13,32 @@
 namespace onnxtrain::ops {
 namespace {
 
+// MatMul, and com.onnxtrain.FusedMatMul(A, B, transA, transB) = MatMul(op(A), op(B)) with op a transposition
+// of the last two dims where the flag is set: MatMul's gradients read their operands transposed without
+// writing the transposes (two per batched product, a 4 MiB copy of attention's probabilities among them).
 class MatMulOp : public Op {
  public:
-  explicit MatMulOp(const ir::Node&) {}
+  explicit MatMulOp(const ir::Node& n)
+      : fused_(n.domain == "com.onnxtrain"), ta_(fused_ && n.attr_int("transA", 0)), tb_(fused_ && n.attr_int("transB", 0)) {}
   void grad(GradCtx& g) const override;
   bool recomputable() const override { return true; }
   Dim flops(const ir::Node& n) const override {  // 2 M N K per output of (..., M, N)
     const ir::Value *a = n.inputs[0], *y = n.outputs[0];
     if (!a->has_shape || !y->has_shape) return Op::flops(n);
-    return Dim(2) * shape_numel(y->shape) * a->shape.back();
+    return Dim(2) * shape_numel(y->shape) * (ta_ ? a->shape[a->shape.size() - 2] : a->shape.back());
   }
   void infer(InferCtx& ctx) const override {
     Shape a = ctx.shape(0), b = ctx.shape(1);
     if (a.empty() || b.empty()) ctx.fail("inputs must have rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
+    if (fused_ && (a.size() < 2 || b.size() < 2)) ctx.fail("inputs must have rank >= 2, got " + shape_str(a) + " and " + shape_str(b));
+    if (ta_) std::swap(a[a.size() - 1], a[a.size() - 2]);
+    if (tb_) std::swap(b[b.size() - 1], b[b.size() - 2]);
     bool a1 = a.size() == 1, b1 = b.size() == 1;
     if (a1) a.insert(a.begin(), Dim(1));
     if (b1) b.push_back(Dim(1));
     const Dim &ka = a.back(), &kb = b[b.size() - 2];
     if (ka.is_const() && kb.is_const() && ka != kb)
-      ctx.fail("inner dims differ: " + shape_str(ctx.shape(0)) + " x " + shape_str(ctx.shape(1)));
+      ctx.fail("inner dims differ: " + shape_str(ctx.shape(0)) + " x " + shape_str(ctx.shape(1)) + flags());
     Shape batch = broadcast_shapes(ctx, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
     if (!a1) batch.push_back(a[a.size() - 2]);
     if (!b1) batch.push_back(b.back());
@@ -40,20 +47,23 @@ class MatMulOp : public Op {
   void compute(ComputeCtx& c) const override {
     const Tensor &A = c.in(0), &B = c.in(1);
     std::vector<int64_t> ad = A.dims(), bd = B.dims();
+    if (fused_ && (ad.size() < 2 || bd.size() < 2)) c.fail("inputs must have rank >= 2, got " + dims_str(ad) + " and " + dims_str(bd));
     if (ad.size() == 1) ad.insert(ad.begin(), 1);
     if (bd.size() == 1) bd.push_back(1);
-    int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
-    if (bd[bd.size() - 2] != k) c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()));
+    const size_t ra = ad.size(), rb = bd.size();
+    int64_t m = ad[ra - 2 + ta_], k = ad[ra - 1 - ta_], n = bd[rb - 1 - tb_];
+    if (bd[rb - 2 + tb_] != k) c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()) + flags());
     std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2), batch;
     kernels::broadcast_dims(ab, bb, &batch);
     int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
+    const int64_t lda = ta_ ? m : k, ldb = tb_ ? k : n;
     kernels::dispatch<kernels::kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* a = A.data<T>();
       const T* b = B.data<T>();
       T* o = c.out(0).data<T>();
-      if (nbb == 1) {  // B shared by every batch: one GEMM over all rows of A
-        if (na == nb) return kernels::gemm<T>(false, false, na * m, n, k, T(1), a, k, b, n, T(0), o, n);
+      if (nbb == 1 && !ta_) {  // B shared by every batch: one GEMM over all rows of A
+        if (na == nb) return kernels::gemm<T>(false, tb_, na * m, n, k, T(1), a, k, b, ldb, T(0), o, n);
       }
       auto sa = kernels::broadcast_strides(ab, batch), sb = kernels::broadcast_strides(bb, batch);
       const bool small = nb > 1 && m * n * k < (int64_t(1) << 22);
@@ -67,9 +77,9 @@ class MatMulOp : public Op {
         }
         const T *ai = a + oa * m * k, *bi = b + ob * k * n;
         if constexpr (std::is_floating_point_v<T>) {
-          if (small) return kernels::small_gemm<T>(m, n, k, ai, bi, o + i * m * n);
+          if (small) return kernels::small_gemm<T>(ta_, tb_, m, n, k, ai, bi, o + i * m * n);
         }
-        kernels::gemm<T>(false, false, m, n, k, T(1), ai, k, bi, n, T(0), o + i * m * n, n);
+        kernels::gemm<T>(ta_, tb_, m, n, k, T(1), ai, lda, bi, ldb, T(0), o + i * m * n, n);
       };
       // Small GEMMs (attention heads): the batches in parallel, each GEMM on one thread (BLAS runs
       // single-threaded inside a parallel region); large ones: one after another, each on every thread.
@@ -82,8 +92,15 @@ class MatMulOp : public Op {
       }
     });
   }
+
+ private:
+  std::string flags() const {
+    return fused_ ? " (transA " + std::to_string(int(ta_)) + ", transB " + std::to_string(int(tb_)) + ")" : "";
+  }
+  bool fused_, ta_, tb_;
 };
 OT_REGISTER_OP("MatMul", MatMulOp);
+const bool kFusedMatMulRegistered = register_op("com.onnxtrain", "FusedMatMul", factory<MatMulOp>());
 
 class GemmOp : public Op {
  public:
@@ -137,6 +154,15 @@ using ir::Value;
 void MatMulOp::grad(GradCtx& g) const {
   Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
   size_t ra = a->shape.size(), rb = b->shape.size();
+  // op(X) @ op(Y) as FusedMatMul: X, Y and which of them it reads transposed.
+  auto product = [&](Value* x, bool tx, Value* y, bool ty) {
+    return g.ops("FusedMatMul", {x, y}, 1, {{"transA", int64_t(tx)}, {"transB", int64_t(ty)}}, "com.onnxtrain")[0];
+  };
+  if (fused_) {  // Y = op(A) op(B)
+    if (g.needs(0)) g.set_dx(0, ta_ ? product(b, tb_, dy, true) : product(dy, false, b, !tb_));
+    if (g.needs(1)) g.set_dx(1, tb_ ? product(dy, true, a, ta_) : product(a, !ta_, dy, false));
+    return;
+  }
   if (ra == 1 || rb == 1) {  // vectors: view them as matrices
     Value* a2 = ra == 1 ? g.op("Unsqueeze", {a, g.ints({0})}) : a;
     Value* b2 = rb == 1 ? g.op("Unsqueeze", {b, g.ints({-1})}) : b;
@@ -174,14 +200,8 @@ void MatMulOp::grad(GradCtx& g) const {
     }
     return;
   }
-  auto swap_last = [&](Value* v) {
-    std::vector<int64_t> perm(v->shape.size());
-    for (size_t i = 0; i < perm.size(); ++i) perm[i] = int64_t(i);
-    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-    return g.op("Transpose", {v}, {{"perm", perm}});
-  };
-  if (g.needs(0)) g.set_dx(0, g.op("MatMul", {dy, swap_last(b)}));
-  if (g.needs(1)) g.set_dx(1, g.op("MatMul", {swap_last(a), dy}));
+  if (g.needs(0)) g.set_dx(0, product(dy, false, b, true));  // dY B^T
+  if (g.needs(1)) g.set_dx(1, product(a, true, dy, false));  // A^T dY
 }
 
 // Y = alpha op(A) op(B) + beta C, each transposition handled by Gemm's own flags.

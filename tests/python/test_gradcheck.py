@@ -74,6 +74,10 @@ for ta in (0, 1):
         b = r(5, 4) if tb else r(4, 5)
         CASES.append(Case("Gemm", [a, b, r(5)], {"transA": ta, "transB": tb, "alpha": 0.7, "beta": 1.3}))
 CASES += [Case("Gemm", [r(3, 4), r(4, 5), r(3, 5)]), Case("Gemm", [r(3, 4), r(4, 5)])]
+for ta in (0, 1):  # MatMul(op(A), op(B)), what batched MatMul gradients are made of
+    for tb in (0, 1):
+        a, b = (2, 1, 4, 3) if ta else (2, 1, 3, 4), (3, 5, 4) if tb else (3, 4, 5)
+        CASES.append(Case("FusedMatMul", [r(*a), r(*b)], {"transA": ta, "transB": tb}, domain="com.onnxtrain"))
 CASES += [Case("Linear", [x, r(5, 4), *bias], domain="com.onnxtrain")  # X W^T + B, what linear_fusion makes
           for x in (r(3, 4), r(2, 3, 4), r(4)) for bias in ([r(5)], [])]
 CAUSAL = np.triu(np.ones((4, 4), dtype=bool), 1)  # what masked_softmax_fusion makes of attention's scale, mask, softmax
