@@ -126,6 +126,12 @@ CASES += [
     Case("MaxPool", [distinct(2, 2, 4, 4)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
     Case("MaxPool", [distinct(1, 2, 5)], {"kernel_shape": [3], "pads": [1, 1]}),
     Case("GlobalAveragePool", [r(2, 3, 2, 2)]), Case("GlobalMaxPool", [distinct(2, 3, 4)]),
+    Case("AveragePool", [r(2, 2, 4, 5)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    Case("AveragePool", [r(1, 2, 5, 5)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # overlapping windows
+    Case("AveragePool", [r(1, 2, 5, 5)], {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "count_include_pad": 1}),
+    Case("AveragePool", [r(1, 1, 6)], {"kernel_shape": [3], "strides": [2], "ceil_mode": 1}),
+    Case("AveragePool", [r(1, 2, 7, 6)], {"kernel_shape": [2, 2], "dilations": [2, 1], "auto_pad": "SAME_UPPER"}),
+    Case("AveragePool", [r(1, 1, 3, 4, 4)], {"kernel_shape": [2, 2, 2], "strides": [1, 2, 2]}),
 ]
 for op in ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]:
     logp = r(4, 3) if op == "SoftmaxCrossEntropyLoss" else np.log(rng.dirichlet(np.ones(3), 4))
@@ -142,7 +148,8 @@ NOT_DIFFERENTIABLE = {
     **{op: "integer output" for op in ["Shape", "Size", "ArgMax", "ArgMin", "Range"]},
     **{op: "no float input" for op in ["Constant", "ConstantOfShape", "OneHot"]},
     **{op: "gradient is zero almost everywhere" for op in ["Floor", "Ceil", "Round", "Sign", "Hardmax"]},
-    "Mod": "no gradient rule yet", "Resize": "no gradient rule yet", "AveragePool": "no gradient rule yet",
+    "Mod": "no gradient rule yet", "Resize": "no gradient rule yet",
+    "com.onnxtrain.AveragePoolGrad": "itself a gradient op (checked through AveragePool)",
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
