@@ -129,7 +129,12 @@ struct ModFn : NoFold {
       return r;
     }
   }
-  void grad(GradCtx& g) const { no_gradient(g); }
+  // r = a - b q with q = trunc(a / b) (fmod) or floor(a / b): da = dy, db = -dy q (q recovered from r exactly
+  // enough to round: (a - r) / b is within rounding of an integer).
+  void grad(GradCtx& g) const {
+    if (g.needs(0)) g.set_dx(0, g.dy(0));
+    if (g.needs(1)) g.set_dx(1, g.neg(g.mul(g.dy(0), g.op("Round", {g.div(g.sub(g.x(0), g.y(0)), g.x(1))}))));
+  }
   bool fmod;
 };
 struct PReluFn : NoFold {

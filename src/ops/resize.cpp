@@ -1,10 +1,12 @@
 // Resize: nearest, linear and cubic, every coordinate transformation mode,
 // scales or sizes (with axes and keep_aspect_ratio_policy). Separable: each
 // resized axis is resampled in turn, innermost first.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
 #include "ops/axis_util.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -19,7 +21,7 @@ struct Tap {
 class ResizeOp : public Op {
  public:
   explicit ResizeOp(const ir::Node& n)
-      : mode_(n.attr_string("mode", "nearest")),
+      : node_(n), mode_(n.attr_string("mode", "nearest")),
         coord_(n.attr_string("coordinate_transformation_mode", n.opset == 10 ? "asymmetric" : "half_pixel")),
         nearest_(n.attr_string("nearest_mode", "round_prefer_floor")), policy_(n.attr_string("keep_aspect_ratio_policy", "stretch")),
         cubic_a_(n.attr_float("cubic_coeff_a", -0.75f)), extrapolation_(n.attr_float("extrapolation_value", 0)),
@@ -87,15 +89,50 @@ class ResizeOp : public Op {
     return g;
   }
 
+  // Symbolic input dims (a dynamic batch, say) stay symbolic where the axis is not resized, and scale by an
+  // integer factor; other resized symbolic dims get a fresh symbol.
   void infer(InferCtx& ctx) const override {
+    const Shape& x = ctx.shape(0);
     std::vector<int64_t> in;
-    for (auto& d : ctx.shape(0)) {
-      if (!d.is_const()) ctx.unknown("the output size for a symbolic input dim");
-      in.push_back(d.value());
+    bool symbolic = false;
+    for (auto& d : x) {
+      symbolic = symbolic || !d.is_const();
+      in.push_back(d.is_const() ? d.value() : 1);  // (a stand-in: the scales and sizes do not depend on it)
+    }
+    if (symbolic && policy_ != "stretch") ctx.unknown("the output size of a symbolic dim under keep_aspect_ratio_policy");
+    const Tensor* scales = ctx.tensor(opset10_ ? 1 : 2);
+    bool by_sizes = !opset10_ && ctx.has(3) && (!scales || scales->numel() == 0);
+    const std::vector<Dim>* sizes = by_sizes ? ctx.value(3) : nullptr;
+    if (sizes && policy_ == "stretch") {  // sizes known symbolically (another tensor's shape, say)
+      std::vector<int64_t> axes = axes_;
+      for (size_t a = 0; axes_.empty() && a < x.size(); ++a) axes.push_back(int64_t(a));
+      if (sizes->size() != axes.size())
+        ctx.fail("sizes has " + std::to_string(sizes->size()) + " entries for " + std::to_string(axes.size()) + " axes");
+      Shape out = x;
+      for (size_t i = 0; i < axes.size(); ++i) out[size_t(ctx.axis(axes[i], int64_t(x.size())))] = (*sizes)[i];
+      return ctx.set(0, ctx.dtype(0), out);
     }
     auto g = geometry(ctx, in);
     if (!g) ctx.unknown("scales or sizes");
-    ctx.set(0, ctx.dtype(0), const_shape(g->out));
+    Shape out;  // from scales
+    for (size_t a = 0; a < x.size(); ++a) {
+      double s = g->scale[a];
+      if (x[a].is_const()) out.push_back(Dim(g->out[a]));
+      else if (unchanged(*g, int64_t(a), in[a])) out.push_back(x[a]);
+      else if (coord_ != "tf_crop_and_resize" && s >= 1 && s == std::floor(s)) out.push_back(x[a] * Dim(int64_t(s)));
+      else out.push_back(ctx.fresh("resized"));
+    }
+    ctx.set(0, ctx.dtype(0), out);
+  }
+
+  // The adjoint of the resampling (each axis's taps transposed, axes in the opposite order), by
+  // com.onnxtrain.ResizeGrad(shape of X, roi, scales, sizes, dY): X itself is not stashed.
+  void grad(GradCtx& g) const override {
+    if (!g.needs(0)) return;
+    ir::Attributes attrs = node_.attrs;
+    attrs["coordinate_transformation_mode"] = coord_;  // (its default depends on the opset)
+    ir::Value *roi = opset10_ ? nullptr : g.x(1), *scales = g.x(opset10_ ? 1 : 2), *sizes = opset10_ ? nullptr : g.x(3);
+    g.set_dx(0, g.ops("ResizeGrad", {g.shape(g.x(0)), roi, scales, sizes, g.dy(0)}, 1, attrs, "com.onnxtrain")[0]);
   }
 
   void compute(ComputeCtx& c) const override {
@@ -108,7 +145,7 @@ class ResizeOp : public Op {
       for (int64_t i = 0; i < X.numel(); ++i) cur[size_t(i)] = double(xp[i]);
       std::vector<int64_t> dims = X.dims();
       for (int64_t a = X.rank() - 1; a >= 0; --a) {
-        if (g.out[size_t(a)] == dims[size_t(a)] && g.scale[size_t(a)] == 1.0 && coord_ != "tf_crop_and_resize") continue;
+        if (unchanged(g, a, dims[size_t(a)])) continue;
         auto taps = make_taps(dims[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
         AxisView v = axis_view(dims, a);
         int64_t no = g.out[size_t(a)];
@@ -132,7 +169,12 @@ class ResizeOp : public Op {
     });
   }
 
- private:
+ protected:
+  // Whether axis a keeps its size and samples (the resampling skips it).
+  bool unchanged(const Geometry& g, int64_t a, int64_t in) const {
+    return g.out[size_t(a)] == in && g.scale[size_t(a)] == 1.0 && coord_ != "tf_crop_and_resize";
+  }
+
   double original_coord(int64_t x, int64_t in, int64_t out, double scale, double rs, double re) const {
     double xr = double(x);
     if (coord_ == "half_pixel") return (xr + 0.5) / scale - 0.5;
@@ -201,6 +243,7 @@ class ResizeOp : public Op {
     return taps;
   }
 
+  const ir::Node& node_;
   std::string mode_, coord_, nearest_, policy_;
   float cubic_a_, extrapolation_;
   bool exclude_outside_;
@@ -208,6 +251,53 @@ class ResizeOp : public Op {
   bool opset10_;
 };
 OT_REGISTER_OP("Resize", ResizeOp);
+
+// com.onnxtrain.ResizeGrad(shape of X, roi, scales, sizes, dY) with Resize's attributes: dX, each output's
+// gradient sent back to the input positions it was sampled from, times their weights.
+class ResizeGradOp : public ResizeOp {
+ public:
+  explicit ResizeGradOp(const ir::Node& n) : ResizeOp(n) {}
+  void grad(GradCtx& g) const override { no_gradient(g); }
+  void infer(InferCtx& ctx) const override {
+    const std::vector<Dim>* v = ctx.value(0);
+    if (!v) ctx.fail("the shape of X must be known when the graph is built");
+    if (ctx.rank(4) != int64_t(v->size()))
+      ctx.fail("dY " + shape_str(ctx.shape(4)) + " and X " + shape_str(Shape(v->begin(), v->end())) + " differ in rank");
+    ctx.set(0, ctx.dtype(4), Shape(v->begin(), v->end()));
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor& dY = c.in(4);
+    std::vector<int64_t> in = c.in(0).to_int64();
+    auto g = *geometry(*c.shapes, in);
+    if (g.out != dY.dims()) c.fail("dY " + dims_str(dY.dims()) + " is not of the resized shape " + dims_str(g.out));
+    kernels::dispatch<kernels::kFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* dy = dY.data<T>();
+      std::vector<double> cur(dy, dy + dY.numel());
+      std::vector<int64_t> dims = g.out;
+      for (int64_t a = 0; a < int64_t(in.size()); ++a) {  // the forward's last axis resampled first
+        if (unchanged(g, a, in[size_t(a)])) continue;
+        auto taps = make_taps(in[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
+        AxisView v = axis_view(dims, a);
+        int64_t ni = in[size_t(a)];
+        std::vector<double> next(size_t(v.outer * ni * v.inner), 0.0);
+        for (int64_t o = 0; o < v.outer; ++o)
+          for (int64_t j = 0; j < v.n; ++j) {
+            const Tap& t = taps[size_t(j)];
+            if (t.extrapolate) continue;  // a constant: no gradient
+            for (size_t k = 0; k < t.index.size(); ++k)
+              for (int64_t i = 0; i < v.inner; ++i)
+                next[size_t((o * ni + t.index[k]) * v.inner + i)] += t.weight[k] * cur[size_t((o * v.n + j) * v.inner + i)];
+          }
+        cur.swap(next);
+        dims[size_t(a)] = ni;
+      }
+      T* dx = c.out(0).data<T>();
+      for (size_t i = 0; i < cur.size(); ++i) dx[i] = T(cur[i]);
+    });
+  }
+};
+const bool kResizeGradRegistered = register_op("com.onnxtrain", "ResizeGrad", factory<ResizeGradOp>());
 
 }  // namespace
 }  // namespace onnxtrain::ops

@@ -83,6 +83,23 @@ class CNN(nn.Module):
         return self.fc(torch.flatten(self.avg(x), 1))
 
 
+class UNet(nn.Module):
+    """A two-level U-Net for per-pixel classes: average-pool down, nearest and bilinear (to the skip's size) up."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.enc = nn.Conv2d(3, 8, 3, padding=1)
+        self.mid = nn.Conv2d(8, 8, 3, padding=1)
+        self.head = nn.Conv2d(24, classes, 1)
+
+    def forward(self, x):  # x: (B, 3, H, W), H and W even -> (B, H, W, classes)
+        skip = F.relu(self.enc(x))
+        low = F.relu(self.mid(F.avg_pool2d(skip, 2)))
+        near = F.interpolate(low, scale_factor=2, mode="nearest")
+        smooth = F.interpolate(low, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+        return self.head(torch.cat([skip, near + skip, smooth], 1)).permute(0, 2, 3, 1)
+
+
 class MLP(nn.Module):
     def __init__(self, dims=(16, 32, 32, 10)):
         super().__init__()

@@ -74,6 +74,19 @@ for ta in (0, 1):
         b = r(5, 4) if tb else r(4, 5)
         CASES.append(Case("Gemm", [a, b, r(5)], {"transA": ta, "transB": tb, "alpha": 0.7, "beta": 1.3}))
 CASES += [Case("Gemm", [r(3, 4), r(4, 5), r(3, 5)]), Case("Gemm", [r(3, 4), r(4, 5)])]
+SCALES = Const(np.array([1, 1, 2, 1.5]))
+CASES += [Case("Resize", [r(1, 2, 3, 4), None, SCALES], {"mode": m, "coordinate_transformation_mode": c})
+          for m, c in [("nearest", "asymmetric"), ("nearest", "half_pixel"), ("linear", "half_pixel"),
+                       ("linear", "align_corners"), ("linear", "pytorch_half_pixel"), ("cubic", "half_pixel")]]
+CASES += [Case("Resize", [r(1, 1, 6, 5), None, None, Const(np.array([1, 1, 4, 3], dtype=np.int64))],
+               {"mode": "linear"}),  # down-sampling to sizes: overlapping taps
+          Case("Resize", [r(1, 1, 4, 4), None, Const(np.array([1.5, 0.5]))],
+               {"mode": "cubic", "axes": [3, 2], "exclude_outside": 1}),
+          Case("Resize", [r(1, 1, 5, 5), Const(np.array([0.2, 0.1, 0.9, 0.8])), Const(np.array([1.6, 1.2]))],
+               {"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize", "axes": [2, 3],
+                "extrapolation_value": 3.0})]
+MOD_A = np.array([[0.35, 1.7, -2.45], [3.5, -0.6, 5.9]])  # a / b at least 0.1 from an integer: no jump nearby
+CASES += [Case("Mod", [MOD_A, np.array([0.8, -1.3, 2.1])], {"fmod": f}) for f in (0, 1)]
 for ta in (0, 1):  # MatMul(op(A), op(B)), what batched MatMul gradients are made of
     for tb in (0, 1):
         a, b = (2, 1, 4, 3) if ta else (2, 1, 3, 4), (3, 5, 4) if tb else (3, 4, 5)
@@ -148,7 +161,7 @@ NOT_DIFFERENTIABLE = {
     **{op: "integer output" for op in ["Shape", "Size", "ArgMax", "ArgMin", "Range"]},
     **{op: "no float input" for op in ["Constant", "ConstantOfShape", "OneHot"]},
     **{op: "gradient is zero almost everywhere" for op in ["Floor", "Ceil", "Round", "Sign", "Hardmax"]},
-    "Mod": "no gradient rule yet", "Resize": "no gradient rule yet",
+    "com.onnxtrain.ResizeGrad": "itself a gradient op (checked through Resize)",
     "com.onnxtrain.AveragePoolGrad": "itself a gradient op (checked through AveragePool)",
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",

@@ -7,7 +7,7 @@ import torch
 
 import onnxtrain
 from export_util import export_training
-from models import BERT, CNN, GPT, MLP, WithLoss
+from models import BERT, CNN, GPT, MLP, UNet, WithLoss
 
 
 def rel_error(got, want):
@@ -46,6 +46,8 @@ CASES = {
             ["x", "target"], {"x": {0: "batch"}, "target": {0: "batch"}}),
     "cnn": (lambda: WithLoss(CNN()), lambda b, t: (torch.randn(b, 3, t, t), torch.randint(0, 10, (b,))),
             ["x", "target"], {"x": {0: "batch", 2: "h", 3: "w"}, "target": {0: "batch"}}),
+    "unet": (lambda: WithLoss(UNet()), lambda b, t: (torch.randn(b, 3, t, t), torch.randint(0, 5, (b, t, t))),
+             ["x", "target"], {"x": {0: "batch", 2: "h", 3: "w"}, "target": {0: "batch", 1: "h", 2: "w"}}),
     "gpt": (lambda: WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=64)), gpt_batch,
             ["idx", "target"], {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}),
     "bert": (lambda: WithLoss(BERT(vocab=100, dim=32, heads=4, layers=2, block=64)),
