@@ -228,7 +228,8 @@ std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
       todo.pop_back();
       for (const ir::Node* c : v->consumers) {
         if (c->backward || !seen.insert(c).second || c->op_type == "LayerNormalization") continue;
-        if (c->op_type == "Softmax" || c->op_type == "MaskedSoftmax") attention = true;  // (the fused form too)
+        if (c->op_type == "Softmax" || c->op_type == "MaskedSoftmax" || c->op_type == "AttentionSoftmax")
+          attention = true;  // (the fused forms too)
         for (const ir::Value* o : c->outputs)
           if (o) todo.push_back(o);
       }

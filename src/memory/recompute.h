@@ -69,8 +69,8 @@ struct RecomputeReport {
 };
 
 // Transformer layers, detected from structure: each starts at a LayerNormalization whose input is a
-// residual stream (an Add's output, or read by an Add) and whose output reaches a Softmax (or MaskedSoftmax) before any
-// other LayerNormalization; it ends where the next one starts. Returns the starting nodes, in order.
+// residual stream (an Add's output, or read by an Add) and whose output reaches a Softmax (or a fused
+// MaskedSoftmax or AttentionSoftmax) before any other LayerNormalization; it ends where the next one starts. Returns the starting nodes, in order.
 std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
 
 struct RecomputeOptions {

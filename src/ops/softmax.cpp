@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "core/parallel.h"
-#include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/vector_math.h"
 #include "ops/axis_util.h"
@@ -87,59 +86,6 @@ class SoftmaxOp : public Op {
 };
 OT_REGISTER_OP("Softmax", SoftmaxOp);
 
-// com.onnxtrain.MaskedSoftmax(X, scale, cond, fill) = Softmax(Where(cond, fill, X * scale)) along the last axis,
-// scale and fill scalars, cond broadcast to X: attention's scale, mask and softmax in one pass over the scores
-// (three before); the masked_softmax_fusion pass makes it.
-class MaskedSoftmaxOp : public Op {
- public:
-  explicit MaskedSoftmaxOp(const ir::Node&) {}
-  bool recomputable() const override { return true; }
-  Dim flops(const ir::Node& n) const override {
-    return n.outputs[0]->has_shape ? shape_numel(n.outputs[0]->shape) * Dim(8) : Dim(0);
-  }
-  void infer(InferCtx& ctx) const override {
-    if (ctx.rank(0) < 1) ctx.fail("X must have a rank of at least 1");
-    if (ctx.rank(2) > ctx.rank(0)) ctx.fail("cond " + shape_str(ctx.shape(2)) + " has a higher rank than X " + shape_str(ctx.shape(0)));
-    ctx.set(0, ctx.dtype(0), ctx.shape(0));
-  }
-  void compute(ComputeCtx& c) const override {
-    const Tensor &x = c.in(0), &cond = c.in(2);
-    if (c.in(1).numel() != 1 || c.in(3).numel() != 1) c.fail("scale and fill must be scalars");
-    std::vector<int64_t> out;
-    if (!kernels::broadcast_dims(x.dims(), cond.dims(), &out) || out != x.dims())
-      c.fail("cond " + dims_str(cond.dims()) + " does not broadcast to X " + dims_str(x.dims()));
-    kernels::dispatch<kernels::kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T *xp = x.data<T>(), scale = c.in(1).data<T>()[0], fill = c.in(3).data<T>()[0];
-      const bool* cp = cond.data<bool>();
-      T* y = c.out(0).data<T>();
-      kernels::broadcast_rows<2>(x.dims(), {&x.dims(), &cond.dims()}, [&](int64_t o, auto off, auto st, int64_t n) {
-        T* row = y + o;
-        const T* xr = xp + off[0];
-        const bool* cr = cp + off[1];
-        if constexpr (std::is_same_v<T, float>) {
-          if (st[0] == 1 && st[1] == 1) return kernels::masked_softmax_f32(xr, cr, scale, fill, row, n);  // the usual case
-          for (int64_t k = 0; k < n; ++k) row[k] = cr[k * st[1]] ? fill : xr[k * st[0]] * scale;
-          kernels::softmax_f32(row, row, n);
-        } else {
-          T m = -INFINITY, sum = 0;
-          for (int64_t k = 0; k < n; ++k) m = std::max(m, row[k] = cr[k * st[1]] ? fill : xr[k * st[0]] * scale);
-          for (int64_t k = 0; k < n; ++k) sum += (row[k] = std::exp(row[k] - m));
-          for (int64_t k = 0; k < n; ++k) row[k] /= sum;
-        }
-      });
-    });
-  }
-  // As the three ops it replaces: the softmax's gradient, zero where masked, times the scale.
-  void grad(GradCtx& g) const override {
-    if (g.needs(1) || g.needs(3)) no_gradient(g);
-    ir::Value *y = g.y(0), *dy = g.dy(0), *cond = g.x(2);
-    if (!g.needs(0)) return;
-    ir::Value* dz = g.mul(y, g.sub(dy, g.op("ReduceSum", {g.mul(dy, y), g.ints({-1})}, {{"keepdims", int64_t(1)}})));
-    g.set_dx(0, g.mul(g.op("Where", {cond, g.like(0, dz), dz}), g.x(1)));
-  }
-};
-const bool kMaskedSoftmaxRegistered = register_op("com.onnxtrain", "MaskedSoftmax", factory<MaskedSoftmaxOp>());
 OT_REGISTER_OP("LogSoftmax", SoftmaxOp);
 OT_REGISTER_OP("Hardmax", SoftmaxOp);
 

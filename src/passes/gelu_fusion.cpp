@@ -3,7 +3,6 @@
 // activation instead of four for training.
 #include <cmath>
 
-#include "ops/bind.h"
 #include "ops/op.h"
 #include "passes/pass.h"
 
@@ -59,12 +58,7 @@ class GeluFusion : public Pass {
       if (m2 != m1) chain.push_back(m2);
       else chain.push_back(f1->producer);
       // The Gelu node takes over the chain's output value, name and readers included.
-      const_cast<ir::Node*>(m2)->outputs[0] = g.add_value(g.unique_name(out->name + "_unfused"));
-      ir::Node* gelu = g.add_node("Gelu", {x}, {out}, {}, g.unique_name("Gelu_fused"));
-      gelu->opset = 20;
-      gelu->backward = m2->backward;
-      ops::bind_node(*gelu);
-      ops::infer_node(g, *gelu);
+      add_fused(g, "", 20, "Gelu", {x}, {out}, g.unique_name("Gelu_fused"), m2->backward);
       gone.insert(gone.end(), chain.begin(), chain.end());
     }
     return remove_all(g, gone, true);

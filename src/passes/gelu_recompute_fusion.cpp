@@ -5,7 +5,6 @@
 #include <set>
 #include <vector>
 
-#include "ops/bind.h"
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -48,18 +47,8 @@ class GeluRecomputeFusion : public Pass {
         }
     }
     for (auto [gelu, grad] : pairs) {
-      ir::Value *y = gelu->outputs[0], *dx = grad->outputs[0];
-      gelu->outputs[0] = g.add_value(g.unique_name(y->name + "_unfused"));
-      gelu->outputs[0]->producer = gelu;
-      grad->outputs[0] = g.add_value(g.unique_name(dx->name + "_unfused"));
-      grad->outputs[0]->producer = grad;
-      ir::Node* f = g.add_node("GeluAndGrad", {grad->inputs[0], gelu->inputs[0]}, {dx, y}, {},
-                               g.unique_name(gelu->name + "_and_grad"));
-      f->domain = "com.onnxtrain";
-      f->opset = 1;
-      f->backward = true;
-      ops::bind_node(*f);
-      ops::infer_node(g, *f);
+      add_fused(g, "com.onnxtrain", 1, "GeluAndGrad", {grad->inputs[0], gelu->inputs[0]}, {grad->outputs[0], gelu->outputs[0]},
+                g.unique_name(gelu->name + "_and_grad"), true);
       gone.insert(gone.end(), {gelu, grad});
     }
     return remove_all(g, gone, true);

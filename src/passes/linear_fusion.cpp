@@ -3,7 +3,6 @@
 // pass over the output to add the bias. Only when the intermediate values have no other readers.
 #include <algorithm>
 
-#include "ops/bind.h"
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -34,16 +33,9 @@ class LinearFusion : public Pass {
       ir::Node* last = bias ? add : m;
       ir::Value* out = last->outputs[0];
       // The Linear node takes over the last node's output value (name, readers, graph-output role).
-      last->outputs[0] = g.add_value(g.unique_name(out->name + "_unfused"));
-      last->outputs[0]->producer = last;
       std::vector<ir::Value*> ins = {x, w};
       if (bias) ins.push_back(bias);
-      ir::Node* linear = g.add_node("Linear", ins, {out}, {}, g.unique_name(m->name + "_linear"));
-      linear->domain = "com.onnxtrain";
-      linear->opset = 1;
-      linear->backward = m->backward;
-      ops::bind_node(*linear);
-      ops::infer_node(g, *linear);
+      add_fused(g, "com.onnxtrain", 1, "Linear", ins, {out}, g.unique_name(m->name + "_linear"), m->backward);
       gone.push_back(t);
       gone.push_back(m);
       if (bias) gone.push_back(add);

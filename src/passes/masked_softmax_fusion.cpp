@@ -3,7 +3,6 @@
 // (one pass over the scores instead of three). Only when the intermediate values have no other readers.
 #include <algorithm>
 
-#include "ops/bind.h"
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -36,14 +35,8 @@ class MaskedSoftmaxFusion : public Pass {
       ir::Value *x = mul->inputs[1 - which], *scale = mul->inputs[which];
       if (!x->has_shape || x->shape != w->shape || x->dtype != fill->dtype || scale->dtype != x->dtype) continue;
       ir::Value* out = s->outputs[0];
-      s->outputs[0] = g.add_value(g.unique_name(out->name + "_unfused"));
-      s->outputs[0]->producer = s;
-      ir::Node* f = g.add_node("MaskedSoftmax", {x, scale, cond, fill}, {out}, {}, g.unique_name(s->name + "_masked"));
-      f->domain = "com.onnxtrain";
-      f->opset = 1;
-      f->backward = s->backward;
-      ops::bind_node(*f);
-      ops::infer_node(g, *f);
+      add_fused(g, "com.onnxtrain", 1, "MaskedSoftmax", {x, scale, cond, fill}, {out}, g.unique_name(s->name + "_masked"),
+                s->backward);
       gone.insert(gone.end(), {mul, where, s});
     }
     return remove_all(g, gone, true);

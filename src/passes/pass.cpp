@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/bind.h"
+
 namespace onnxtrain::passes {
 
 std::vector<std::unique_ptr<Pass>> default_passes() {
@@ -10,6 +12,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(gelu_fusion());
   r.push_back(linear_fusion());
   r.push_back(masked_softmax_fusion());
+  r.push_back(attention_softmax_fusion());
   r.push_back(transpose_gemm_fusion());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());
@@ -20,6 +23,24 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
   return v->consumers.size() == 1 && v->consumers[0] == reader &&
          std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();
+}
+
+ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, const std::string& op_type,
+                    const std::vector<ir::Value*>& inputs, const std::vector<ir::Value*>& outs, const std::string& name,
+                    bool backward) {
+  for (ir::Value* v : outs) {
+    ir::Node* old = v->producer;
+    ir::Value* placeholder = g.add_value(g.unique_name(v->name + "_unfused"));
+    placeholder->producer = old;
+    std::replace(old->outputs.begin(), old->outputs.end(), v, placeholder);
+  }
+  ir::Node* f = g.add_node(op_type, inputs, outs, {}, name);
+  f->domain = domain;
+  f->opset = int(opset);
+  f->backward = backward;
+  ops::bind_node(*f);
+  ops::infer_node(g, *f);
+  return f;
 }
 
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort) {

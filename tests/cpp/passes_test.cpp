@@ -1,6 +1,8 @@
 // Each pass on a graph built in code: op counts before and after, identical results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "onnxtrain/session.h"
@@ -231,7 +233,38 @@ std::unique_ptr<ir::Graph> masked_scores() {
   return g;
 }
 
+// The same scores made by a product: Softmax(Where(causal, -inf, Mul(MatMul(x, w), 0.5))).
+std::unique_ptr<ir::Graph> product_scores() {
+  auto g = masked_scores();
+  ir::Value* x = g->inputs[0];
+  ir::Value* scores = add_op(*g, "MatMul", {x, test_graphs::add_weight(*g, "w", {4, 4})});
+  for (auto& n : g->nodes())
+    if (n->op_type == "Mul") n->inputs[0] = scores, scores->consumers.push_back(n.get());
+  x->consumers.erase(std::remove_if(x->consumers.begin(), x->consumers.end(), [&](auto* c) { return c->op_type == "Mul"; }),
+                     x->consumers.end());
+  g->sort_nodes();
+  return g;
+}
+
 }  // namespace
+
+TEST(Passes, AttentionSoftmaxFusionTakesTheScoresProductIn) {
+  auto g = product_scores();
+  ops::bind_graph(*g);
+  ops::infer_shapes(*g);
+  ASSERT_TRUE(passes::masked_softmax_fusion()->apply(*g));
+  ASSERT_TRUE(passes::attention_softmax_fusion()->apply(*g));
+  EXPECT_EQ(count(*g, "AttentionSoftmax"), 1u);
+  EXPECT_EQ(count(*g, "MatMul") + count(*g, "MaskedSoftmax"), 0u);
+  SessionOptions plain;
+  plain.optimize = false;
+  Session a(product_scores(), plain), b(product_scores());
+  Tensor x = test_graphs::pattern_tensor({3, 4});
+  Tensor ya = a.run({{"x", x}}).begin()->second, yb = b.run({{"x", x}}).begin()->second;
+  ASSERT_EQ(ya.dims(), yb.dims());
+  for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(ya.data<float>()[i], yb.data<float>()[i], 1e-6f) << i;
+  EXPECT_EQ(ya.data<float>()[2], 0.f);  // the masked column
+}
 
 TEST(Passes, MaskedSoftmaxFusionMakesOneNodeOfScaleMaskAndSoftmax) {
   auto g = after(masked_scores, passes::masked_softmax_fusion());

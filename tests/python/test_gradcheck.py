@@ -98,6 +98,11 @@ CASES += [Case("MaskedSoftmax", [r(2, 3, 4, 4), Const(np.array(0.125)), Const(CA
                domain="com.onnxtrain"),
           Case("MaskedSoftmax", [r(3, 5), Const(np.array(2.0)), Const(np.array([[False, True, False, False, True]])),
                                  Const(np.array(-1e4))], domain="com.onnxtrain")]
+CASES += [Case("AttentionSoftmax", [r(2, 3, 4, 5), r(2, 3, 5, 4), Const(np.array(0.125)), Const(CAUSAL),
+                                    Const(np.array(-np.inf))], domain="com.onnxtrain"),  # what attention_softmax_fusion makes
+          Case("AttentionSoftmax", [r(2, 3, 5), r(5, 4), Const(np.array(0.5)),
+                                    Const(np.array([[False, True, False, True]])), Const(np.array(-1e4))],
+               domain="com.onnxtrain")]
 for op in ["Softmax", "LogSoftmax"]:
     CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
 REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,
