@@ -50,13 +50,10 @@ void masked_softmax(ComputeCtx& c, const Tensor& x, const Tensor& scale_t, const
   });
 }
 
-// The gradient with respect to the scores, as the three ops the fusion replaced: the softmax's gradient, zero
-// where masked, times the scale.
+// The gradient with respect to the scores: com.onnxtrain.MaskedSoftmaxGrad(dY, Y, scale, cond).
 ir::Value* scores_grad(GradCtx& g, size_t scale, size_t cond) {
   if (g.needs(scale) || g.needs(scale + 2)) no_gradient(g);
-  ir::Value *y = g.y(0), *dy = g.dy(0);
-  ir::Value* dz = g.mul(y, g.sub(dy, g.op("ReduceSum", {g.mul(dy, y), g.ints({-1})}, {{"keepdims", int64_t(1)}})));
-  return g.mul(g.op("Where", {g.x(cond), g.like(0, dz), dz}), g.x(scale));
+  return g.ops("MaskedSoftmaxGrad", {g.dy(0), g.y(0), g.x(scale), g.x(cond)}, 1, {}, "com.onnxtrain")[0];
 }
 
 class MaskedSoftmaxOp : public Op {
@@ -77,6 +74,45 @@ class MaskedSoftmaxOp : public Op {
   }
 };
 const bool kMaskedSoftmaxRegistered = register_op("com.onnxtrain", "MaskedSoftmax", factory<MaskedSoftmaxOp>());
+
+// com.onnxtrain.MaskedSoftmaxGrad(dY, Y, scale, cond) = Where(cond, 0, Y (dY - sum(dY Y))) * scale, sums along
+// the last axis: what the six ops it stands for (the softmax's gradient, the mask, the scale) computed in six
+// passes over the scores, in one.
+class MaskedSoftmaxGradOp : public Op {
+ public:
+  explicit MaskedSoftmaxGradOp(const ir::Node&) {}
+  int inplace_input() const override { return 0; }
+  void infer(InferCtx& ctx) const override {
+    if (ctx.shape(0).size() != ctx.shape(1).size()) ctx.fail("dY " + shape_str(ctx.shape(0)) + " and Y " + shape_str(ctx.shape(1)) + " differ");
+    ctx.set(0, ctx.dtype(1), ctx.shape(1));
+  }
+  void compute(ComputeCtx& c) const override {
+    const Tensor &dY = c.in(0), &Y = c.in(1), &cond = c.in(3);
+    if (dY.dims() != Y.dims()) c.fail("dY " + dims_str(dY.dims()) + " and Y " + dims_str(Y.dims()) + " differ");
+    if (c.in(2).numel() != 1) c.fail("scale must be a scalar");
+    std::vector<int64_t> bd;
+    if (!kernels::broadcast_dims(Y.dims(), cond.dims(), &bd) || bd != Y.dims())
+      c.fail("cond " + dims_str(cond.dims()) + " does not broadcast to Y " + dims_str(Y.dims()));
+    kernels::dispatch<kernels::kFloats>(Y.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T *dy = dY.data<T>(), *y = Y.data<T>(), scale = c.in(2).data<T>()[0];
+      const bool* cp = cond.data<bool>();
+      T* dx = c.out(0).data<T>();
+      kernels::broadcast_rows<1>(Y.dims(), {&cond.dims()}, [&](int64_t o, auto off, auto st, int64_t n) {
+        const T *dr = dy + o, *yr = y + o;
+        const bool* cr = cp + off[0];
+        if constexpr (std::is_same_v<T, float>) {
+          if (st[0] == 1) return kernels::masked_softmax_grad_f32(dr, yr, cr, scale, dx + o, n);
+        }
+        double dot = 0;
+        for (int64_t k = 0; k < n; ++k) dot += double(dr[k]) * double(yr[k]);
+        const T s = T(dot);
+        for (int64_t k = 0; k < n; ++k) dx[o + k] = cr[k * st[0]] ? T(0) : yr[k] * (dr[k] - s) * scale;
+      });
+    });
+  }
+};
+const bool kMaskedSoftmaxGradRegistered = register_op("com.onnxtrain", "MaskedSoftmaxGrad", factory<MaskedSoftmaxGradOp>());
 
 // Rows [r0, r1) of a (rows, n) mask with row stride rs (0: one row for all) and unit column stride: the columns
 // [lo, hi) outside which every one of them is masked.

@@ -112,3 +112,23 @@ TEST(VectorMath, MaskedSoftmaxEqualsSoftmaxOfTheMaskedRow) {
               << "fill " << fill << " n " << n << " open " << open << " i " << i << ": " << got[size_t(i)] << " vs " << want[size_t(i)];
       }
 }
+
+TEST(VectorMath, MaskedSoftmaxGradMatchesDoublePrecision) {
+  for (int64_t n : {1, 8, 13, 128}) {
+    std::vector<float> dy(static_cast<size_t>(n)), y(dy), dx(dy);
+    std::unique_ptr<bool[]> c(new bool[size_t(n)]);
+    for (int64_t i = 0; i < n; ++i) {
+      dy[size_t(i)] = float((i * 29) % 17) * 0.1f - 0.8f;
+      y[size_t(i)] = float((i * 7) % 11 + 1) / float(6 * n);
+      c[size_t(i)] = i % 3 == 1;
+    }
+    kernels::masked_softmax_grad_f32(dy.data(), y.data(), c.get(), 0.125f, dx.data(), n);
+    double dot = 0;
+    for (int64_t i = 0; i < n; ++i) dot += double(dy[size_t(i)]) * double(y[size_t(i)]);
+    for (int64_t i = 0; i < n; ++i) {
+      double want = c[size_t(i)] ? 0.0 : double(y[size_t(i)]) * (double(dy[size_t(i)]) - dot) * 0.125;
+      ASSERT_NEAR(dx[size_t(i)], want, 1e-6 * (1 + std::abs(want))) << "n " << n << " i " << i;
+      if (c[size_t(i)]) ASSERT_EQ(dx[size_t(i)], 0.f);
+    }
+  }
+}

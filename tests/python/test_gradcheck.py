@@ -170,6 +170,7 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.AveragePoolGrad": "itself a gradient op (checked through AveragePool)",
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
+    "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},
 }

@@ -207,6 +207,29 @@ void softmax(const float* x, float* y, int64_t n, const bool* c, float fill) {
 
 void softmax_f32(const float* x, float* y, int64_t n) { softmax(x, y, n, nullptr, 0.f); }
 
+void masked_softmax_grad_f32(const float* dy, const float* y, const bool* c, float scale, float* dx, int64_t n) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 p = _mm256_mul_ps(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(y + i));
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double dot = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (int64_t k = i; k < n; ++k) dot += double(dy[k] * y[k]);
+  const float s = float(dot);
+  const __m256 sv = _mm256_set1_ps(s), scv = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8) {
+    __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i)));
+    __m256 masked = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bytes, _mm256_setzero_si256()));
+    __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), sv)), scv);
+    _mm256_storeu_ps(dx + i, _mm256_blendv_ps(g, _mm256_setzero_ps(), masked));
+  }
+  for (; i < n; ++i) dx[i] = c[i] ? 0.f : y[i] * (dy[i] - s) * scale;
+}
+
 void masked_softmax_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
   masked_scale(x, c, scale, fill, y, n);
   softmax(y, y, n, c, fill);

@@ -22,6 +22,8 @@ void softmax_f32(const float* x, float* y, int64_t n);
 // y = softmax(c ? fill : x * scale) (attention's scale and mask), bit for bit as softmax_f32 of the masked row;
 // when exp(fill - max) is 0, eight masked entries in a row cost no exp (half of a causal mask's row on average).
 void masked_softmax_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n);
+// The masked softmax's gradient: dx = c ? 0 : y * (dy - sum(dy * y)) * scale (the products summed in double).
+void masked_softmax_grad_f32(const float* dy, const float* y, const bool* c, float scale, float* dx, int64_t n);
 // The sum of n floats, accumulated in double four lanes at a time.
 double sum_f32(const float* x, int64_t n);
 // The mean and the (biased) variance of n floats, accumulated in double: a sum, then the centred sum of squares.
