@@ -44,6 +44,10 @@ class GradCtx {
   ir::Value* zeros_like(ir::Value* v);
   // Zeros of x's shape with dy added at the flat element positions `index` (dy's shape).
   ir::Value* scatter_add_flat(ir::Value* x, ir::Value* index, ir::Value* dy);
+  // MatMul(op(a), op(b)), op transposing the last two dims where ta / tb (com.onnxtrain.FusedMatMul).
+  ir::Value* matmul(ir::Value* a, bool ta, ir::Value* b, bool tb) {
+    return ops("FusedMatMul", {a, b}, 1, {{"transA", int64_t(ta)}, {"transB", int64_t(tb)}}, "com.onnxtrain")[0];
+  }
   // `cond ? a : 0`, with a float mask kept as bool.
   ir::Value* where_or_zero(ir::Value* cond, ir::Value* a) { return op("Where", {cond, a, like(0, a)}); }
 };

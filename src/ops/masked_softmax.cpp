@@ -199,11 +199,8 @@ class AttentionSoftmaxOp : public Op {
   void grad(GradCtx& g) const override {
     if (!g.needs(0) && !g.needs(1) && !g.needs(2) && !g.needs(4)) return;
     ir::Value* ds = scores_grad(g, 2, 3);
-    auto product = [&](ir::Value* x, bool tx, ir::Value* y, bool ty) {
-      return g.ops("FusedMatMul", {x, y}, 1, {{"transA", int64_t(tx)}, {"transB", int64_t(ty)}}, "com.onnxtrain")[0];
-    };
-    if (g.needs(0)) g.set_dx(0, product(ds, false, g.x(1), true));
-    if (g.needs(1)) g.set_dx(1, product(g.x(0), true, ds, false));
+    if (g.needs(0)) g.set_dx(0, g.matmul(ds, false, g.x(1), true));
+    if (g.needs(1)) g.set_dx(1, g.matmul(g.x(0), true, ds, false));
   }
 
  private:

@@ -154,13 +154,9 @@ using ir::Value;
 void MatMulOp::grad(GradCtx& g) const {
   Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
   size_t ra = a->shape.size(), rb = b->shape.size();
-  // op(X) @ op(Y) as FusedMatMul: X, Y and which of them it reads transposed.
-  auto product = [&](Value* x, bool tx, Value* y, bool ty) {
-    return g.ops("FusedMatMul", {x, y}, 1, {{"transA", int64_t(tx)}, {"transB", int64_t(ty)}}, "com.onnxtrain")[0];
-  };
   if (fused_) {  // Y = op(A) op(B)
-    if (g.needs(0)) g.set_dx(0, ta_ ? product(b, tb_, dy, true) : product(dy, false, b, !tb_));
-    if (g.needs(1)) g.set_dx(1, tb_ ? product(dy, true, a, ta_) : product(a, !ta_, dy, false));
+    if (g.needs(0)) g.set_dx(0, ta_ ? g.matmul(b, tb_, dy, true) : g.matmul(dy, false, b, !tb_));
+    if (g.needs(1)) g.set_dx(1, tb_ ? g.matmul(dy, true, a, ta_) : g.matmul(a, !ta_, dy, false));
     return;
   }
   if (ra == 1 || rb == 1) {  // vectors: view them as matrices
@@ -200,8 +196,8 @@ void MatMulOp::grad(GradCtx& g) const {
     }
     return;
   }
-  if (g.needs(0)) g.set_dx(0, product(dy, false, b, true));  // dY B^T
-  if (g.needs(1)) g.set_dx(1, product(a, true, dy, false));  // A^T dY
+  if (g.needs(0)) g.set_dx(0, g.matmul(dy, false, b, true));  // dY B^T
+  if (g.needs(1)) g.set_dx(1, g.matmul(a, true, dy, false));  // A^T dY
 }
 
 // Y = alpha op(A) op(B) + beta C, each transposition handled by Gemm's own flags.
