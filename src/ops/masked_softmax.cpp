@@ -158,13 +158,12 @@ class AttentionSoftmaxOp : public Op {
     const int64_t m = od[rank - 2], n = od[rank - 1], k = A.dims().back();
     if (B.dims()[B.rank() - 2] != k) c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()));
     std::vector<int64_t> batch(od.begin(), od.end() - 2), ab(A.dims().begin(), A.dims().end() - 2),
-        bb(B.dims().begin(), B.dims().end() - 2), cd(rank, 1);
-    std::copy(cond.dims().begin(), cond.dims().end(), cd.end() - int64_t(cond.rank()));
+        bb(B.dims().begin(), B.dims().end() - 2);
     std::vector<int64_t> cbd;
     if (!kernels::broadcast_dims(od, cond.dims(), &cbd) || cbd != od)
       c.fail("cond " + dims_str(cond.dims()) + " does not broadcast to the scores " + dims_str(od));
     auto sa = kernels::broadcast_strides(ab, batch), sb = kernels::broadcast_strides(bb, batch);
-    auto sc = kernels::broadcast_strides(cd, od);
+    auto sc = kernels::broadcast_strides(cond.dims(), od);
     const bool banded = sc[rank - 1] == 1;  // (a mask broadcast along the columns: every column computed)
     const int64_t nb = numel_of(batch);
     kernels::dispatch<kernels::kFloats>(A.dtype(), c.node.where(), [&](auto tag) {
@@ -173,12 +172,7 @@ class AttentionSoftmaxOp : public Op {
       T* o = out.data<T>();
       parallel_for(nb, m * n * k, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          int64_t oa = 0, ob = 0, oc = 0, rem = i;
-          for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
-            int64_t cdx = rem % batch[size_t(d)];
-            rem /= batch[size_t(d)];
-            oa += cdx * sa[size_t(d)], ob += cdx * sb[size_t(d)], oc += cdx * sc[size_t(d)];
-          }
+          auto [oa, ob, oc] = kernels::broadcast_offsets<3>(i, batch, {&sa, &sb, &sc});
           const T *ai = a + oa * m * k, *bi = b + ob * k * n;
           T* oi = o + i * m * n;
           for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {

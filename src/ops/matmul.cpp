@@ -68,13 +68,7 @@ class MatMulOp : public Op {
       auto sa = kernels::broadcast_strides(ab, batch), sb = kernels::broadcast_strides(bb, batch);
       const bool small = nb > 1 && m * n * k < (int64_t(1) << 22);
       auto one = [&](int64_t i) {
-        int64_t oa = 0, ob = 0, rem = i;
-        for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
-          int64_t cd = rem % batch[size_t(d)];
-          rem /= batch[size_t(d)];
-          oa += cd * sa[size_t(d)];
-          ob += cd * sb[size_t(d)];
-        }
+        auto [oa, ob] = kernels::broadcast_offsets<2>(i, batch, {&sa, &sb});
         const T *ai = a + oa * m * k, *bi = b + ob * k * n;
         if constexpr (std::is_floating_point_v<T>) {
           if (small) return kernels::small_gemm<T>(ta_, tb_, m, n, k, ai, bi, o + i * m * n);

@@ -39,10 +39,7 @@ class ResizeOp : public Op {
   };
   std::optional<Geometry> geometry(InferCtx& ctx, const std::vector<int64_t>& in) const {
     size_t r = in.size();
-    std::vector<int64_t> axes = axes_;
-    if (axes.empty())
-      for (size_t i = 0; i < r; ++i) axes.push_back(int64_t(i));
-    for (auto& a : axes) a = ctx.axis(a, int64_t(r));
+    std::vector<int64_t> axes = resized_axes(ctx, r);
     Geometry g{std::vector<double>(r, 1.0), in, std::vector<double>(r, 0.0), std::vector<double>(r, 1.0)};
     size_t scales_at = opset10_ ? 1 : 2, sizes_at = 3;
     const Tensor* roi = opset10_ ? nullptr : ctx.tensor(1);
@@ -104,12 +101,11 @@ class ResizeOp : public Op {
     bool by_sizes = !opset10_ && ctx.has(3) && (!scales || scales->numel() == 0);
     const std::vector<Dim>* sizes = by_sizes ? ctx.value(3) : nullptr;
     if (sizes && policy_ == "stretch") {  // sizes known symbolically (another tensor's shape, say)
-      std::vector<int64_t> axes = axes_;
-      for (size_t a = 0; axes_.empty() && a < x.size(); ++a) axes.push_back(int64_t(a));
+      std::vector<int64_t> axes = resized_axes(ctx, x.size());
       if (sizes->size() != axes.size())
         ctx.fail("sizes has " + std::to_string(sizes->size()) + " entries for " + std::to_string(axes.size()) + " axes");
       Shape out = x;
-      for (size_t i = 0; i < axes.size(); ++i) out[size_t(ctx.axis(axes[i], int64_t(x.size())))] = (*sizes)[i];
+      for (size_t i = 0; i < axes.size(); ++i) out[size_t(axes[i])] = (*sizes)[i];
       return ctx.set(0, ctx.dtype(0), out);
     }
     auto g = geometry(ctx, in);
@@ -170,6 +166,14 @@ class ResizeOp : public Op {
   }
 
  protected:
+  // The axes that `scales` / `sizes` list (all when the attribute is absent), non-negative.
+  std::vector<int64_t> resized_axes(InferCtx& ctx, size_t rank) const {
+    std::vector<int64_t> axes = axes_;
+    if (axes.empty())
+      for (size_t i = 0; i < rank; ++i) axes.push_back(int64_t(i));
+    for (auto& a : axes) a = ctx.axis(a, int64_t(rank));
+    return axes;
+  }
   // Whether axis a keeps its size and samples (the resampling skips it).
   bool unchanged(const Geometry& g, int64_t a, int64_t in) const {
     return g.out[size_t(a)] == in && g.scale[size_t(a)] == 1.0 && coord_ != "tf_crop_and_resize";

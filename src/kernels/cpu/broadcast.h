@@ -16,6 +16,20 @@ std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std
 // The broadcast result of two concrete shapes; false when incompatible.
 bool broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* out);
 
+// Where element i (row-major) of an array of dims `dims` sits in each of N inputs read with strides `st`
+// (broadcast_strides to dims, or to longer dims whose leading part `dims` is).
+template <std::size_t N>
+std::array<int64_t, N> broadcast_offsets(int64_t i, const std::vector<int64_t>& dims,
+                                         std::array<const std::vector<int64_t>*, N> st) {
+  std::array<int64_t, N> off{};
+  for (int64_t d = int64_t(dims.size()) - 1; d >= 0; --d) {
+    int64_t c = i % dims[std::size_t(d)];
+    i /= dims[std::size_t(d)];
+    for (std::size_t k = 0; k < N; ++k) off[k] += c * (*st[k])[std::size_t(d)];
+  }
+  return off;
+}
+
 // The row walk behind every broadcast loop of mixed element types:
 // row(out_offset, in_offsets, in_inner_strides, inner_len) for each row of the
 // output's innermost dim, rows split over threads.
