@@ -5,6 +5,7 @@
 
 #include "ir/onnx_io.h"
 #include "onnxtrain/error.h"
+#include "kernels/shape_inference.h"
 #include "ops/bind.h"
 #include "tools/commands.h"
 
@@ -18,7 +19,7 @@ static void inspect(const std::string& path) {
   if (unsupported.empty()) {
     try {
       ops::bind_graph(*g);
-      ops::infer_shapes(*g);
+      kernels::infer_shapes(*g);
       inferred = true;
     } catch (const Error& e) {
       why = e.what();

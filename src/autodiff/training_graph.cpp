@@ -4,6 +4,7 @@
 #include <set>
 
 #include "onnxtrain/error.h"
+#include "kernels/shape_inference.h"
 #include "ops/bind.h"
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -60,7 +61,7 @@ class Engine {
     n->domain = domain;
     n->opset = domain.empty() ? opset_ : 1;
     ops::bind_node(*n);
-    ops::infer_node(g_, *n);
+    kernels::infer_node(g_, *n);
     return (*outs)[0];
   }
 
@@ -137,7 +138,7 @@ ir::Value* NodeGrad::y(size_t i) {
     ir::Value* v = e_.g_.add_value(e_.g_.unique_name(n_.name + "_out" + std::to_string(i)));
     v->producer = &n_;
     n_.outputs[i] = v;
-    ops::infer_node(e_.g_, n_);
+    kernels::infer_node(e_.g_, n_);
   }
   return n_.outputs[i];
 }
@@ -174,7 +175,7 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
   TrainingGraph tg;
   ir::Graph& g = *forward;
   ops::bind_graph(g);
-  ops::infer_shapes(g);
+  kernels::infer_shapes(g);
   Engine e(g);
   std::vector<ir::Value*> wrt;
   for (auto& name : spec.wrt) {

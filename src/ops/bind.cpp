@@ -34,75 +34,7 @@ static InputInfo info_of(const ir::Value* v) {
   return in;
 }
 
-// The data of a value whose elements are all known constants (an initializer, or a
-// small integer tensor shape inference computed), else nothing.
-static std::optional<Tensor> known_data(const ir::Value* v) {
-  if (v->initializer) return *v->initializer;
-  if (!v->has_shape || !v->sym_value || (v->dtype != DType::kInt64 && v->dtype != DType::kInt32 && v->dtype != DType::kBool))
-    return std::nullopt;
-  std::vector<int64_t> dims;
-  for (auto& d : v->shape) {
-    if (!d.is_const()) return std::nullopt;
-    dims.push_back(d.value());
-  }
-  if (int64_t(v->sym_value->size()) != numel_of(dims)) return std::nullopt;
-  Tensor t(v->dtype, dims);
-  for (size_t i = 0; i < v->sym_value->size(); ++i) {
-    const Dim& d = (*v->sym_value)[i];
-    if (!d.is_const()) return std::nullopt;
-    if (v->dtype == DType::kInt64) t.data<int64_t>()[i] = d.value();
-    else if (v->dtype == DType::kInt32) t.data<int32_t>()[i] = int32_t(d.value());
-    else t.data<bool>()[i] = d.value() != 0;
-  }
-  return t;
-}
-
-// Small integer outputs of nodes whose inputs are all known are computed outright, so that
-// shape arithmetic of any form (reversed pads, transposed shape tables) stays exact.
-static void propagate_known_values(ir::Node& n) {
-  if (n.op->is_random()) return;
-  for (const ir::Value* v : n.outputs)
-    if (v && (v->sym_value || !v->has_shape || (v->dtype != DType::kInt64 && v->dtype != DType::kInt32 && v->dtype != DType::kBool)))
-      return;
-  std::vector<Tensor> data;
-  for (const ir::Value* v : n.inputs) {
-    if (!v) {
-      data.emplace_back();
-      continue;
-    }
-    auto t = known_data(v);
-    if (!t || t->numel() > 4096) return;
-    data.push_back(*t);
-  }
-  std::vector<const Tensor*> ins;
-  for (auto& t : data) ins.push_back(t.defined() ? &t : nullptr);
-  InferCtx ctx(n, runtime_inputs(ins), nullptr);
-  try {
-    n.op->infer(ctx);
-    std::vector<Tensor> outs(n.outputs.size());
-    std::vector<Tensor*> ptrs(n.outputs.size(), nullptr);
-    for (size_t i = 0; i < n.outputs.size(); ++i) {
-      if (!n.outputs[i]) continue;
-      std::vector<int64_t> dims;
-      for (auto& d : ctx.outputs()[i].shape) dims.push_back(d.value());
-      outs[i] = n.op->is_view() ? Tensor(ctx.outputs()[i].dtype, dims, ins[0]->storage()) : Tensor(ctx.outputs()[i].dtype, dims);
-      ptrs[i] = &outs[i];
-    }
-    if (!n.op->is_view()) {
-      ComputeCtx c{n, ins, ptrs, 0, nullptr, &ctx};
-      n.op->compute(c);
-    }
-    for (size_t i = 0; i < n.outputs.size(); ++i)
-      if (n.outputs[i]) {
-        auto v = outs[i].to_int64();
-        n.outputs[i]->sym_value = std::vector<Dim>(v.begin(), v.end());
-      }
-  } catch (const Error&) {
-    // Not computable ahead of a run (bad data is reported when the node runs).
-  }
-}
-
-void infer_node(ir::Graph& g, ir::Node& n) {
+bool infer_symbolic(ir::Graph& g, ir::Node& n) {
   std::vector<InputInfo> ins;
   bool known = true;
   for (const ir::Value* v : n.inputs) {
@@ -123,7 +55,7 @@ void infer_node(ir::Graph& g, ir::Node& n) {
         v->dtype = n.op->output_dtype(i, in);
       }
     g.note_unknown(&n);
-    return;
+    return false;
   }
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     ir::Value* v = n.outputs[i];
@@ -135,17 +67,7 @@ void infer_node(ir::Graph& g, ir::Node& n) {
     v->has_shape = true;
     v->sym_value = o.value;
   }
-  propagate_known_values(n);
-}
-
-void infer_shapes(ir::Graph& g) {
-  for (ir::Value* v : g.initializers) {
-    if ((v->dtype == DType::kInt64 || v->dtype == DType::kInt32) && v->initializer->numel() <= 4096) {
-      auto iv = v->initializer->to_int64();
-      v->sym_value = std::vector<Dim>(iv.begin(), iv.end());
-    }
-  }
-  for (auto& n : g.nodes()) infer_node(g, *n);
+  return true;
 }
 
 void bind_node(ir::Node& n) {
@@ -153,18 +75,6 @@ void bind_node(ir::Node& n) {
   const OpDef* def = find_op(n.domain, n.op_type);
   if (!def) throw UnsupportedError(n.where() + ": op " + op_label(n) + " is not supported by onnxtrain");
   n.op = def->make(n);
-}
-
-std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors) {
-  std::vector<InputInfo> r(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!tensors[i]) continue;
-    r[i].present = true;
-    r[i].dtype = tensors[i]->dtype();
-    r[i].shape = const_shape(tensors[i]->dims());
-    r[i].tensor = tensors[i];
-  }
-  return r;
 }
 
 }  // namespace onnxtrain::ops

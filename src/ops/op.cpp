@@ -74,6 +74,18 @@ void InferCtx::unknown(const std::string& what) const {
   throw ShapeUnknown{what};
 }
 
+std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors) {
+  std::vector<InputInfo> r(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i]) continue;
+    r[i].present = true;
+    r[i].dtype = tensors[i]->dtype();
+    r[i].shape = const_shape(tensors[i]->dims());
+    r[i].tensor = tensors[i];
+  }
+  return r;
+}
+
 void Op::grad(GradCtx& g) const { no_gradient(g); }
 
 Dim Op::flops(const ir::Node& n) const {  // one operation per output element

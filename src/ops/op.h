@@ -29,13 +29,16 @@ struct InputInfo {
   std::optional<std::vector<Dim>> value;           // symbolic elements
 };
 
+// The shape-function view of a node's inputs at run time.
+std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors);
+
 struct OutputInfo {
   DType dtype = DType::kUndefined;
   Shape shape;
   std::optional<std::vector<Dim>> value;
 };
 
-// Thrown by InferCtx::unknown before a run; caught by ops::infer_shapes.
+// Thrown by InferCtx::unknown before a run; caught by kernels::infer_shapes.
 struct ShapeUnknown {
   std::string what;
 };

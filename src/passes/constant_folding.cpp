@@ -1,7 +1,7 @@
 // Constant folding: a node whose inputs are all constants (initializers) is run
 // once and its outputs become initializers; an integer output whose elements
 // shape inference knows exactly (shape arithmetic on known dims) becomes one too.
-#include "ops/bind.h"
+#include "kernels/run_node.h"
 #include "ops/op.h"
 #include "passes/pass.h"
 
@@ -52,22 +52,9 @@ class ConstantFolding : public Pass {
       if (!all_const || !fits(*n)) continue;
       std::vector<const Tensor*> ins;
       for (ir::Value* v : n->inputs) ins.push_back(v ? &*v->initializer : nullptr);
-      ops::InferCtx ctx(*n, ops::runtime_inputs(ins), nullptr);
-      n->op->infer(ctx);
-      std::vector<Tensor> outs(n->outputs.size());
-      std::vector<Tensor*> ptrs(n->outputs.size(), nullptr);
-      for (size_t i = 0; i < n->outputs.size(); ++i) {
-        if (!n->outputs[i]) continue;
-        std::vector<int64_t> dims;
-        for (auto& d : ctx.outputs()[i].shape) dims.push_back(d.value());
-        outs[i] = n->op->is_view() ? Tensor(ctx.outputs()[i].dtype, dims, ins[0]->clone().storage())
-                                   : Tensor(ctx.outputs()[i].dtype, dims);
-        ptrs[i] = &outs[i];
-      }
-      if (!n->op->is_view()) {
-        ops::ComputeCtx c{*n, ins, ptrs, 0, nullptr, &ctx};
-        n->op->compute(c);
-      }
+      std::vector<Tensor> outs = kernels::run_node(*n, ins);
+      // A view shares its input's bytes; a constant owns its own.
+      if (n->op->is_view()) outs[0] = outs[0].clone();
       for (size_t i = 0; i < n->outputs.size(); ++i)
         if (n->outputs[i]) make_constant(g, n->outputs[i], outs[i]);
       folded.push_back(n.get());

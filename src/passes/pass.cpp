@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/shape_inference.h"
 #include "ops/bind.h"
 
 namespace onnxtrain::passes {
@@ -39,7 +40,7 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
   f->opset = int(opset);
   f->backward = backward;
   ops::bind_node(*f);
-  ops::infer_node(g, *f);
+  kernels::infer_node(g, *f);
   return f;
 }
 

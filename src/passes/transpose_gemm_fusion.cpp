@@ -4,6 +4,7 @@
 // copy of each weight-sized gradient.
 #include <algorithm>
 
+#include "kernels/shape_inference.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
 
@@ -38,7 +39,7 @@ class TransposeGemmFusion : public Pass {
       n->inputs[0] = nullptr;
       gemm->op = nullptr;  // rebound: the op reads its attributes once
       ops::bind_node(*gemm);
-      ops::infer_node(g, *gemm);
+      kernels::infer_node(g, *gemm);
       gone.push_back(n.get());
     }
     return remove_all(g, gone, true);

@@ -2,8 +2,7 @@
 
 #include <chrono>
 
-#include "ops/bind.h"
-#include "ops/shape_util.h"
+#include "kernels/run_node.h"
 #include "runtime/memory_recorder.h"
 #include "onnxtrain/error.h"
 
@@ -31,31 +30,15 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
     if (it == env.end()) throw Error(n.where() + ": input '" + v->name + "' has no value (internal planning error)");
     ins.push_back(&it->second);
   }
-  ops::InferCtx ctx(n, ops::runtime_inputs(ins), nullptr);
-  n.op->infer(ctx);
-  std::vector<Tensor> outs(n.outputs.size());
-  std::vector<Tensor*> out_ptrs(n.outputs.size(), nullptr);
-  for (size_t i = 0; i < n.outputs.size(); ++i) {
-    const ir::Value* v = n.outputs[i];
-    if (!v) continue;
-    const ops::OutputInfo& o = ctx.outputs()[i];
-    std::vector<int64_t> dims = ops::concrete(n, o.shape);
-    const memory::ValuePlan& vp = plan.value(v);
-    size_t need = size_t(numel_of(dims)) * dtype_size(o.dtype);
-    if (vp.kind == memory::AllocKind::kView) {
-      outs[i] = Tensor(o.dtype, dims, ins[0]->storage());
-    } else if (vp.kind == memory::AllocKind::kInPlace && env.at(vp.source).nbytes() == need) {
-      outs[i] = Tensor(o.dtype, dims, env.at(vp.source).storage());
-    } else {
-      outs[i] = Tensor(o.dtype, dims, alloc);
-      if (recorder) recorder->label(outs[i].raw(), v);
-    }
-    out_ptrs[i] = &outs[i];
+  kernels::RunArgs args;
+  args.alloc = alloc;
+  args.seed = seed ^ random_key(n);
+  for (const ir::Value* v : n.outputs) {
+    const memory::ValuePlan* vp = v ? &plan.value(v) : nullptr;
+    args.reuse.push_back(vp && vp->kind == memory::AllocKind::kInPlace ? &env.at(vp->source) : nullptr);
   }
-  if (!n.op->is_view()) {
-    ops::ComputeCtx c{n, ins, out_ptrs, seed ^ random_key(n), alloc, &ctx};
-    n.op->compute(c);
-  }
+  if (recorder) args.on_new_buffer = [&](size_t i, const Tensor& t) { recorder->label(t.raw(), n.outputs[i]); };
+  std::vector<Tensor> outs = kernels::run_node(n, ins, args);
   for (size_t i = 0; i < n.outputs.size(); ++i)
     if (n.outputs[i]) env[n.outputs[i]] = std::move(outs[i]);
   for (const ir::Value* v : step.release) env.erase(v);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ir/onnx_io.h"
+#include "kernels/shape_inference.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
 #include "runtime/executor.h"
@@ -32,7 +33,7 @@ std::map<std::string, int64_t> RunState::stash_values() const {
 Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
     : graph_(std::move(graph)), options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
   ops::bind_graph(*graph_);
-  ops::infer_shapes(*graph_);
+  kernels::infer_shapes(*graph_);
   forward_inputs_ = graph_->inputs;
   forward_outputs_ = graph_->outputs;
   init();
@@ -45,7 +46,7 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
     if (ir::Value* v = graph->find(name)) v->trainable = true;
   if (options_.optimize) {  // simplify and fuse the forward graph before differentiating it
     ops::bind_graph(*graph);
-    ops::infer_shapes(*graph);
+    kernels::infer_shapes(*graph);
     passes::run_passes(*graph, passes::default_passes());
   }
   autodiff::TrainingGraph tg = autodiff::build_training_graph(std::move(graph), spec);

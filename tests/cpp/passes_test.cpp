@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "onnxtrain/session.h"
+#include "kernels/shape_inference.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
 #include "test_graphs.h"
@@ -41,7 +42,7 @@ void expect_same_results(std::unique_ptr<ir::Graph> (*make)()) {
 std::unique_ptr<ir::Graph> after(std::unique_ptr<ir::Graph> (*make)(), std::unique_ptr<passes::Pass> pass) {
   auto g = make();
   ops::bind_graph(*g);
-  ops::infer_shapes(*g);
+  kernels::infer_shapes(*g);
   EXPECT_TRUE(pass->apply(*g)) << pass->name();
   return g;
 }
@@ -87,7 +88,7 @@ std::unique_ptr<ir::Graph> with_constants() {
 TEST(Passes, DeadCodeRemovesUnreadNodes) {
   auto g = with_dead_branch();
   ops::bind_graph(*g);
-  ops::infer_shapes(*g);
+  kernels::infer_shapes(*g);
   EXPECT_EQ(g->nodes().size(), 4u);
   EXPECT_TRUE(passes::dead_code()->apply(*g));
   EXPECT_EQ(g->nodes().size(), 2u);
@@ -99,7 +100,7 @@ TEST(Passes, DeadCodeRemovesUnreadNodes) {
 TEST(Passes, CommonSubexpressionsMergeEqualNodes) {
   auto g = with_repeats();
   ops::bind_graph(*g);
-  ops::infer_shapes(*g);
+  kernels::infer_shapes(*g);
   EXPECT_TRUE(passes::common_subexpressions()->apply(*g));
   EXPECT_EQ(count(*g, "Sigmoid"), 1u);
   EXPECT_EQ(count(*g, "Shape"), 1u);
@@ -109,7 +110,7 @@ TEST(Passes, CommonSubexpressionsMergeEqualNodes) {
 TEST(Passes, ConstantFoldingRunsConstantNodesAndKnownShapes) {
   auto g = with_constants();
   ops::bind_graph(*g);
-  ops::infer_shapes(*g);
+  kernels::infer_shapes(*g);
   EXPECT_TRUE(passes::constant_folding()->apply(*g));
   EXPECT_EQ(count(*g, "Mul"), 0u);
   EXPECT_EQ(count(*g, "Shape"), 0u);  // shape arithmetic on known dims folds
@@ -145,7 +146,7 @@ std::unique_ptr<ir::Graph> erf_gelu() {
 TEST(Passes, GeluFusionAndIdentityElimination) {
   auto g = erf_gelu();
   ops::bind_graph(*g);
-  ops::infer_shapes(*g);
+  kernels::infer_shapes(*g);
   EXPECT_TRUE(passes::gelu_fusion()->apply(*g));
   EXPECT_EQ(count(*g, "Gelu"), 1u);
   EXPECT_EQ(count(*g, "Erf") + count(*g, "Mul") + count(*g, "Div"), 0u);
@@ -251,7 +252,7 @@ std::unique_ptr<ir::Graph> product_scores() {
 TEST(Passes, AttentionSoftmaxFusionTakesTheScoresProductIn) {
   auto g = product_scores();
   ops::bind_graph(*g);
-  ops::infer_shapes(*g);
+  kernels::infer_shapes(*g);
   ASSERT_TRUE(passes::masked_softmax_fusion()->apply(*g));
   ASSERT_TRUE(passes::attention_softmax_fusion()->apply(*g));
   EXPECT_EQ(count(*g, "AttentionSoftmax"), 1u);

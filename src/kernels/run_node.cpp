@@ -1,0 +1,40 @@
+#include "kernels/run_node.h"
+
+#include "kernels/kernel.h"
+#include "ops/op.h"
+#include "ops/shape_util.h"
+
+namespace onnxtrain::kernels {
+
+std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>& inputs, const RunArgs& args) {
+  ops::InferCtx shapes(n, ops::runtime_inputs(inputs), nullptr);
+  n.op->infer(shapes);
+  const bool view = n.op->is_view();
+  std::vector<Tensor> outs(n.outputs.size());
+  std::vector<Tensor*> bound(n.outputs.size(), nullptr);
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    if (!n.outputs[i]) continue;
+    const ops::OutputInfo& o = shapes.outputs()[i];
+    std::vector<int64_t> dims = ops::concrete(n, o.shape);
+    const Tensor* reuse = i < args.reuse.size() ? args.reuse[i] : nullptr;
+    if (view && i == 0) {
+      outs[i] = Tensor(o.dtype, dims, inputs[0]->storage());
+    } else if (reuse && reuse->nbytes() == size_t(numel_of(dims)) * dtype_size(o.dtype)) {
+      outs[i] = Tensor(o.dtype, dims, reuse->storage());
+    } else {
+      outs[i] = Tensor(o.dtype, dims, args.alloc);
+      if (args.on_new_buffer) args.on_new_buffer(i, outs[i]);
+    }
+    bound[i] = &outs[i];
+  }
+  if (!view && !has_kernel(args.device, n.domain, n.op_type)) {  // an op not moved to the kernel layer yet
+    ops::ComputeCtx c{n, inputs, bound, args.seed, args.alloc, &shapes};
+    n.op->compute(c);
+  } else if (!view) {
+    KernelCtx c{n, inputs, bound, args.seed, args.alloc, &shapes};
+    find_kernel(args.device, n)(*n.op, c);
+  }
+  return outs;
+}
+
+}  // namespace onnxtrain::kernels

@@ -1,0 +1,32 @@
+// The one way a node runs, for the executor, constant folding and shape inference alike: infer the concrete
+// output shapes from the inputs, bind each output (a view of input 0 for view ops, the buffer the caller offers
+// for in-place reuse, else a new buffer from the device's allocator), then call the device's kernel.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace onnxtrain {
+class CachingAllocator;
+}
+
+namespace onnxtrain::kernels {
+
+struct RunArgs {
+  Device device = kCpu;
+  CachingAllocator* alloc = nullptr;  // the device's allocator; null: the global one
+  uint64_t seed = 0;                  // random ops: the run's seed (the node's key is mixed in by the caller)
+  // Per output (may be shorter): a tensor whose buffer output i takes when its byte size matches (in place).
+  std::vector<const Tensor*> reuse;
+  // Called with each output that got a buffer of its own.
+  std::function<void(size_t output, const Tensor& t)> on_new_buffer;
+};
+
+// Outputs of n for these inputs (nullptr for an omitted input); an output not in the graph stays undefined.
+std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>& inputs, const RunArgs& args = {});
+
+}  // namespace onnxtrain::kernels
