@@ -16,9 +16,13 @@ static std::string key(Device device, const std::string& domain, const std::stri
   return std::to_string(device.id) + ":" + (domain == "ai.onnx" ? std::string() : domain) + ":" + name;
 }
 
-bool register_kernel_fn(Device device, const std::string& domain, const std::string& name, KernelFn fn) {
-  table()[key(device, domain, name)] = std::move(fn);
+bool register_kernels(Device device, std::vector<KernelDef> defs) {
+  for (auto& d : defs) table()[key(device, d.domain, d.name)] = std::move(d.fn);
   return true;
+}
+
+void attributes_mismatch(const KernelCtx& c) {
+  throw Error(c.node.where() + ": internal error: the kernel registered for this op reads other attributes");
 }
 
 bool has_kernel(Device device, const std::string& domain, const std::string& name) {

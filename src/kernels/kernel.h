@@ -34,16 +34,31 @@ struct KernelCtx {
 };
 
 using KernelFn = std::function<void(const ops::Op&, KernelCtx&)>;
+[[noreturn]] void attributes_mismatch(const KernelCtx& c);
 
-// Registers fn as op `domain`.`name`'s kernel on `device` (the default domain is ""); OpT is the op's class.
-template <typename OpT>
-bool register_kernel(Device device, const std::string& domain, const std::string& name,
-                     void (*fn)(const OpT&, KernelCtx&)) {
-  return register_kernel_fn(device, domain, name, [fn](const ops::Op& op, KernelCtx& c) {
-    fn(static_cast<const OpT&>(op), c);
-  });
+// A kernel of an op without attributes, and of an op whose attributes are A (ops::OpWith<A>).
+inline KernelFn kernel(void (*fn)(KernelCtx&)) {
+  return [fn](const ops::Op&, KernelCtx& c) { fn(c); };
 }
-bool register_kernel_fn(Device device, const std::string& domain, const std::string& name, KernelFn fn);
+template <typename A, typename F>
+KernelFn kernel_with(F fn) {  // fn(const A&, KernelCtx&), a lambda
+  return [fn](const ops::Op& op, KernelCtx& c) {
+    auto* with = dynamic_cast<const ops::OpWith<A>*>(&op);
+    if (!with) attributes_mismatch(c);
+    fn(with->attrs, c);
+  };
+}
+template <typename A>
+KernelFn kernel(void (*fn)(const A&, KernelCtx&)) {
+  return kernel_with<A>(fn);
+}
+struct KernelDef {
+  std::string domain;  // "" for ONNX's default domain
+  std::string name;
+  KernelFn fn;
+};
+// Registers kernels of one device (each kernel file does it once, from a static initializer).
+bool register_kernels(Device device, std::vector<KernelDef> defs);
 // The kernel of n's op on `device`; throws UnsupportedError when there is none.
 const KernelFn& find_kernel(Device device, const ir::Node& n);
 bool has_kernel(Device device, const std::string& domain, const std::string& name);

@@ -2,18 +2,14 @@
 // comparisons. Integer arithmetic on small shape tensors is also propagated
 // symbolically so that shape computations stay exact.
 #include <cmath>
-#include <cstring>
 
-#include "kernels/cpu/broadcast.h"
-#include "kernels/cpu/dispatch.h"
+#include "ops/elementwise.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
 namespace onnxtrain::ops {
 namespace {
-
-using kernels::dispatch;
 
 // Symbolic elements of a binary op on two small integer tensors (or nullopt).
 template <typename G>
@@ -31,10 +27,10 @@ std::optional<std::vector<Dim>> fold_values(InferCtx& ctx, G g) {
   return r;
 }
 
-template <typename F, int Types>
-class BinaryOp : public Op {
+template <typename F>
+class BinaryOp : public OpWith<BinaryAttrs> {
  public:
-  explicit BinaryOp(const ir::Node& n) : f_(n) {}
+  explicit BinaryOp(const ir::Node& n) : OpWith({n.attr_int("fmod", 0) != 0}) {}
   bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1))
@@ -43,18 +39,8 @@ class BinaryOp : public Op {
     if (ctx.dtype(0) == DType::kInt64 || ctx.dtype(0) == DType::kInt32)
       ctx.outputs()[0].value = fold_values(ctx, [&](const Dim& a, const Dim& b) { return F::fold(a, b); });
   }
-  void compute(ComputeCtx& c) const override {
-    dispatch<Types>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      kernels::broadcast_apply<2, T>(c.out(0).data<T>(), c.out(0).dims(), {c.in(0).data<T>(), c.in(1).data<T>()},
-                                  {&c.in(0).dims(), &c.in(1).dims()}, [this](T a, T b) { return T(f_(a, b)); });
-    });
-  }
   int inplace_input() const override { return 0; }
-  void grad(GradCtx& g) const override { f_.grad(g); }
-
- private:
-  F f_;
+  void grad(GradCtx& g) const override { F::grad(g); }
 };
 
 using ir::Value;
@@ -64,112 +50,66 @@ struct NoFold {
 };
 // Ops whose outputs are bool: no gradient ever flows into them.
 struct BoolOut : NoFold {
-  void grad(GradCtx&) const {}
+  static void grad(GradCtx&) {}
 };
 
 struct AddFn {
-  explicit AddFn(const ir::Node&) {}
-  template <typename T>
-  T operator()(T a, T b) const { return a + b; }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a + b; }
-  void grad(GradCtx& g) const {
+  static void grad(GradCtx& g) {
     g.set_dx(0, g.dy(0));
     g.set_dx(1, g.dy(0));
   }
 };
 struct SubFn {
-  explicit SubFn(const ir::Node&) {}
-  template <typename T>
-  T operator()(T a, T b) const { return a - b; }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a - b; }
-  void grad(GradCtx& g) const {
+  static void grad(GradCtx& g) {
     g.set_dx(0, g.dy(0));
     if (g.needs(1)) g.set_dx(1, g.neg(g.dy(0)));
   }
 };
 struct MulFn {
-  explicit MulFn(const ir::Node&) {}
-  template <typename T>
-  T operator()(T a, T b) const { return a * b; }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) { return a * b; }
-  void grad(GradCtx& g) const {
+  static void grad(GradCtx& g) {
     if (g.needs(0)) g.set_dx(0, g.mul(g.dy(0), g.x(1)));
     if (g.needs(1)) g.set_dx(1, g.mul(g.dy(0), g.x(0)));
   }
 };
 struct DivFn {
-  explicit DivFn(const ir::Node&) {}
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a / b);  // no trap on a zero divisor
-    else return a / b;
-  }
   static std::optional<Dim> fold(const Dim& a, const Dim& b) {
     if (b.is_const() && b.value() > 0 && (!a.is_const() || a.value() >= 0)) return Dim::floor_div(a, b);
     return std::nullopt;
   }
-  void grad(GradCtx& g) const {  // d(a/b) = da/b - db a/b^2
+  static void grad(GradCtx& g) {  // d(a/b) = da/b - db a/b^2
     Value* da = g.div(g.dy(0), g.x(1));
     g.set_dx(0, da);
     if (g.needs(1)) g.set_dx(1, g.neg(g.mul(da, g.y(0))));
   }
 };
 struct ModFn : NoFold {
-  explicit ModFn(const ir::Node& n) : fmod(n.attr_int("fmod", 0)) {}
-  template <typename T>
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      T r = std::fmod(a, b);
-      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
-      return r;
-    } else {
-      if (b == 0) return T(0);
-      T r = T(a % b);
-      if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
-      return r;
-    }
-  }
   // r = a - b q with q = trunc(a / b) (fmod) or floor(a / b): da = dy, db = -dy q (q recovered from r exactly
   // enough to round: (a - r) / b is within rounding of an integer).
-  void grad(GradCtx& g) const {
+  static void grad(GradCtx& g) {
     if (g.needs(0)) g.set_dx(0, g.dy(0));
     if (g.needs(1)) g.set_dx(1, g.neg(g.mul(g.dy(0), g.op("Round", {g.div(g.sub(g.x(0), g.y(0)), g.x(1))}))));
   }
-  bool fmod;
 };
 struct PReluFn : NoFold {
-  explicit PReluFn(const ir::Node&) {}
-  template <typename T>
-  T operator()(T x, T slope) const { return x < T(0) ? T(slope * x) : x; }
-  void grad(GradCtx& g) const {
+  static void grad(GradCtx& g) {
     Value *x = g.x(0), *dy = g.dy(0);
     Value* pos = g.op("Greater", {x, g.like(0, x)});
     if (g.needs(0)) g.set_dx(0, g.op("Where", {pos, dy, g.mul(dy, g.x(1))}));
     if (g.needs(1)) g.set_dx(1, g.op("Where", {pos, g.like(0, dy), g.mul(dy, x)}));
   }
 };
-struct AndFn : BoolOut {
-  explicit AndFn(const ir::Node&) {}
-  bool operator()(bool a, bool b) const { return a && b; }
-};
-struct OrFn : BoolOut {
-  explicit OrFn(const ir::Node&) {}
-  bool operator()(bool a, bool b) const { return a || b; }
-};
-struct XorFn : BoolOut {
-  explicit XorFn(const ir::Node&) {}
-  bool operator()(bool a, bool b) const { return a != b; }
-};
-constexpr int kN = kernels::kNumeric;
-using AddOp = BinaryOp<AddFn, kN>;
-using SubOp = BinaryOp<SubFn, kN>;
-using MulOp = BinaryOp<MulFn, kN>;
-using DivOp = BinaryOp<DivFn, kN>;
-using ModOp = BinaryOp<ModFn, kN>;
-using PReluOp = BinaryOp<PReluFn, kN>;
-using AndOp = BinaryOp<AndFn, kernels::kBool>;
-using OrOp = BinaryOp<OrFn, kernels::kBool>;
-using XorOp = BinaryOp<XorFn, kernels::kBool>;
+using AddOp = BinaryOp<AddFn>;
+using SubOp = BinaryOp<SubFn>;
+using MulOp = BinaryOp<MulFn>;
+using DivOp = BinaryOp<DivFn>;
+using ModOp = BinaryOp<ModFn>;
+using PReluOp = BinaryOp<PReluFn>;
+using AndOp = BinaryOp<BoolOut>;
+using OrOp = BinaryOp<BoolOut>;
+using XorOp = BinaryOp<BoolOut>;
 OT_REGISTER_OP("Add", AddOp);
 OT_REGISTER_OP("Sub", SubOp);
 OT_REGISTER_OP("Mul", MulOp);
@@ -202,13 +142,6 @@ class CompareOp : public Op {
       return std::nullopt;
     });
   }
-  void compute(ComputeCtx& c) const override {
-    dispatch<kernels::kAll>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      kernels::broadcast_apply<2, T>(c.out(0).data<bool>(), c.out(0).dims(), {c.in(0).data<T>(), c.in(1).data<T>()},
-                                  {&c.in(0).dims(), &c.in(1).dims()}, [](T a, T b) { return F()(a, b); });
-    });
-  }
 };
 using EqualOp = CompareOp<std::equal_to<>>;
 using LessOp = CompareOp<std::less<>>;
@@ -235,33 +168,6 @@ class PowOp : public Op {
     }
     if (g.needs(1)) g.set_dx(1, g.mul(dy, g.mul(g.y(0), g.op("Log", {a}))));
   }
-  void compute(ComputeCtx& c) const override {
-    const Tensor &x = c.in(0), &y = c.in(1);
-    dispatch<kN>(x.dtype(), c.node.where(), [&](auto tx) {
-      using T = typename decltype(tx)::type;
-      if (y.dtype() == x.dtype()) {
-        kernels::broadcast_apply<2, T>(c.out(0).data<T>(), c.out(0).dims(), {x.data<T>(), y.data<T>()},
-                                    {&x.dims(), &y.dims()}, [](T a, T b) {
-                                      if constexpr (std::is_floating_point_v<T>) {
-                                        if (b == T(2)) return T(a * a);
-                                        return T(std::pow(a, b));
-                                      } else {
-                                        return T(std::pow(double(a), double(b)));
-                                      }
-                                    });
-        return;
-      }
-      dispatch<kN>(y.dtype(), c.node.where(), [&](auto ty) {
-        using U = typename decltype(ty)::type;
-        const T* a = x.data<T>();
-        const U* b = y.data<U>();
-        T* o = c.out(0).data<T>();
-        kernels::broadcast_rows<2>(c.out(0).dims(), {&x.dims(), &y.dims()}, [&](int64_t oo, auto off, auto st, int64_t len) {
-          for (int64_t j = 0; j < len; ++j) o[oo + j] = T(std::pow(double(a[off[0] + j * st[0]]), double(b[off[1] + j * st[1]])));
-        });
-      });
-    });
-  }
 };
 OT_REGISTER_OP("Pow", PowOp);
 
@@ -280,29 +186,6 @@ class VariadicOp : public Op {
       else if (kind_ == "Mean") g.set_dx(i, g.div(dy, g.like(double(n), dy)));
       else g.set_dx(i, g.where_or_zero(g.op("Equal", {g.x(i), g.y(0)}), dy));  // Max/Min: where x_i is the result
     }
-  }
-  void compute(ComputeCtx& c) const override {
-    Tensor& out = c.out(0);
-    dispatch<kN>(out.dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* o = out.data<T>();
-      const auto& od = out.dims();
-      // Output starts as input 0 broadcast; each further input is folded in place.
-      kernels::broadcast_apply<1, T>(o, od, {c.in(0).data<T>()}, {&c.in(0).dims()}, [](T a) { return a; });
-      for (size_t k = 1; k < c.inputs.size(); ++k) {
-        const T* b = c.in(k).data<T>();
-        auto run = [&](auto f) {
-          kernels::broadcast_apply<2, T>(o, od, {static_cast<const T*>(o), b}, {&od, &c.in(k).dims()}, f);
-        };
-        if (kind_ == "Max") run([](T a, T b) { return (std::isnan(double(a)) || a >= b) ? a : b; });
-        else if (kind_ == "Min") run([](T a, T b) { return (std::isnan(double(a)) || a <= b) ? a : b; });
-        else run([](T a, T b) { return T(a + b); });
-      }
-      if (kind_ == "Mean") {
-        T n = T(c.inputs.size());
-        for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(o[i] / n);
-      }
-    });
   }
 
  private:
@@ -338,35 +221,18 @@ class WhereOp : public Op {
     }
     ctx.set(0, ctx.dtype(1), s, value);
   }
-  void compute(ComputeCtx& c) const override {
-    const bool* cond = c.in(0).data<bool>();
-    kernels::dispatch_bytes(c.in(1).dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* x = c.in(1).data<T>();
-      const T* y = c.in(2).data<T>();
-      T* o = c.out(0).data<T>();
-      kernels::broadcast_rows<3>(c.out(0).dims(), {&c.in(0).dims(), &c.in(1).dims(), &c.in(2).dims()},
-                                 [&](int64_t oo, auto off, auto st, int64_t len) {
-                                   const bool* cr = cond + off[0];
-                                   const T* xr = x + off[1];
-                                   const T* yr = y + off[2];
-                                   for (int64_t j = 0; j < len; ++j) o[oo + j] = cr[j * st[0]] ? xr[j * st[1]] : yr[j * st[2]];
-                                 });
-    });
-  }
 };
 OT_REGISTER_OP("Where", WhereOp);
 
 // Clip: bounds from attributes (opset < 11) or from optional scalar inputs.
-class ClipOp : public Op {
+class ClipOp : public OpWith<ClipAttrs> {
  public:
-  explicit ClipOp(const ir::Node& n)
-      : attr_min_(n.attr_float("min", -INFINITY)), attr_max_(n.attr_float("max", INFINITY)) {}
+  explicit ClipOp(const ir::Node& n) : OpWith({n.attr_float("min", -INFINITY), n.attr_float("max", INFINITY)}) {}
   bool recomputable() const override { return true; }
   void grad(GradCtx& g) const override {  // passes where min <= x <= max
     Value *x = g.x(0), *dy = g.dy(0);
-    Value* lo = g.x(1) ? g.x(1) : (std::isinf(attr_min_) ? nullptr : g.like(attr_min_, x));
-    Value* hi = g.x(2) ? g.x(2) : (std::isinf(attr_max_) ? nullptr : g.like(attr_max_, x));
+    Value* lo = g.x(1) ? g.x(1) : (std::isinf(attrs.min) ? nullptr : g.like(attrs.min, x));
+    Value* hi = g.x(2) ? g.x(2) : (std::isinf(attrs.max) ? nullptr : g.like(attrs.max, x));
     Value* keep = nullptr;
     if (lo) keep = g.op("GreaterOrEqual", {x, lo});
     if (hi) {
@@ -376,25 +242,7 @@ class ClipOp : public Op {
     g.set_dx(0, keep ? g.where_or_zero(keep, dy) : dy);
   }
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
-  void compute(ComputeCtx& c) const override {
-    dispatch<kN>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
-      if constexpr (std::is_floating_point_v<T>) {
-        lo = T(attr_min_);
-        hi = T(attr_max_);
-      }
-      if (c.has(1) && c.in(1).numel()) lo = c.in(1).data<T>()[0];
-      if (c.has(2) && c.in(2).numel()) hi = c.in(2).data<T>()[0];
-      const T* x = c.in(0).data<T>();
-      T* y = c.out(0).data<T>();
-      for (int64_t i = 0, n = c.in(0).numel(); i < n; ++i) y[i] = std::min(std::max(x[i], lo), hi);  // min > max gives max, as ONNX says
-    });
-  }
   int inplace_input() const override { return 0; }
-
- private:
-  float attr_min_, attr_max_;
 };
 OT_REGISTER_OP("Clip", ClipOp);
 

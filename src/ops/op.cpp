@@ -12,9 +12,13 @@ static std::map<std::string, OpDef>& table() {
   return t;
 }
 
-bool register_op(const std::string& domain, const std::string& name, OpFactory make) {
-  table()[domain + "::" + name] = OpDef{name, domain, std::move(make)};
+bool register_ops(std::vector<OpDef> defs) {
+  for (auto& d : defs) table()[d.domain + "::" + d.name] = std::move(d);
   return true;
+}
+
+bool register_op(const std::string& domain, const std::string& name, OpFactory make) {
+  return register_ops({{domain, name, std::move(make)}});
 }
 
 const OpDef* find_op(const std::string& domain, const std::string& name) {
@@ -87,6 +91,8 @@ std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors)
 }
 
 void Op::grad(GradCtx& g) const { no_gradient(g); }
+
+void Op::compute(ComputeCtx& c) const { c.fail("no kernel"); }
 
 Dim Op::flops(const ir::Node& n) const {  // one operation per output element
   Dim total(0);

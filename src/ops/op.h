@@ -107,7 +107,7 @@ class Op {
   // Builds the backward nodes of this op (see ops/grad.h). The default: not differentiable.
   virtual void grad(GradCtx& g) const;
   virtual void infer(InferCtx& ctx) const = 0;
-  virtual void compute(ComputeCtx& ctx) const = 0;
+  virtual void compute(ComputeCtx& ctx) const;  // ops not moved to the kernel layer yet
   // Output 0 may be written into input `inplace_input()`'s buffer; -1 if not.
   virtual int inplace_input() const { return -1; }
   // Output 0 is input 0's data under another shape (Reshape, Squeeze, ...):
@@ -128,18 +128,28 @@ class Op {
   virtual bool differentiable_output(size_t i) const { return true; }
 };
 
+// An op with typed attributes (read once, from the node) that its kernels read: A is a plain struct declared in
+// the op family's header (src/ops/<family>.h), the one thing of an op a kernel sees besides the node.
+template <typename A>
+class OpWith : public Op {
+ public:
+  explicit OpWith(A a) : attrs(std::move(a)) {}
+  const A attrs;
+};
+
 // Raises the error for a gradient that flows into an op without a rule.
 [[noreturn]] void no_gradient(const GradCtx& g);
 
 using OpFactory = std::function<std::shared_ptr<const Op>(const ir::Node&)>;
 
 struct OpDef {
+  std::string domain;  // "" for ONNX's default domain
   std::string name;
-  std::string domain;
   OpFactory make;
 };
 
-// Registers op `name` in `domain`; used through OT_REGISTER_OP in each op file.
+// Registers ops (each op file does it once, from a static initializer).
+bool register_ops(std::vector<OpDef> defs);
 bool register_op(const std::string& domain, const std::string& name, OpFactory make);
 const OpDef* find_op(const std::string& domain, const std::string& name);
 std::vector<std::string> registered_ops();
