@@ -1,10 +1,7 @@
 // com.onnxtrain.Linear(X, W, B?) = X W^T + B: a Linear layer as one GEMM over all rows of X (..., K), with
-// W (N, K) read transposed and the bias written before the GEMM accumulates. The exporters write it as
+// W (N, K) read transposed (kernels/cpu/linear.cpp). The exporters write it as
 // Add(MatMul(X, Transpose(W)), B); the linear_fusion pass makes this op of that, saving the copy of W^T
 // and a pass over the output per layer.
-#include "core/parallel.h"
-#include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/gemm.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
@@ -34,23 +31,6 @@ class LinearOp : public Op {
     out.back() = ctx.shape(1)[0];
     ctx.set(0, ctx.dtype(0), out);
   }
-  void compute(ComputeCtx& c) const override {
-    const Tensor &x = c.in(0), &w = c.in(1);
-    int64_t k = x.dims().back(), n = w.dims()[0], rows = k ? x.numel() / k : 0;
-    if (w.dims()[1] != k) c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
-    if (c.has(2) && c.in(2).numel() != n) c.fail("bias " + dims_str(c.in(2).dims()) + " is not of W's " + std::to_string(n) + " rows");
-    kernels::dispatch<kernels::kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* o = c.out(0).data<T>();
-      if (c.has(2)) {
-        const T* b = c.in(2).data<T>();
-        parallel_for(rows, n, [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; ++r) std::copy(b, b + n, o + r * n);
-        });
-      }
-      kernels::gemm<T>(false, true, rows, n, k, T(1), x.data<T>(), k, w.data<T>(), k, c.has(2) ? T(1) : T(0), o, n);
-    });
-  }
   // dX = dY W, dW = dY^T X (over all rows), dB = the sum of dY over all rows.
   void grad(GradCtx& g) const override {
     Value *x = g.x(0), *w = g.x(1), *dy = g.dy(0);
@@ -63,7 +43,7 @@ class LinearOp : public Op {
     if (g.needs(2)) g.set_dx(2, g.op("ReduceSum", {dy2, g.ints({0})}, {{"keepdims", int64_t(0)}}));
   }
 };
-const bool kLinearRegistered = register_op("com.onnxtrain", "Linear", factory<LinearOp>());
+const bool kRegistered = register_ops({{"com.onnxtrain", "Linear", factory<LinearOp>()}});
 
 }  // namespace
 }  // namespace onnxtrain::ops

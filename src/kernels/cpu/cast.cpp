@@ -1,0 +1,45 @@
+// Cast and CastLike between every held dtype (float16 and bfloat16 through float).
+#include <cmath>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/kernel.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+template <typename F>
+void dispatch_any(DType t, const std::string& where, F&& fn) {
+  if (t == DType::kFloat16) return fn(Tag<Half>{});
+  if (t == DType::kBFloat16) return fn(Tag<BFloat16>{});
+  dispatch<kAll>(t, where, fn);
+}
+
+template <typename From, typename To>
+To convert(From v) {
+  if constexpr (std::is_same_v<From, To>) return v;
+  else if constexpr (std::is_same_v<To, bool>) return to_double(v) != 0;
+  else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
+    double d = to_double(v);
+    return std::isfinite(d) ? To(int64_t(d)) : To(0);
+  } else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>) return To(v);
+  else return from_double<To>(to_double(v));
+}
+
+void cast(KernelCtx& c) {
+  const Tensor& in = c.in(0);
+  Tensor& out = c.out(0);
+  dispatch_any(in.dtype(), c.node.where(), [&](auto tf) {
+    using From = typename decltype(tf)::type;
+    dispatch_any(out.dtype(), c.node.where(), [&](auto tt) {
+      using To = typename decltype(tt)::type;
+      const From* x = in.data<From>();
+      To* y = out.data<To>();
+      for (int64_t i = 0, n = in.numel(); i < n; ++i) y[i] = convert<From, To>(x[i]);
+    });
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {{"", "Cast", kernel(cast)}, {"", "CastLike", kernel(cast)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels

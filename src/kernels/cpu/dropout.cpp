@@ -1,0 +1,53 @@
+// Dropout in training mode: a counter-based random mask (element i keeps when hash(seed, i) >= ratio), so
+// rerunning with the same seed gives a bit-identical mask whatever the threading; the identity otherwise.
+#include <cstring>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/kernel.h"
+#include "ops/dropout.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  bool training = !a.legacy && c.has(2) && c.in(2).to_int64()[0] != 0;
+  float ratio = a.legacy ? a.ratio : (c.has(1) ? float(c.in(1).to_double()[0]) : 0.5f);
+  if (training && (ratio < 0 || ratio >= 1)) c.fail("ratio " + std::to_string(ratio) + " must be in [0, 1)");
+  int64_t n = x.numel();
+  bool* mask = c.wants(1) ? c.out(1).data<bool>() : nullptr;
+  if (!training || ratio == 0) {
+    if (c.out(0).raw() != x.raw()) std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
+    if (mask) std::memset(mask, 1, size_t(n));
+    return;
+  }
+  uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
+  // Keep when the top 24 bits of the hash, as a fraction, reach the ratio.
+  const uint32_t threshold = uint32_t(double(ratio) * double(1 << 24));
+  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = x.data<T>();
+    T* y = c.out(0).data<T>();
+    T scale = T(1.0 / (1.0 - double(ratio)));
+    parallel_for(n, 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        bool keep = uint32_t(splitmix64(seed ^ splitmix64(uint64_t(i))) >> 40) >= threshold;
+        y[i] = keep ? xp[i] * scale : T(0);
+        if (mask) mask[i] = keep;
+      }
+    });
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {{"", "Dropout", kernel(dropout)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels

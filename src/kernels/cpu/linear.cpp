@@ -1,0 +1,33 @@
+// com.onnxtrain.Linear(X, W, B?) = X W^T + B: one GEMM over all rows of X (..., K) with W (N, K) read
+// transposed; the bias is written first and the GEMM accumulates onto it.
+#include "core/parallel.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/kernel.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+void linear(KernelCtx& c) {
+  const Tensor &x = c.in(0), &w = c.in(1);
+  int64_t k = x.dims().back(), n = w.dims()[0], rows = k ? x.numel() / k : 0;
+  if (w.dims()[1] != k) c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
+  if (c.has(2) && c.in(2).numel() != n)
+    c.fail("bias " + dims_str(c.in(2).dims()) + " is not of W's " + std::to_string(n) + " rows");
+  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = c.out(0).data<T>();  // (rows, N)
+    if (c.has(2)) {
+      const T* b = c.in(2).data<T>();
+      parallel_for(rows, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) std::copy(b, b + n, o + r * n);
+      });
+    }
+    gemm<T>(false, true, rows, n, k, T(1), x.data<T>(), k, w.data<T>(), k, c.has(2) ? T(1) : T(0), o, n);
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {{"com.onnxtrain", "Linear", kernel(linear)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels
