@@ -1,0 +1,134 @@
+// LayerNormalization, BatchNormalization (inference and training mode) and InstanceNormalization; statistics
+// accumulated in double.
+#include <cmath>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/vector_math.h"
+#include "kernels/kernel.h"
+#include "ops/normalization.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+// Per-channel statistics over (N, spatial) of an (N, C, ...) tensor.
+struct ChannelView {
+  int64_t n, c, spatial;
+};
+ChannelView channel_view(const Tensor& x) {
+  ChannelView v{x.dims()[0], x.rank() > 1 ? x.dims()[1] : 1, 1};
+  for (int64_t i = 2; i < x.rank(); ++i) v.spatial *= x.dims()[size_t(i)];
+  return v;
+}
+
+void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
+  int64_t rows = 1, n = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < a ? rows : n) *= x.dims()[size_t(i)];
+  int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 0;
+  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = x.data<T>();
+    const T* w = c.in(1).data<T>();
+    const T* b = c.has(2) ? c.in(2).data<T>() : nullptr;
+    T* y = c.out(0).data<T>();
+    T* mean_out = c.wants(1) ? c.out(1).data<T>() : nullptr;
+    T* rstd_out = c.wants(2) ? c.out(2).data<T>() : nullptr;
+    parallel_for(rows, n * 4, [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        const T* row = xp + r * n;
+        double mean = 0, var = 0;
+        if constexpr (std::is_same_v<T, float>) {
+          mean_var_f32(row, n, &mean, &var);
+        } else {
+          for (int64_t j = 0; j < n; ++j) mean += row[j];
+          mean /= double(n);
+          for (int64_t j = 0; j < n; ++j) var += (row[j] - mean) * (row[j] - mean);
+          var /= double(n);
+        }
+        double rstd = 1.0 / std::sqrt(var + double(at.epsilon));
+        T m = T(mean), rs = T(rstd);
+        T* yr = y + r * n;
+        if (nw == n && (!b || nb == n)) {  // scale and bias over the normalized dims (the usual case)
+          for (int64_t j = 0; j < n; ++j) yr[j] = (row[j] - m) * rs * w[j] + (b ? b[j] : T(0));
+        } else {  // broadcast over them
+          for (int64_t j = 0; j < n; ++j) {
+            T v = (row[j] - m) * rs * w[j % nw];
+            yr[j] = b ? v + b[j % nb] : v;
+          }
+        }
+        if (mean_out) mean_out[r] = m;
+        if (rstd_out) rstd_out[r] = rs;
+      }
+    });
+  });
+}
+
+void batch_norm(const ops::NormAttrs& at, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  ChannelView v = channel_view(x);
+  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
+    const T *rmean = c.in(3).data<T>(), *rvar = c.in(4).data<T>();
+    T* y = c.out(0).data<T>();
+    for (int64_t ch = 0; ch < v.c; ++ch) {
+      double mean = rmean[ch], var = rvar[ch];
+      if (at.training) {
+        double s = 0, s2 = 0, cnt = double(v.n * v.spatial);
+        for (int64_t b = 0; b < v.n; ++b)
+          for (int64_t i = 0; i < v.spatial; ++i) s += xp[(b * v.c + ch) * v.spatial + i];
+        mean = s / cnt;
+        for (int64_t b = 0; b < v.n; ++b)
+          for (int64_t i = 0; i < v.spatial; ++i) {
+            double d = xp[(b * v.c + ch) * v.spatial + i] - mean;
+            s2 += d * d;
+          }
+        var = s2 / cnt;
+        if (c.wants(1)) c.out(1).data<T>()[ch] = T(rmean[ch] * at.momentum + mean * (1 - at.momentum));
+        // ONNX updates running_var with the batch's population variance; PyTorch (the wrapper sets
+        // the onnxtrain attribute unbiased_running_var) with the unbiased one.
+        double run_var = at.unbiased && cnt > 1 ? var * cnt / (cnt - 1) : var;
+        if (c.wants(2)) c.out(2).data<T>()[ch] = T(rvar[ch] * at.momentum + run_var * (1 - at.momentum));
+      }
+      double k = scale[ch] / std::sqrt(var + at.epsilon), off = bias[ch] - mean * k;
+      for (int64_t b = 0; b < v.n; ++b)
+        for (int64_t i = 0; i < v.spatial; ++i) {
+          int64_t idx = (b * v.c + ch) * v.spatial + i;
+          y[idx] = T(xp[idx] * k + off);
+        }
+    }
+  });
+}
+
+void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  ChannelView v = channel_view(x);
+  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
+    T* y = c.out(0).data<T>();
+    parallel_for(v.n * v.c, v.spatial * 4, [&](int64_t rb, int64_t re) {
+      for (int64_t r = rb; r < re; ++r) {
+        int64_t ch = r % v.c;
+        const T* row = xp + r * v.spatial;
+        double s = 0, s2 = 0;
+        for (int64_t i = 0; i < v.spatial; ++i) s += row[i];
+        double mean = s / double(v.spatial);
+        for (int64_t i = 0; i < v.spatial; ++i) s2 += (row[i] - mean) * (row[i] - mean);
+        double k = scale[ch] / std::sqrt(s2 / double(v.spatial) + at.epsilon);
+        for (int64_t i = 0; i < v.spatial; ++i) y[r * v.spatial + i] = T((row[i] - mean) * k + bias[ch]);
+      }
+    });
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "LayerNormalization", kernel(layer_norm)},
+    {"", "BatchNormalization", kernel(batch_norm)},
+    {"", "InstanceNormalization", kernel(instance_norm)},
+});
+
+}  // namespace
+}  // namespace onnxtrain::kernels
