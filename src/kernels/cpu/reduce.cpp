@@ -1,0 +1,160 @@
+// Reductions over a set of axes (ReduceSum, ReduceMean, ...) and over one axis (ArgMax, ArgMin).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/parallel.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/strided_copy.h"
+#include "kernels/cpu/vector_math.h"
+#include "kernels/kernel.h"
+#include "ops/axis_util.h"
+#include "ops/reduce.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+using Kind = ops::ReduceAttrs::Kind;
+
+template <typename T>
+T reduce_row(Kind kind, const T* x, int64_t n) {
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  switch (kind) {
+    case Kind::kMax: {
+      T m = n ? x[0] : std::numeric_limits<T>::lowest();
+      if constexpr (std::is_floating_point_v<T>)
+        if (!n) m = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 1; i < n; ++i) m = std::isnan(double(x[i])) || x[i] > m ? x[i] : m;
+      return m;
+    }
+    case Kind::kMin: {
+      T m = n ? x[0] : std::numeric_limits<T>::max();
+      if constexpr (std::is_floating_point_v<T>)
+        if (!n) m = std::numeric_limits<T>::infinity();
+      for (int64_t i = 1; i < n; ++i) m = std::isnan(double(x[i])) || x[i] < m ? x[i] : m;
+      return m;
+    }
+    case Kind::kProd: {
+      Acc p = 1;
+      for (int64_t i = 0; i < n; ++i) p *= Acc(x[i]);
+      return T(p);
+    }
+    case Kind::kLogSumExp: {
+      double m = -INFINITY;
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, double(x[i]));
+      if (std::isinf(m)) return T(m);
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += std::exp(double(x[i]) - m);
+      return T(m + std::log(s));
+    }
+    default: break;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (kind == Kind::kSum || kind == Kind::kMean) {  // the common case, vectorised
+      double sum = sum_f32(x, n);
+      return kind == Kind::kSum ? T(sum) : n ? T(sum / double(n)) : T(NAN);
+    }
+  }
+  Acc s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    Acc v = Acc(x[i]);
+    if (kind == Kind::kL1) v = v < 0 ? -v : v;
+    if (kind == Kind::kL2 || kind == Kind::kSumSquare) v = v * v;
+    s += v;
+  }
+  if (kind == Kind::kMean) return n ? T(double(s) / double(n)) : T(NAN);
+  if (kind == Kind::kL2) return T(std::sqrt(double(s)));
+  if (kind == Kind::kLogSum) return T(std::log(double(s)));
+  return T(s);
+}
+
+void reduce(const ops::ReduceAttrs& at, KernelCtx& c) {
+  auto m = at.mask(*c.shapes);
+  const Tensor& x = c.in(0);
+  // Move reduced axes last, then reduce rows of length `len`.
+  std::vector<int64_t> perm, dims;
+  for (size_t i = 0; i < m.size(); ++i)
+    if (!m[i]) perm.push_back(int64_t(i));
+  for (size_t i = 0; i < m.size(); ++i)
+    if (m[i]) perm.push_back(int64_t(i));
+  int64_t len = 1;
+  for (size_t i = 0; i < m.size(); ++i)
+    if (m[i]) len *= x.dims()[i];
+  int64_t rows = c.out(0).numel();
+  bool identity = true;
+  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == int64_t(i);
+  // Summing leading axes (bias gradients: (B*T, C) -> C) runs down the columns, with no transposed copy.
+  size_t lead = 0;
+  while (lead < m.size() && m[lead]) ++lead;
+  bool leading = lead > 0 && std::all_of(m.begin() + long(lead), m.end(), [](bool b) { return !b; });
+  if (leading && at.kind == Kind::kSum && dtype_is_float(x.dtype()))
+    return dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = x.data<T>();
+      T* out = c.out(0).data<T>();
+      // Blocks of 64 columns (whole cache lines), each summed down every row into double accumulators.
+      constexpr int64_t kCols = 64;
+      parallel_for((rows + kCols - 1) / kCols, len * kCols, [&](int64_t b, int64_t e) {
+        for (int64_t block = b; block < e; ++block) {
+          int64_t j0 = block * kCols, width = std::min(kCols, rows - j0);
+          double acc[kCols] = {};
+          for (int64_t r = 0; r < len; ++r) {
+            const T* row = src + r * rows + j0;
+            for (int64_t j = 0; j < width; ++j) acc[j] += double(row[j]);
+          }
+          for (int64_t j = 0; j < width; ++j) out[j0 + j] = T(acc[j]);
+        }
+      });
+    });
+  dispatch<kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = x.data<T>();
+    std::vector<T> moved;
+    if (!identity) {
+      auto st = contiguous_strides(x.dims());
+      std::vector<int64_t> pd, ps;
+      for (auto p : perm) {
+        pd.push_back(x.dims()[size_t(p)]);
+        ps.push_back(st[size_t(p)]);
+      }
+      moved.resize(size_t(x.numel()));
+      strided_copy(moved.data(), src, pd, ps);
+      src = moved.data();
+    }
+    T* out = c.out(0).data<T>();
+    parallel_for(rows, len, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) out[r] = reduce_row(at.kind, src + r * len, len);
+    });
+  });
+}
+
+void arg_reduce(const ops::ArgReduceAttrs& at, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  ops::AxisView v = ops::axis_view(x.dims(), at.axis < 0 ? at.axis + x.rank() : at.axis);
+  int64_t* out = c.out(0).data<int64_t>();
+  dispatch<kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = x.data<T>();
+    for (int64_t o = 0; o < v.outer; ++o)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const T* row = p + o * v.n * v.inner + i;
+        int64_t best = 0;
+        for (int64_t k = 1; k < v.n; ++k) {
+          T a = row[k * v.inner], b = row[best * v.inner];
+          bool better = at.max ? (at.last ? a >= b : a > b) : (at.last ? a <= b : a < b);
+          if (better) best = k;
+        }
+        out[o * v.inner + i] = best;
+      }
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "ReduceSum", kernel(reduce)}, {"", "ReduceMean", kernel(reduce)}, {"", "ReduceMax", kernel(reduce)},
+    {"", "ReduceMin", kernel(reduce)}, {"", "ReduceProd", kernel(reduce)}, {"", "ReduceL1", kernel(reduce)},
+    {"", "ReduceL2", kernel(reduce)}, {"", "ReduceSumSquare", kernel(reduce)}, {"", "ReduceLogSum", kernel(reduce)},
+    {"", "ReduceLogSumExp", kernel(reduce)}, {"", "ArgMax", kernel(arg_reduce)}, {"", "ArgMin", kernel(arg_reduce)},
+});
+
+}  // namespace
+}  // namespace onnxtrain::kernels
