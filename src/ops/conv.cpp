@@ -2,90 +2,16 @@
 // its gradient op com.onnxtrain.ConvGrad (dX by col2im, dW by GEMM, dB by sums):
 // built from ordinary ops the gradient would need a transposed convolution and
 // copies of X per kernel offset, so it gets its own kernel.
-#include <cstring>
-
-#include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/gemm.h"
+#include "ops/conv.h"
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "ops/window.h"
 
 namespace onnxtrain::ops {
 namespace {
 
-// The geometry of one convolution call, concrete.
-struct ConvGeometry {
-  Window win;
-  std::vector<int64_t> in_sp, out_sp, pads;
-  int64_t n, c, m, groups, cg, mg, ksize, in_size, out_size, rows;  // rows = cg * ksize
-};
-
-ConvGeometry geometry(const Window& w, const std::vector<int64_t>& x_dims, const std::vector<int64_t>& w_dims,
-                      int64_t groups) {
-  ConvGeometry g;
-  g.win = w;
-  g.in_sp.assign(x_dims.begin() + 2, x_dims.end());
-  g.pads = w.resolved_pads(g.in_sp);
-  std::vector<Dim> in_dims(g.in_sp.begin(), g.in_sp.end());
-  for (auto& d : w.out_sizes(in_dims)) g.out_sp.push_back(d.value());
-  g.n = x_dims[0], g.c = x_dims[1], g.m = w_dims[0], g.groups = groups;
-  g.cg = g.c / groups, g.mg = g.m / groups;
-  g.ksize = numel_of(w.kernel), g.in_size = numel_of(g.in_sp), g.out_size = numel_of(g.out_sp);
-  g.rows = g.cg * g.ksize;
-  return g;
-}
-
-// For each (channel, kernel offset) row and output position, the input element
-// it reads (-1 in the padding); shared by im2col and col2im.
-template <typename Visit>
-void for_each_tap(const ConvGeometry& g, Visit visit) {
-  size_t nd = g.win.kernel.size();
-  std::vector<int64_t> kidx(nd);
-  for (int64_t r = 0; r < g.rows; ++r) {
-    int64_t ch = r / g.ksize, kr = r % g.ksize;
-    for (int64_t d = int64_t(nd) - 1; d >= 0; --d) {
-      kidx[size_t(d)] = kr % g.win.kernel[size_t(d)];
-      kr /= g.win.kernel[size_t(d)];
-    }
-    for (int64_t o = 0; o < g.out_size; ++o) {
-      int64_t orem = o, off = 0, stride = 1;
-      bool inside = true;
-      for (int64_t d = int64_t(nd) - 1; d >= 0; --d) {
-        int64_t od = orem % g.out_sp[size_t(d)];
-        orem /= g.out_sp[size_t(d)];
-        int64_t pos = od * g.win.strides[size_t(d)] - g.pads[size_t(d)] + kidx[size_t(d)] * g.win.dilations[size_t(d)];
-        inside = inside && pos >= 0 && pos < g.in_sp[size_t(d)];
-        off += pos * stride;
-        stride *= g.in_sp[size_t(d)];
-      }
-      visit(r, o, inside ? ch * g.in_size + off : -1);
-    }
-  }
-}
-
-template <typename T>
-void im2col(const ConvGeometry& g, const T* x, T* cols) {  // cols: (rows, out_size)
-  for_each_tap(g, [&](int64_t r, int64_t o, int64_t src) { cols[r * g.out_size + o] = src < 0 ? T(0) : x[src]; });
-}
-
-template <typename T>
-void col2im(const ConvGeometry& g, const T* cols, T* dx) {  // dx (C/G, in_size) += cols
-  for_each_tap(g, [&](int64_t r, int64_t o, int64_t dst) {
-    if (dst >= 0) dx[dst] += cols[r * g.out_size + o];
-  });
-}
-
-class ConvBase : public Op {
+class ConvBase : public OpWith<ConvAttrs> {
  public:
-  explicit ConvBase(const ir::Node& n) : node_(n), group_(n.attr_int("group", 1)) {}
-
- protected:
-  Window window(const std::vector<int64_t>& w_dims) const {
-    std::vector<int64_t> k(w_dims.begin() + 2, w_dims.end());
-    return Window::from_node(node_, node_.has_attr("kernel_shape") ? node_.attr_ints("kernel_shape") : k);
-  }
-  const ir::Node& node_;
-  int64_t group_;
+  explicit ConvBase(const ir::Node& n) : OpWith({&n, n.attr_int("group", 1)}) {}
 };
 
 class ConvOp : public ConvBase {
@@ -95,46 +21,25 @@ class ConvOp : public ConvBase {
     const Shape &x = ctx.shape(0), &w = ctx.shape(1);
     if (x.size() < 3 || w.size() != x.size())
       ctx.fail("X " + shape_str(x) + " and W " + shape_str(w) + " must be (N, C, ...) and (M, C/group, ...)");
-    Dim cin = w[1] * Dim(group_);
+    Dim cin = w[1] * Dim(attrs.group);
     if (x[1].is_const() && cin.is_const() && x[1] != cin)
-      ctx.fail("X has " + x[1].str() + " channels, W expects " + cin.str() + " (group " + std::to_string(group_) + ")");
+      ctx.fail("X has " + x[1].str() + " channels, W expects " + cin.str() + " (group " + std::to_string(attrs.group) + ")");
     std::vector<int64_t> wd;
     for (auto& d : w) {
       if (!d.is_const()) ctx.unknown("the kernel size");
       wd.push_back(d.value());
     }
     Shape out = {x[0], w[0]};
-    auto sp = window(wd).out_sizes(Shape(x.begin() + 2, x.end()));
+    auto sp = attrs.window(wd).out_sizes(Shape(x.begin() + 2, x.end()));
     out.insert(out.end(), sp.begin(), sp.end());
     ctx.set(0, ctx.dtype(0), out);
   }
-  void compute(ComputeCtx& c) const override {
-    const Tensor &X = c.in(0), &W = c.in(1);
-    ConvGeometry g = geometry(window(W.dims()), X.dims(), W.dims(), group_);
-    kernels::dispatch<kernels::kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      std::vector<T> cols(size_t(g.rows * g.out_size));  // (C/G * K, out_size)
-      T* Y = c.out(0).data<T>();
-      const T* B = c.has(2) ? c.in(2).data<T>() : nullptr;
-      for (int64_t n = 0; n < g.n; ++n)
-        for (int64_t grp = 0; grp < g.groups; ++grp) {
-          im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols.data());
-          T* yg = Y + (n * g.m + grp * g.mg) * g.out_size;
-          kernels::gemm<T>(false, false, g.mg, g.out_size, g.rows, T(1), W.data<T>() + grp * g.mg * g.rows, g.rows,
-                           cols.data(), g.out_size, T(0), yg, g.out_size);
-          if (B)
-            for (int64_t m = 0; m < g.mg; ++m)
-              for (int64_t o = 0; o < g.out_size; ++o) yg[m * g.out_size + o] += B[grp * g.mg + m];
-        }
-    });
-  }
   void grad(GradCtx& gc) const override {
-    auto outs = gc.ops("ConvGrad", {gc.dy(0), gc.x(0), gc.x(1)}, 3, node_.attrs, "com.onnxtrain");
+    auto outs = gc.ops("ConvGrad", {gc.dy(0), gc.x(0), gc.x(1)}, 3, attrs.node->attrs, "com.onnxtrain");
     for (size_t i = 0; i < 3; ++i)
       if (gc.x(i)) gc.set_dx(i, outs[i]);
   }
 };
-OT_REGISTER_OP("Conv", ConvOp);
 
 // Inputs (dY, X, W); outputs (dX, dW, dB), each optional.
 class ConvGradOp : public ConvBase {
@@ -145,40 +50,14 @@ class ConvGradOp : public ConvBase {
     ctx.set(1, ctx.dtype(2), ctx.shape(2));
     ctx.set(2, ctx.dtype(2), {ctx.shape(2)[0]});
   }
-  void compute(ComputeCtx& c) const override {
-    const Tensor &dY = c.in(0), &X = c.in(1), &W = c.in(2);
-    ConvGeometry g = geometry(window(W.dims()), X.dims(), W.dims(), group_);
-    kernels::dispatch<kernels::kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      std::vector<T> cols(size_t(g.rows * g.out_size));
-      T* dX = c.wants(0) ? c.out(0).data<T>() : nullptr;
-      T* dW = c.wants(1) ? c.out(1).data<T>() : nullptr;
-      T* dB = c.wants(2) ? c.out(2).data<T>() : nullptr;
-      if (dX) std::memset(dX, 0, c.out(0).nbytes());
-      if (dW) std::memset(dW, 0, c.out(1).nbytes());
-      if (dB) std::memset(dB, 0, c.out(2).nbytes());
-      for (int64_t n = 0; n < g.n; ++n)
-        for (int64_t grp = 0; grp < g.groups; ++grp) {
-          const T* dyg = dY.data<T>() + (n * g.m + grp * g.mg) * g.out_size;  // (M/G, out_size)
-          const T* wg = W.data<T>() + grp * g.mg * g.rows;                     // (M/G, rows)
-          if (dW) {  // dW += dY cols^T
-            im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols.data());
-            kernels::gemm<T>(false, true, g.mg, g.rows, g.out_size, T(1), dyg, g.out_size, cols.data(), g.out_size, T(1),
-                             dW + grp * g.mg * g.rows, g.rows);
-          }
-          if (dX) {  // cols = W^T dY, scattered back onto the input
-            kernels::gemm<T>(true, false, g.rows, g.out_size, g.mg, T(1), wg, g.rows, dyg, g.out_size, T(0), cols.data(),
-                             g.out_size);
-            col2im(g, cols.data(), dX + (n * g.c + grp * g.cg) * g.in_size);
-          }
-          if (dB)
-            for (int64_t m = 0; m < g.mg; ++m)
-              for (int64_t o = 0; o < g.out_size; ++o) dB[grp * g.mg + m] += dyg[m * g.out_size + o];
-        }
-    });
-  }
 };
-const bool kConvGradRegistered = register_op("com.onnxtrain", "ConvGrad", factory<ConvGradOp>());
+const bool kRegistered = register_ops({{"", "Conv", factory<ConvOp>()}, {"com.onnxtrain", "ConvGrad", factory<ConvGradOp>()}});
 
 }  // namespace
+
+Window ConvAttrs::window(const std::vector<int64_t>& w_dims) const {
+  std::vector<int64_t> k(w_dims.begin() + 2, w_dims.end());
+  return Window::from_node(*node, node->has_attr("kernel_shape") ? node->attr_ints("kernel_shape") : k);
+}
+
 }  // namespace onnxtrain::ops

@@ -1,0 +1,83 @@
+// MatMul (NumPy semantics, batched with broadcasting), com.onnxtrain.FusedMatMul (operands read transposed)
+// and Gemm.
+#include "core/parallel.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/small_gemm.h"
+#include "kernels/kernel.h"
+#include "ops/matmul.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
+  const Tensor &A = c.in(0), &B = c.in(1);
+  std::vector<int64_t> ad = A.dims(), bd = B.dims();
+  if (at.fused && (ad.size() < 2 || bd.size() < 2)) c.fail("inputs must have rank >= 2, got " + dims_str(ad) + " and " + dims_str(bd));
+  if (ad.size() == 1) ad.insert(ad.begin(), 1);
+  if (bd.size() == 1) bd.push_back(1);
+  const size_t ra = ad.size(), rb = bd.size();
+  int64_t m = ad[ra - 2 + at.ta], k = ad[ra - 1 - at.ta], n = bd[rb - 1 - at.tb];
+  if (bd[rb - 2 + at.tb] != k) c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()) + at.flags());
+  std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2), batch;
+  broadcast_dims(ab, bb, &batch);
+  int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
+  const int64_t lda = at.ta ? m : k, ldb = at.tb ? k : n;
+  dispatch<kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* a = A.data<T>();
+    const T* b = B.data<T>();
+    T* o = c.out(0).data<T>();
+    if (nbb == 1 && !at.ta) {  // B shared by every batch: one GEMM over all rows of A
+      if (na == nb) return gemm<T>(false, at.tb, na * m, n, k, T(1), a, k, b, ldb, T(0), o, n);
+    }
+    auto sa = broadcast_strides(ab, batch), sb = broadcast_strides(bb, batch);
+    const bool small = nb > 1 && m * n * k < (int64_t(1) << 22);
+    auto one = [&](int64_t i) {
+      auto [oa, ob] = broadcast_offsets<2>(i, batch, {&sa, &sb});
+      const T *ai = a + oa * m * k, *bi = b + ob * k * n;
+      if constexpr (std::is_floating_point_v<T>) {
+        if (small) return small_gemm<T>(at.ta, at.tb, m, n, k, ai, bi, o + i * m * n);
+      }
+      gemm<T>(at.ta, at.tb, m, n, k, T(1), ai, lda, bi, ldb, T(0), o + i * m * n, n);
+    };
+    // Small GEMMs (attention heads): the batches in parallel, each GEMM on one thread (BLAS runs
+    // single-threaded inside a parallel region); large ones: one after another, each on every thread.
+    if (small) {
+      parallel_for(nb, m * n * k, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) one(i);
+      });
+    } else {
+      for (int64_t i = 0; i < nb; ++i) one(i);
+    }
+  });
+}
+
+void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
+  const Tensor &A = c.in(0), &B = c.in(1);
+  int64_t m = at.ta ? A.dims()[1] : A.dims()[0], k = at.ta ? A.dims()[0] : A.dims()[1];
+  int64_t n = at.tb ? B.dims()[0] : B.dims()[1];
+  Tensor& out = c.out(0);
+  dispatch<kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* o = out.data<T>();
+    T beta = T(0);
+    if (c.has(2) && at.beta != 0) {
+      const Tensor& C = c.in(2);
+      T bv = T(at.beta);
+      broadcast_apply<1, T>(o, out.dims(), {C.data<T>()}, {&C.dims()}, [bv](T x) { return T(bv * x); });
+      beta = T(1);
+    }
+    gemm<T>(at.ta, at.tb, m, n, k, T(at.alpha), A.data<T>(), A.dims()[1], B.data<T>(), B.dims()[1], beta, o, n);
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "MatMul", kernel(matmul)},
+    {"com.onnxtrain", "FusedMatMul", kernel(matmul)},
+    {"", "Gemm", kernel(gemm_kernel)},
+});
+
+}  // namespace
+}  // namespace onnxtrain::kernels
