@@ -6,46 +6,34 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/dispatch.h"
 #include "ops/grad.h"
 #include "ops/op.h"
+#include "ops/shape_ops.h"
 #include "ops/shape_util.h"
+#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {
 
-class ShapeOp : public Op {
+class ShapeOp : public OpWith<ShapeAttrs> {
  public:
-  explicit ShapeOp(const ir::Node& n) : start_(n.attr_int("start", 0)), end_(n.attr_int("end", INT64_MAX)) {}
+  explicit ShapeOp(const ir::Node& n) : OpWith({n.attr_int("start", 0), n.attr_int("end", INT64_MAX)}) {}
   DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kInt64; }
   void infer(InferCtx& ctx) const override {
     int64_t r = ctx.rank(0);
-    int64_t s = std::clamp(start_ < 0 ? start_ + r : start_, int64_t(0), r);
-    int64_t e = std::clamp(end_ < 0 ? end_ + r : end_, int64_t(0), r);
+    auto [s, e] = attrs.range(r);
     std::vector<Dim> v;
     for (int64_t i = s; i < e; ++i) v.push_back(ctx.shape(0)[size_t(i)]);
     ctx.set(0, DType::kInt64, {Dim(int64_t(v.size()))}, v);
   }
-  void compute(ComputeCtx& c) const override {
-    int64_t r = c.in(0).rank();
-    int64_t s = std::clamp(start_ < 0 ? start_ + r : start_, int64_t(0), r);
-    int64_t e = std::clamp(end_ < 0 ? end_ + r : end_, int64_t(0), r);
-    for (int64_t i = s; i < e; ++i) c.out(0).data<int64_t>()[i - s] = c.in(0).dims()[size_t(i)];
-  }
-
- private:
-  int64_t start_, end_;
 };
-OT_REGISTER_OP("Shape", ShapeOp);
 
 class SizeOp : public Op {
  public:
   explicit SizeOp(const ir::Node&) {}
   DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kInt64; }
   void infer(InferCtx& ctx) const override { ctx.set(0, DType::kInt64, {}, std::vector<Dim>{shape_numel(ctx.shape(0))}); }
-  void compute(ComputeCtx& c) const override { c.out(0).data<int64_t>()[0] = c.in(0).numel(); }
 };
-OT_REGISTER_OP("Size", SizeOp);
 
 // Base of the view ops: the output shape is all that differs, so the gradient
 // is the output gradient viewed in the input's shape.
@@ -53,7 +41,6 @@ class ViewOp : public Op {
  public:
   bool is_view() const override { return true; }
   bool recomputable() const override { return true; }
-  void compute(ComputeCtx&) const override {}
   void grad(GradCtx& g) const override { g.set_dx(0, g.op("Reshape", {g.dy(0), g.shape(g.x(0))})); }
 };
 
@@ -101,7 +88,6 @@ class ReshapeOp : public ViewOp {
  private:
   bool allowzero_;
 };
-OT_REGISTER_OP("Reshape", ReshapeOp);
 
 class FlattenOp : public ViewOp {
  public:
@@ -118,7 +104,6 @@ class FlattenOp : public ViewOp {
  private:
   int64_t axis_;
 };
-OT_REGISTER_OP("Flatten", FlattenOp);
 
 // Axes come from an attribute (older opsets) or from input 1.
 std::optional<std::vector<int64_t>> axes_of(InferCtx& ctx, const std::vector<int64_t>& attr, bool has_attr) {
@@ -152,7 +137,6 @@ class UnsqueezeOp : public ViewOp {
   std::vector<int64_t> axes_;
   bool has_attr_;
 };
-OT_REGISTER_OP("Unsqueeze", UnsqueezeOp);
 
 class SqueezeOp : public ViewOp {
  public:
@@ -181,54 +165,51 @@ class SqueezeOp : public ViewOp {
   std::vector<int64_t> axes_;
   bool has_attr_;
 };
-OT_REGISTER_OP("Squeeze", SqueezeOp);
 
-class ConstantOp : public Op {
- public:
-  explicit ConstantOp(const ir::Node& n) {
-    if (const Tensor* t = n.attr_tensor("value")) value_ = *t;
-    else if (n.has_attr("value_float")) value_ = scalar<float>(DType::kFloat32, n.attr_float("value_float", 0), {});
-    else if (n.has_attr("value_int")) value_ = scalar<int64_t>(DType::kInt64, n.attr_int("value_int"), {});
-    else if (n.has_attr("value_floats")) {
-      auto v = n.attr_floats("value_floats");
-      value_ = Tensor(DType::kFloat32, {int64_t(v.size())});
-      std::memcpy(value_.raw(), v.data(), v.size() * 4);
-    } else if (n.has_attr("value_ints")) {
-      auto v = n.attr_ints("value_ints");
-      value_ = Tensor(DType::kInt64, {int64_t(v.size())});
-      std::memcpy(value_.raw(), v.data(), v.size() * 8);
-    } else {
-      throw UnsupportedError(n.where() + ": only tensor, float(s) and int(s) constants are supported");
-    }
+template <typename T>
+Tensor scalar(DType t, T v, std::vector<int64_t> dims) {
+  Tensor r(t, std::move(dims));
+  *r.data<T>() = v;
+  return r;
+}
+
+Tensor constant_value(const ir::Node& n) {
+  Tensor value;
+  if (const Tensor* t = n.attr_tensor("value")) value = *t;
+  else if (n.has_attr("value_float")) value = scalar<float>(DType::kFloat32, n.attr_float("value_float", 0), {});
+  else if (n.has_attr("value_int")) value = scalar<int64_t>(DType::kInt64, n.attr_int("value_int"), {});
+  else if (n.has_attr("value_floats")) {
+    auto v = n.attr_floats("value_floats");
+    value = Tensor(DType::kFloat32, {int64_t(v.size())});
+    std::memcpy(value.raw(), v.data(), v.size() * 4);
+  } else if (n.has_attr("value_ints")) {
+    auto v = n.attr_ints("value_ints");
+    value = Tensor(DType::kInt64, {int64_t(v.size())});
+    std::memcpy(value.raw(), v.data(), v.size() * 8);
+  } else {
+    throw UnsupportedError(n.where() + ": only tensor, float(s) and int(s) constants are supported");
   }
+  return value;
+}
+
+class ConstantOp : public OpWith<ValueAttrs> {
+ public:
+  explicit ConstantOp(const ir::Node& n) : OpWith({constant_value(n)}) {}
   void infer(InferCtx& ctx) const override {
     std::optional<std::vector<Dim>> v;
-    if ((value_.dtype() == DType::kInt64 || value_.dtype() == DType::kInt32) && value_.numel() <= 4096) {
-      auto iv = value_.to_int64();
+    if ((attrs.value.dtype() == DType::kInt64 || attrs.value.dtype() == DType::kInt32) && attrs.value.numel() <= 4096) {
+      auto iv = attrs.value.to_int64();
       v = std::vector<Dim>(iv.begin(), iv.end());
     }
-    ctx.set(0, value_.dtype(), const_shape(value_.dims()), v);
+    ctx.set(0, attrs.value.dtype(), const_shape(attrs.value.dims()), v);
   }
-  void compute(ComputeCtx& c) const override { std::memcpy(c.out(0).raw(), value_.raw(), value_.nbytes()); }
-
- private:
-  template <typename T>
-  static Tensor scalar(DType t, T v, std::vector<int64_t> dims) {
-    Tensor r(t, std::move(dims));
-    *r.data<T>() = v;
-    return r;
-  }
-  Tensor value_;
 };
-OT_REGISTER_OP("Constant", ConstantOp);
 
-class ConstantOfShapeOp : public Op {
+class ConstantOfShapeOp : public OpWith<ValueAttrs> {
  public:
-  explicit ConstantOfShapeOp(const ir::Node& n) {
-    if (const Tensor* t = n.attr_tensor("value")) value_ = *t;
-    else value_ = Tensor::zeros(DType::kFloat32, {1});
-  }
-  DType output_dtype(size_t, const std::vector<DType>&) const override { return value_.dtype(); }
+  explicit ConstantOfShapeOp(const ir::Node& n)
+      : OpWith({n.attr_tensor("value") ? *n.attr_tensor("value") : Tensor::zeros(DType::kFloat32, {1})}) {}
+  DType output_dtype(size_t, const std::vector<DType>&) const override { return attrs.value.dtype(); }
   void infer(InferCtx& ctx) const override {
     const std::vector<Dim>* v = ctx.value(0);
     Shape s;
@@ -237,20 +218,11 @@ class ConstantOfShapeOp : public Op {
       for (int64_t i = 0; i < ctx.shape(0)[0].value(); ++i) s.push_back(ctx.fresh("cos"));
     else ctx.fail("the shape input has unknown length");
     std::optional<std::vector<Dim>> val;
-    if (value_.dtype() == DType::kInt64 && s.size() == 1 && s[0].is_const() && s[0].value() <= 64)
-      val = std::vector<Dim>(size_t(s[0].value()), Dim(value_.to_int64()[0]));
-    ctx.set(0, value_.dtype(), s, val);
+    if (attrs.value.dtype() == DType::kInt64 && s.size() == 1 && s[0].is_const() && s[0].value() <= 64)
+      val = std::vector<Dim>(size_t(s[0].value()), Dim(attrs.value.to_int64()[0]));
+    ctx.set(0, attrs.value.dtype(), s, val);
   }
-  void compute(ComputeCtx& c) const override {
-    size_t es = dtype_size(value_.dtype());
-    char* o = static_cast<char*>(c.out(0).raw());
-    for (int64_t i = 0; i < c.out(0).numel(); ++i) std::memcpy(o + i * es, value_.raw(), es);
-  }
-
- private:
-  Tensor value_;
 };
-OT_REGISTER_OP("ConstantOfShape", ConstantOfShapeOp);
 
 class RangeOp : public Op {
  public:
@@ -272,16 +244,19 @@ class RangeOp : public Op {
     }
     ctx.set(0, ctx.dtype(0), {n});
   }
-  void compute(ComputeCtx& c) const override {
-    kernels::dispatch<kernels::kNumeric>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T start = c.in(0).data<T>()[0], delta = c.in(2).data<T>()[0];
-      T* o = c.out(0).data<T>();
-      for (int64_t i = 0; i < c.out(0).numel(); ++i) o[i] = T(start + T(i) * delta);
-    });
-  }
 };
-OT_REGISTER_OP("Range", RangeOp);
+
+const bool kRegistered = register_ops({
+    {"", "Shape", factory<ShapeOp>()},
+    {"", "Size", factory<SizeOp>()},
+    {"", "Reshape", factory<ReshapeOp>()},
+    {"", "Flatten", factory<FlattenOp>()},
+    {"", "Unsqueeze", factory<UnsqueezeOp>()},
+    {"", "Squeeze", factory<SqueezeOp>()},
+    {"", "Constant", factory<ConstantOp>()},
+    {"", "ConstantOfShape", factory<ConstantOfShapeOp>()},
+    {"", "Range", factory<RangeOp>()},
+});
 
 }  // namespace
 }  // namespace onnxtrain::ops

@@ -1,0 +1,45 @@
+// Shape, Size, Constant, ConstantOfShape and Range (the view ops Reshape, Flatten, Squeeze and Unsqueeze have no
+// kernel: their outputs share their input's bytes).
+#include <cstring>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/kernel.h"
+#include "ops/shape_ops.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+void shape(const ops::ShapeAttrs& at, KernelCtx& c) {
+  auto [s, e] = at.range(c.in(0).rank());
+  for (int64_t i = s; i < e; ++i) c.out(0).data<int64_t>()[i - s] = c.in(0).dims()[size_t(i)];
+}
+
+void size(KernelCtx& c) { c.out(0).data<int64_t>()[0] = c.in(0).numel(); }
+
+void constant(const ops::ValueAttrs& at, KernelCtx& c) { std::memcpy(c.out(0).raw(), at.value.raw(), at.value.nbytes()); }
+
+void constant_of_shape(const ops::ValueAttrs& at, KernelCtx& c) {
+  size_t es = dtype_size(at.value.dtype());
+  char* o = static_cast<char*>(c.out(0).raw());
+  for (int64_t i = 0; i < c.out(0).numel(); ++i) std::memcpy(o + i * es, at.value.raw(), es);
+}
+
+void range(KernelCtx& c) {
+  dispatch<kNumeric>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T start = c.in(0).data<T>()[0], delta = c.in(2).data<T>()[0];
+    T* o = c.out(0).data<T>();
+    for (int64_t i = 0; i < c.out(0).numel(); ++i) o[i] = T(start + T(i) * delta);
+  });
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "Shape", kernel(shape)},
+    {"", "Size", kernel(size)},
+    {"", "Constant", kernel(constant)},
+    {"", "ConstantOfShape", kernel(constant_of_shape)},
+    {"", "Range", kernel(range)},
+});
+
+}  // namespace
+}  // namespace onnxtrain::kernels
