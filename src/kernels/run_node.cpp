@@ -27,10 +27,7 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>
     }
     bound[i] = &outs[i];
   }
-  if (!view && !has_kernel(args.device, n.domain, n.op_type)) {  // an op not moved to the kernel layer yet
-    ops::ComputeCtx c{n, inputs, bound, args.seed, args.alloc, &shapes};
-    n.op->compute(c);
-  } else if (!view) {
+  if (!view) {
     KernelCtx c{n, inputs, bound, args.seed, args.alloc, &shapes};
     find_kernel(args.device, n)(*n.op, c);
   }

@@ -110,15 +110,6 @@ using PReluOp = BinaryOp<PReluFn>;
 using AndOp = BinaryOp<BoolOut>;
 using OrOp = BinaryOp<BoolOut>;
 using XorOp = BinaryOp<BoolOut>;
-OT_REGISTER_OP("Add", AddOp);
-OT_REGISTER_OP("Sub", SubOp);
-OT_REGISTER_OP("Mul", MulOp);
-OT_REGISTER_OP("Div", DivOp);
-OT_REGISTER_OP("Mod", ModOp);
-OT_REGISTER_OP("PRelu", PReluOp);
-OT_REGISTER_OP("And", AndOp);
-OT_REGISTER_OP("Or", OrOp);
-OT_REGISTER_OP("Xor", XorOp);
 
 // Comparisons: any input dtype, bool output.
 template <typename F>
@@ -148,11 +139,6 @@ using LessOp = CompareOp<std::less<>>;
 using LessOrEqualOp = CompareOp<std::less_equal<>>;
 using GreaterOp = CompareOp<std::greater<>>;
 using GreaterOrEqualOp = CompareOp<std::greater_equal<>>;
-OT_REGISTER_OP("Equal", EqualOp);
-OT_REGISTER_OP("Less", LessOp);
-OT_REGISTER_OP("LessOrEqual", LessOrEqualOp);
-OT_REGISTER_OP("Greater", GreaterOp);
-OT_REGISTER_OP("GreaterOrEqual", GreaterOrEqualOp);
 
 // Pow: the exponent may have another dtype than the base; the result has the base's.
 class PowOp : public Op {
@@ -169,7 +155,6 @@ class PowOp : public Op {
     if (g.needs(1)) g.set_dx(1, g.mul(dy, g.mul(g.y(0), g.op("Log", {a}))));
   }
 };
-OT_REGISTER_OP("Pow", PowOp);
 
 // Max, Min, Sum, Mean: any number of inputs, folded pairwise into the output.
 class VariadicOp : public Op {
@@ -191,10 +176,6 @@ class VariadicOp : public Op {
  private:
   std::string kind_;
 };
-OT_REGISTER_OP("Max", VariadicOp);
-OT_REGISTER_OP("Min", VariadicOp);
-OT_REGISTER_OP("Sum", VariadicOp);
-OT_REGISTER_OP("Mean", VariadicOp);
 
 class WhereOp : public Op {
  public:
@@ -222,7 +203,6 @@ class WhereOp : public Op {
     ctx.set(0, ctx.dtype(1), s, value);
   }
 };
-OT_REGISTER_OP("Where", WhereOp);
 
 // Clip: bounds from attributes (opset < 11) or from optional scalar inputs.
 class ClipOp : public OpWith<ClipAttrs> {
@@ -244,7 +224,30 @@ class ClipOp : public OpWith<ClipAttrs> {
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
   int inplace_input() const override { return 0; }
 };
-OT_REGISTER_OP("Clip", ClipOp);
+
+const bool kRegistered = register_ops({
+    {"", "Add", factory<AddOp>()},
+    {"", "Sub", factory<SubOp>()},
+    {"", "Mul", factory<MulOp>()},
+    {"", "Div", factory<DivOp>()},
+    {"", "Mod", factory<ModOp>()},
+    {"", "PRelu", factory<PReluOp>()},
+    {"", "And", factory<AndOp>()},
+    {"", "Or", factory<OrOp>()},
+    {"", "Xor", factory<XorOp>()},
+    {"", "Equal", factory<EqualOp>()},
+    {"", "Less", factory<LessOp>()},
+    {"", "LessOrEqual", factory<LessOrEqualOp>()},
+    {"", "Greater", factory<GreaterOp>()},
+    {"", "GreaterOrEqual", factory<GreaterOrEqualOp>()},
+    {"", "Pow", factory<PowOp>()},
+    {"", "Max", factory<VariadicOp>()},
+    {"", "Min", factory<VariadicOp>()},
+    {"", "Sum", factory<VariadicOp>()},
+    {"", "Mean", factory<VariadicOp>()},
+    {"", "Where", factory<WhereOp>()},
+    {"", "Clip", factory<ClipOp>()},
+});
 
 }  // namespace
 }  // namespace onnxtrain::ops

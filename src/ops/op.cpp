@@ -17,10 +17,6 @@ bool register_ops(std::vector<OpDef> defs) {
   return true;
 }
 
-bool register_op(const std::string& domain, const std::string& name, OpFactory make) {
-  return register_ops({{domain, name, std::move(make)}});
-}
-
 const OpDef* find_op(const std::string& domain, const std::string& name) {
   std::string d = domain == "ai.onnx" ? "" : domain;
   auto it = table().find(d + "::" + name);
@@ -92,8 +88,6 @@ std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors)
 
 void Op::grad(GradCtx& g) const { no_gradient(g); }
 
-void Op::compute(ComputeCtx& c) const { c.fail("no kernel"); }
-
 Dim Op::flops(const ir::Node& n) const {  // one operation per output element
   Dim total(0);
   for (const ir::Value* v : n.outputs)
@@ -106,7 +100,5 @@ void no_gradient(const GradCtx& g) {
   throw UnsupportedError(n.where() + ": op " + (n.domain.empty() ? "" : n.domain + ".") + n.op_type +
                          " has no gradient rule, but a gradient flows through it");
 }
-
-void ComputeCtx::fail(const std::string& msg) const { throw ShapeError(node.where() + ": " + msg); }
 
 }  // namespace onnxtrain::ops

@@ -1,6 +1,6 @@
-// The op table. Each op is declared once, in one file of src/ops/: a class
-// holding its typed attributes (read once, when the node is bound), its shape
-// function (symbolic dims and small integer values) and its CPU kernel.
+// The op table. Each op is declared once, in one file of src/ops/: a class holding its typed attributes (read
+// once, when the node is bound; declared in the family's header for its kernels), its shape function (symbolic
+// dims and small integer values), its gradient rule, cost and traits. Kernels live in src/kernels/<device>/.
 #pragma once
 #include <functional>
 #include <memory>
@@ -11,10 +11,6 @@
 #include "core/dim.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
-
-namespace onnxtrain {
-class CachingAllocator;
-}
 
 namespace onnxtrain::ops {
 
@@ -85,20 +81,6 @@ class InferCtx {
   ir::Graph* graph_;
 };
 
-struct ComputeCtx {
-  const ir::Node& node;
-  std::vector<const Tensor*> inputs;  // nullptr for an omitted input
-  std::vector<Tensor*> outputs;       // allocated by the executor; nullptr when not requested
-  uint64_t seed = 0;                  // for random ops: the run's seed and the node's counter
-  CachingAllocator* alloc = nullptr;  // for kernel scratch
-  InferCtx* shapes = nullptr;         // the run-time shape context of this call (concrete values)
-  const Tensor& in(size_t i) const { return *inputs.at(i); }
-  bool has(size_t i) const { return i < inputs.size() && inputs[i]; }
-  Tensor& out(size_t i) const { return *outputs.at(i); }
-  bool wants(size_t i) const { return i < outputs.size() && outputs[i]; }
-  [[noreturn]] void fail(const std::string& msg) const;
-};
-
 class GradCtx;
 
 class Op {
@@ -107,11 +89,10 @@ class Op {
   // Builds the backward nodes of this op (see ops/grad.h). The default: not differentiable.
   virtual void grad(GradCtx& g) const;
   virtual void infer(InferCtx& ctx) const = 0;
-  virtual void compute(ComputeCtx& ctx) const;  // ops not moved to the kernel layer yet
   // Output 0 may be written into input `inplace_input()`'s buffer; -1 if not.
   virtual int inplace_input() const { return -1; }
   // Output 0 is input 0's data under another shape (Reshape, Squeeze, ...):
-  // the executor shares the storage and never calls compute().
+  // run_node shares the storage; such an op has no kernel.
   virtual bool is_view() const { return false; }
   virtual bool is_random() const { return false; }
   // The memory optimizer may run this op again in the backward part (cheap, or worth it, and deterministic
@@ -150,7 +131,6 @@ struct OpDef {
 
 // Registers ops (each op file does it once, from a static initializer).
 bool register_ops(std::vector<OpDef> defs);
-bool register_op(const std::string& domain, const std::string& name, OpFactory make);
 const OpDef* find_op(const std::string& domain, const std::string& name);
 std::vector<std::string> registered_ops();
 
@@ -160,9 +140,3 @@ OpFactory factory() {
 }
 
 }  // namespace onnxtrain::ops
-
-#define OT_CONCAT2(a, b) a##b
-#define OT_CONCAT(a, b) OT_CONCAT2(a, b)
-// Registers a class T (constructed from the node) as op NAME of the default domain.
-#define OT_REGISTER_OP(NAME, T) \
-  static const bool OT_CONCAT(ot_reg_, __LINE__) = ::onnxtrain::ops::register_op("", NAME, ::onnxtrain::ops::factory<T>())

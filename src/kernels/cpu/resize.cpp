@@ -1,0 +1,160 @@
+// Resize (nearest, linear and cubic, every coordinate transformation mode, scales or sizes), separable: each resized
+// axis resampled in turn, innermost first; and its adjoint com.onnxtrain.ResizeGrad (axes in the opposite order).
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/kernel.h"
+#include "ops/axis_util.h"
+#include "ops/resize.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+// The input positions and weights one output position of one axis samples.
+struct Tap {
+  std::vector<int64_t> index;
+  std::vector<double> weight;
+  bool extrapolate = false;
+};
+
+double original_coord(const ops::ResizeAttrs& at, int64_t x, int64_t in, int64_t out, double scale, double rs, double re) {
+  double xr = double(x);
+  if (at.coord == "half_pixel") return (xr + 0.5) / scale - 0.5;
+  if (at.coord == "half_pixel_symmetric") {
+    double adjustment = double(out) / (scale * double(in));
+    double offset = double(in) / 2.0 * (1 - adjustment);
+    return offset + (xr + 0.5) / scale - 0.5;
+  }
+  if (at.coord == "pytorch_half_pixel") return out > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
+  if (at.coord == "align_corners") {  // the resized length may be fractional (from a scale)
+    double out_f = scale * double(in);
+    return out_f == 1.0 ? 0.0 : xr * double(in - 1) / (out_f - 1);
+  }
+  if (at.coord == "tf_half_pixel_for_nn") return (xr + 0.5) / scale;
+  if (at.coord == "asymmetric") return xr / scale;
+  if (at.coord == "tf_crop_and_resize")
+    return out > 1 ? rs * double(in - 1) + xr * (re - rs) * double(in - 1) / double(out - 1) : 0.5 * (rs + re) * double(in - 1);
+  throw ModelError("Resize: coordinate_transformation_mode '" + at.coord + "' is not supported");
+}
+
+std::vector<Tap> make_taps(const ops::ResizeAttrs& at, int64_t in, int64_t out, double scale, double rs, double re) {
+  auto taps = std::vector<Tap>(size_t(out));
+  auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i, 0, in - 1); };
+  for (int64_t x = 0; x < out; ++x) {
+    Tap& t = taps[size_t(x)];
+    double xo = original_coord(at, x, in, out, scale, rs, re);
+    if (at.coord == "tf_crop_and_resize" && (xo < 0 || xo > double(in - 1))) {
+      t.extrapolate = true;
+      continue;
+    }
+    if (at.mode == "nearest") {
+      double r;
+      if (at.nearest == "round_prefer_ceil") r = std::floor(xo + 0.5);
+      else if (at.nearest == "floor") r = std::floor(xo);
+      else if (at.nearest == "ceil") r = std::ceil(xo);
+      else r = (xo == std::floor(xo) + 0.5) ? std::floor(xo) : std::round(xo);
+      t.index = {clamp(int64_t(r))};
+      t.weight = {1.0};
+    } else if (at.mode == "linear") {
+      double f = std::floor(xo), w = xo - f;
+      int64_t i0 = int64_t(f);
+      if (xo < 0 || xo > double(in - 1)) {  // outside: the edge value
+        t.index = {clamp(i0 < 0 ? 0 : in - 1)};
+        t.weight = {1.0};
+      } else {
+        t.index = {clamp(i0), clamp(i0 + 1)};
+        t.weight = {1 - w, w};
+      }
+    } else {
+      double f = std::floor(xo), s = xo - f, a = at.cubic_a;
+      double d[4] = {s + 1, s, 1 - s, 2 - s};
+      double sum = 0;
+      for (int k = 0; k < 4; ++k) {
+        double z = std::abs(d[k]);
+        double w = z <= 1 ? ((a + 2) * z - (a + 3)) * z * z + 1 : ((a * z - 5 * a) * z + 8 * a) * z - 4 * a;
+        int64_t i = int64_t(f) - 1 + k;
+        if (at.exclude_outside && (i < 0 || i >= in)) w = 0;
+        t.index.push_back(clamp(i));
+        t.weight.push_back(w);
+        sum += w;
+      }
+      if (at.exclude_outside && sum != 0)
+        for (auto& w : t.weight) w /= sum;
+    }
+  }
+  return taps;
+}
+
+void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
+  const Tensor& X = c.in(0);
+  auto g = *at.geometry(*c.shapes, X.dims());
+  dispatch<kNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::vector<double> cur(X.numel());
+    const T* xp = X.data<T>();
+    for (int64_t i = 0; i < X.numel(); ++i) cur[size_t(i)] = double(xp[i]);
+    std::vector<int64_t> dims = X.dims();
+    for (int64_t a = X.rank() - 1; a >= 0; --a) {
+      if (at.unchanged(g, a, dims[size_t(a)])) continue;
+      auto taps = make_taps(at, dims[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
+      ops::AxisView v = ops::axis_view(dims, a);
+      int64_t no = g.out[size_t(a)];
+      std::vector<double> next(size_t(v.outer * no * v.inner));
+      for (int64_t o = 0; o < v.outer; ++o)
+        for (int64_t j = 0; j < no; ++j) {
+          const Tap& t = taps[size_t(j)];
+          for (int64_t i = 0; i < v.inner; ++i) {
+            double acc = 0;
+            if (t.extrapolate) acc = at.extrapolation;
+            else
+              for (size_t k = 0; k < t.index.size(); ++k) acc += t.weight[k] * cur[size_t((o * v.n + t.index[k]) * v.inner + i)];
+            next[size_t((o * no + j) * v.inner + i)] = acc;
+          }
+        }
+      cur.swap(next);
+      dims[size_t(a)] = no;
+    }
+    T* y = c.out(0).data<T>();
+    for (size_t i = 0; i < cur.size(); ++i) y[i] = T(std::is_integral_v<T> ? std::nearbyint(cur[i]) : cur[i]);
+  });
+}
+
+void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
+  const Tensor& dY = c.in(4);
+  std::vector<int64_t> in = c.in(0).to_int64();
+  auto g = *at.geometry(*c.shapes, in);
+  if (g.out != dY.dims()) c.fail("dY " + dims_str(dY.dims()) + " is not of the resized shape " + dims_str(g.out));
+  dispatch<kFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* dy = dY.data<T>();
+    std::vector<double> cur(dy, dy + dY.numel());
+    std::vector<int64_t> dims = g.out;
+    for (int64_t a = 0; a < int64_t(in.size()); ++a) {  // the forward's last axis resampled first
+      if (at.unchanged(g, a, in[size_t(a)])) continue;
+      auto taps = make_taps(at, in[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
+      ops::AxisView v = ops::axis_view(dims, a);
+      int64_t ni = in[size_t(a)];
+      std::vector<double> next(size_t(v.outer * ni * v.inner), 0.0);
+      for (int64_t o = 0; o < v.outer; ++o)
+        for (int64_t j = 0; j < v.n; ++j) {
+          const Tap& t = taps[size_t(j)];
+          if (t.extrapolate) continue;  // a constant: no gradient
+          for (size_t k = 0; k < t.index.size(); ++k)
+            for (int64_t i = 0; i < v.inner; ++i)
+              next[size_t((o * ni + t.index[k]) * v.inner + i)] += t.weight[k] * cur[size_t((o * v.n + j) * v.inner + i)];
+        }
+      cur.swap(next);
+      dims[size_t(a)] = ni;
+    }
+    T* dx = c.out(0).data<T>();
+    for (size_t i = 0; i < cur.size(); ++i) dx[i] = T(cur[i]);
+  });
+}
+
+const bool kRegistered =
+    register_kernels(kCpu, {{"", "Resize", kernel(resize)}, {"com.onnxtrain", "ResizeGrad", kernel(resize_grad)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels
