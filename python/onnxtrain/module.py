@@ -15,7 +15,7 @@ import torch
 
 from onnxtrain import _onnxtrain as C
 from onnxtrain import memory_log
-from onnxtrain._autograd import Apply, as_numpy
+from onnxtrain._autograd import Apply, as_input
 from onnxtrain._export import export
 from onnxtrain._schema import flatten, key, unflatten
 from onnxtrain.options import Options
@@ -62,9 +62,9 @@ class _Runner:
             self.session.save(stem + "_optimized.onnx")
 
     def feeds(self, tensors):
-        feeds = {n: as_numpy(t) for n, t in zip(self.exported.input_names, tensors)}
+        feeds = {n: as_input(t) for n, t in zip(self.exported.input_names, tensors)}
         for n in self.exported.state_names:
-            feeds[n] = as_numpy(self.state[n])
+            feeds[n] = as_input(self.state[n])
         return feeds
 
     def forward(self, tensors):
@@ -91,14 +91,14 @@ class _Runner:
 
     def run(self, tensors):
         outs = self.session.run(self.feeds(tensors))
-        return tuple(torch.from_numpy(outs[n]) for n in self.output_names)
+        return tuple(torch.from_dlpack(outs[n]) for n in self.output_names)
 
     def update_buffers(self, outs):
         if not self.exported.buffer_updates:
             return
         with torch.no_grad():
             for out, buffer in self.exported.buffer_updates.items():
-                self.state[buffer].copy_(torch.from_numpy(outs[out]))
+                self.state[buffer].copy_(torch.from_dlpack(outs[out]))
             for name, b in self.module.named_buffers():
                 if name.endswith("num_batches_tracked"):
                     b.add_(1)

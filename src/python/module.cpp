@@ -6,6 +6,7 @@
 PYBIND11_MODULE(_onnxtrain, m) {
   m.doc() = "onnxtrain's C++ runtime";
   onnxtrain::python::init_errors(m);
+  onnxtrain::python::init_tensor(m);
   onnxtrain::python::init_memory(m);
   onnxtrain::python::init_session(m);
   onnxtrain::python::init_training(m);

@@ -1,12 +1,11 @@
-// Session: numpy arrays in and out without copies (buffer protocol).
-#include <pybind11/numpy.h>
+// Session: tensors in and out without copies (DLPack: numpy arrays, torch tensors, onnxtrain.Tensor).
 #include <pybind11/stl.h>
 
 #include "ir/onnx_io.h"
 #include "ops/op.h"
 #include "onnxtrain/session.h"
 #include "python/init.h"
-#include "python/numpy_bridge.h"
+#include "python/dlpack_bridge.h"
 
 namespace py = pybind11;
 
@@ -18,7 +17,7 @@ void init_session(py::module_& m) {
       .def_property_readonly("seed", &RunState::seed, "The seed its random ops drew from.")
       .def("stash_values", &RunState::stash_values, "Each stashed activation: {value name: bytes}.");
 
-  py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named numpy inputs.")
+  py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named inputs (numpy arrays, torch tensors: anything with __dlpack__).")
       .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))
       .def_static("from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
       .def_static(

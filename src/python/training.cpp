@@ -1,10 +1,9 @@
 // TrainingSession: ONNX models with a loss, trained by onnxtrain's optimizers.
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include "onnxtrain/training_session.h"
 #include "python/init.h"
-#include "python/numpy_bridge.h"
+#include "python/dlpack_bridge.h"
 
 namespace py = pybind11;
 
