@@ -33,7 +33,8 @@ struct SessionOptions {
   Bindings memory_dims;                   // the dims of the batch the budget is for
   double optimizer_state_factor = 0;      // training: optimizer state bytes per parameter byte (AdamW 2), if held here
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
-  CachingAllocator* allocator = nullptr;  // the global allocator when null
+  Device device = kCpu;                   // where it runs: its kernels, and inputs, outputs and buffers
+  CachingAllocator* allocator = nullptr;  // the device's allocator when null
 };
 
 // What one forward call leaves for its backward call: the stashed activations
@@ -146,6 +147,7 @@ class Session {
   std::vector<ir::Value*> forward_inputs_, forward_outputs_, output_grads_, grads_;
   std::vector<std::string> wrt_;
   std::vector<bool> reached_;
+  std::map<const ir::Value*, Tensor> device_initializers_;  // on another device than the host: their copies there
   uint64_t run_count_ = 0;
   std::unique_ptr<runtime::Profile> profile_;
   std::unique_ptr<runtime::MemoryRecorder> recorder_;

@@ -1,6 +1,6 @@
 #include "core/allocator.h"
 
-#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "onnxtrain/error.h"
@@ -10,7 +10,7 @@ namespace onnxtrain {
 static std::string mib(int64_t b) { return std::to_string(b / (1024 * 1024)) + " MiB (" + std::to_string(b) + " bytes)"; }
 
 CachingAllocator::~CachingAllocator() {
-  for (auto& [size, p] : free_blocks_) std::free(p);
+  for (auto& [size, p] : free_blocks_) memory_.release(p);
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
@@ -28,10 +28,10 @@ void* CachingAllocator::allocate(size_t bytes) {
     p = it->second;
     free_blocks_.erase(it);
   } else {
-    p = std::aligned_alloc(kAlignment, rounded);
+    p = memory_.reserve(rounded, kAlignment);
     if (!p) {
       release_free_blocks();
-      p = std::aligned_alloc(kAlignment, rounded);
+      p = memory_.reserve(rounded, kAlignment);
     }
     if (!p) throw OutOfMemoryError("[allocator] the system refused " + mib(rounded) + " with " + mib(s_.allocated) + " allocated");
     s_.cached += rounded;
@@ -93,7 +93,7 @@ void CachingAllocator::empty_cache() {
 
 void CachingAllocator::release_free_blocks() {
   for (auto& [size, p] : free_blocks_) {
-    std::free(p);
+    memory_.release(p);
     s_.cached -= size;
   }
   free_blocks_.clear();
@@ -103,6 +103,30 @@ void CachingAllocator::release_free_blocks() {
 CachingAllocator& CachingAllocator::global() {
   static CachingAllocator a;
   return a;
+}
+
+static std::mutex& devices_mu() {
+  static std::mutex mu;
+  return mu;
+}
+
+static std::map<int, std::unique_ptr<CachingAllocator>>& devices() {
+  static std::map<int, std::unique_ptr<CachingAllocator>> d;
+  return d;
+}
+
+void CachingAllocator::register_device(Device device, DeviceMemory& memory) {
+  std::lock_guard<std::mutex> lock(devices_mu());
+  if (device == kCpu || devices().count(device.id)) throw Error("device " + device.str() + " is already registered");
+  devices()[device.id] = std::make_unique<CachingAllocator>(device, memory);
+}
+
+CachingAllocator& CachingAllocator::of(Device device) {
+  if (device == kCpu) return global();
+  std::lock_guard<std::mutex> lock(devices_mu());
+  auto it = devices().find(device.id);
+  if (it == devices().end()) throw UnsupportedError("device " + device.str() + " is not registered");
+  return *it->second;
 }
 
 }  // namespace onnxtrain

@@ -1,10 +1,12 @@
-// A small size-keyed caching allocator whose statistics are public API.
+// A small size-keyed caching allocator whose statistics are public API, one per device.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+
+#include "core/device.h"
 
 namespace onnxtrain {
 
@@ -26,7 +28,11 @@ class CachingAllocator {
   // Every request is rounded up to this granule; the planner rounds the same way.
   static size_t round_size(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
+  // Blocks of `device`'s memory (the host's by default).
+  explicit CachingAllocator(Device device = kCpu, DeviceMemory& memory = host_memory()) : device_(device), memory_(memory) {}
   ~CachingAllocator();
+  Device device() const { return device_; }
+  DeviceMemory& memory() const { return memory_; }
   void* allocate(size_t bytes);
   void free(void* p);
   MemoryStats stats() const;
@@ -40,11 +46,17 @@ class CachingAllocator {
   using Observer = std::function<void(const void* block, int64_t bytes)>;
   void set_observer(Observer observer);
 
+  // The host's allocator.
   static CachingAllocator& global();
+  // The allocator of a device; kCpu's is global(). Another device's is registered once, before use.
+  static CachingAllocator& of(Device device);
+  static void register_device(Device device, DeviceMemory& memory);
 
  private:
   void update_peaks();
   void release_free_blocks();  // with mu_ held
+  Device device_;
+  DeviceMemory& memory_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_blocks_;  // block size -> block
   std::map<void*, std::pair<size_t, size_t>> used_;  // block -> (block size, rounded request)

@@ -1,6 +1,8 @@
 // Where a tensor's bytes live and which kernels run on them. Device 0 is the host CPU; another device registers
-// its kernels under its own id (kernels/kernel.h) and brings its own allocator.
+// its memory (a DeviceMemory under its own caching allocator, core/allocator.h) and its kernels
+// (kernels/kernel.h, in src/kernels/<device>/), and touches nothing else.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace onnxtrain {
@@ -11,5 +13,18 @@ struct Device {
   std::string str() const { return id == 0 ? "cpu" : "device" + std::to_string(id); }
 };
 inline constexpr Device kCpu{0};
+
+// A device's raw memory: what the caching allocator reserves blocks from, and how bytes get there from the host.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  // A block of `bytes` aligned to `alignment`; nullptr when the device has no room.
+  virtual void* reserve(size_t bytes, size_t alignment) = 0;
+  virtual void release(void* block) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+};
+
+// The host's memory (aligned_alloc, free, memcpy).
+DeviceMemory& host_memory();
 
 }  // namespace onnxtrain

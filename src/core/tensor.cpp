@@ -12,13 +12,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes, CachingAllocator* alloc
   s->alloc_ = alloc ? alloc : &CachingAllocator::global();
   s->data_ = s->alloc_->allocate(bytes);
   s->bytes_ = bytes;
+  s->device_ = s->alloc_->device();
   return s;
 }
 
-std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::function<void()> release) {
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::function<void()> release, Device device) {
   auto s = std::shared_ptr<Storage>(new Storage());
   s->data_ = data;
   s->bytes_ = bytes;
+  s->device_ = device;
   s->release_ = std::move(release);
   return s;
 }
@@ -62,8 +64,9 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
 }
 
 Tensor Tensor::clone(CachingAllocator* alloc) const {
+  assert(device() == kCpu);
   Tensor t(dtype_, dims_, alloc);
-  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  if (nbytes()) t.storage()->allocator()->memory().copy_from_host(t.raw(), raw(), nbytes());
   return t;
 }
 

@@ -6,21 +6,23 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace onnxtrain {
 
 class CachingAllocator;
 
-// Bytes owned by the caching allocator, by the heap, or borrowed from elsewhere
-// (a numpy array, a mapped file) with a deleter that releases the owner.
+// Bytes on one device, owned by a caching allocator or borrowed from elsewhere (a torch tensor, a mapped file)
+// with a deleter that releases the owner.
 class Storage {
  public:
   static std::shared_ptr<Storage> allocate(size_t bytes, CachingAllocator* alloc);
-  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, std::function<void()> release);
+  static std::shared_ptr<Storage> borrow(void* data, size_t bytes, std::function<void()> release, Device device = kCpu);
   ~Storage();
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
   // The allocator it came from; null for borrowed memory.
   const CachingAllocator* allocator() const { return alloc_; }
 
@@ -29,13 +31,14 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   CachingAllocator* alloc_ = nullptr;
+  Device device_;
   std::function<void()> release_;
 };
 
 class Tensor {
  public:
   Tensor() = default;
-  // A new tensor from the allocator (the global one when null); uninitialized.
+  // A new tensor from the allocator (the host's when null), on its device; uninitialized.
   Tensor(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc = nullptr);
   Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<Storage> storage);
   static Tensor zeros(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc = nullptr);
@@ -50,8 +53,10 @@ class Tensor {
   template <typename T>
   T* data() const { return static_cast<T*>(raw()); }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
+  Device device() const { return storage_ ? storage_->device() : kCpu; }
   // Same storage, other dims (same element count).
   Tensor reshaped(std::vector<int64_t> dims) const;
+  // A copy of a host tensor, on alloc's device (the host when null).
   Tensor clone(CachingAllocator* alloc = nullptr) const;
   // Elements as int64 (for shape-like integer tensors) or double.
   std::vector<int64_t> to_int64() const;

@@ -31,6 +31,7 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
     ins.push_back(&it->second);
   }
   kernels::RunArgs args;
+  args.device = alloc->device();
   args.alloc = alloc;
   args.seed = seed ^ random_key(n);
   for (const ir::Value* v : n.outputs) {

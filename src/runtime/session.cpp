@@ -31,7 +31,7 @@ std::map<std::string, int64_t> RunState::stash_values() const {
 }
 
 Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
-    : graph_(std::move(graph)), options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
+    : graph_(std::move(graph)), options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::of(options.device)) {
   ops::bind_graph(*graph_);
   kernels::infer_shapes(*graph_);
   forward_inputs_ = graph_->inputs;
@@ -40,7 +40,7 @@ Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
 }
 
 Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec, SessionOptions options)
-    : options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::global()) {
+    : options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::of(options.device)) {
   std::vector<ir::Value*> inputs = graph->inputs;
   for (auto& name : spec.wrt)
     if (ir::Value* v = graph->find(name)) v->trainable = true;
@@ -116,6 +116,8 @@ void Session::init() {
   std::vector<const ir::Node*> order;
   boundary_ = execution_order(*graph_, &order);
   plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace);
+  if (!(alloc_->device() == kCpu))
+    for (const ir::Value* v : graph_->initializers) device_initializers_[v] = v->initializer->clone(alloc_);
 }
 
 Session Session::load(const std::string& path, SessionOptions options) {
@@ -263,8 +265,14 @@ void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds
     dtypes[k] = t.dtype();
   }
   bind_inputs(dims, dtypes, forward_only);
-  for (const ir::Value* v : forward_only ? forward_inputs_ : graph_->inputs) env[v] = feeds.at(v->name);
-  for (const ir::Value* v : graph_->initializers) env[v] = *v->initializer;
+  for (const ir::Value* v : forward_only ? forward_inputs_ : graph_->inputs) {
+    const Tensor& t = feeds.at(v->name);
+    if (!(t.device() == alloc_->device()))
+      throw InputError("input '" + v->name + "' is on " + t.device().str() + ", the session runs on " + alloc_->device().str());
+    env[v] = t;
+  }
+  for (const ir::Value* v : graph_->initializers)
+    env[v] = device_initializers_.empty() ? *v->initializer : device_initializers_.at(v);
 }
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {

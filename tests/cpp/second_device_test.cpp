@@ -1,0 +1,153 @@
+// A second device, registered from this test binary alone: host memory under another device id with its own
+// memory and caching allocator, and kernels of its own (each checks that every tensor it touches lives on the
+// device, counts its call, and computes on the host's memory it is). An MLP trains on it end to end, step for step
+// bit-identical to the same training on the CPU; no file of src/ops, ir, autodiff, passes or memory knows of it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "core/allocator.h"
+#include "kernels/kernel.h"
+#include "onnxtrain/session.h"
+#include "test_graphs.h"
+
+namespace onnxtrain {
+namespace {
+
+constexpr Device kTestDevice{7};
+
+class CountingMemory : public DeviceMemory {
+ public:
+  void* reserve(size_t bytes, size_t alignment) override {
+    ++reserved;
+    return std::aligned_alloc(alignment, bytes);
+  }
+  void release(void* block) override { std::free(block); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  int reserved = 0;
+};
+
+CountingMemory& test_memory() {
+  static CountingMemory m;
+  return m;
+}
+
+std::map<std::string, int>& calls() {
+  static std::map<std::string, int> c;
+  return c;
+}
+
+// The device's kernel of an op: every tensor must be on the device; the computation is the host's.
+kernels::KernelFn on_device() {
+  return [](const ops::Op& op, kernels::KernelCtx& c) {
+    for (const Tensor* t : c.inputs)
+      if (t && !(t->device() == kTestDevice)) c.fail("an input is on " + t->device().str());
+    for (const Tensor* t : c.outputs)
+      if (t && !(t->device() == kTestDevice)) c.fail("an output is on " + t->device().str());
+    calls()[c.node.op_type]++;
+    kernels::find_kernel(kCpu, c.node)(op, c);
+  };
+}
+
+// The ops an MLP with a squared-error loss and its gradient graph need.
+const bool kRegistered = [] {
+  CachingAllocator::register_device(kTestDevice, test_memory());
+  std::vector<kernels::KernelDef> defs;
+  for (const char* op : {"MatMul", "Add", "Relu", "Sub", "Mul", "ReduceMean", "Gemm", "ReduceSum", "Where", "Greater",
+                         "Reshape", "Shape", "Expand", "ConstantOfShape", "Concat", "Gather", "Slice", "Unsqueeze",
+                         "Cast", "Size", "Div", "Identity", "Squeeze", "Neg", "Transpose", "Sum"})
+    defs.push_back({"", op, on_device()});
+  defs.push_back({"com.onnxtrain", "Linear", on_device()});
+  defs.push_back({"com.onnxtrain", "FusedMatMul", on_device()});
+  return kernels::register_kernels(kTestDevice, defs);
+}();
+
+using test_graphs::add_input;
+using test_graphs::add_op;
+
+// loss = mean((relu(x W1 + b1) W2 - t)^2), the parameters graph inputs as onnxtrain.Module passes them.
+std::unique_ptr<ir::Graph> mlp_with_loss() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  Dim batch = Dim::symbol("batch");
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {batch, Dim(8)});
+  ir::Value* t = add_input(*g, "t", DType::kFloat32, {batch, Dim(4)});
+  ir::Value* w1 = add_input(*g, "w1", DType::kFloat32, {Dim(8), Dim(16)});
+  ir::Value* b1 = add_input(*g, "b1", DType::kFloat32, {Dim(16)});
+  ir::Value* w2 = add_input(*g, "w2", DType::kFloat32, {Dim(16), Dim(4)});
+  ir::Value* h = add_op(*g, "Relu", {add_op(*g, "Add", {add_op(*g, "MatMul", {x, w1}), b1})});
+  ir::Value* d = add_op(*g, "Sub", {add_op(*g, "MatMul", {h, w2}), t});
+  ir::Value* loss = g->add_value("loss");
+  g->add_node("ReduceMean", {add_op(*g, "Mul", {d, d})}, {loss}, {{"keepdims", int64_t(0)}})->opset = 20;
+  g->outputs.push_back(loss);
+  return g;
+}
+
+Tensor on(Device device, const Tensor& host) { return host.clone(&CachingAllocator::of(device)); }
+
+// SGD on `device`, returning each step's loss; `host_allocs`: allocations from the host's allocator during the steps.
+std::vector<float> train(Device device, int64_t* host_allocs) {
+  SessionOptions options;
+  options.device = device;
+  Session s(mlp_with_loss(), autodiff::TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
+  std::map<std::string, Tensor> params = {{"w1", on(device, test_graphs::pattern_tensor({8, 16}))},
+                                          {"b1", on(device, test_graphs::pattern_tensor({16}))},
+                                          {"w2", on(device, test_graphs::pattern_tensor({16, 4}))}};
+  Tensor x = on(device, test_graphs::pattern_tensor({32, 8}));
+  Tensor t = test_graphs::pattern_tensor({32, 4});
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = t.data<float>()[i] * 0.5f + 0.1f;
+  t = on(device, t);
+  std::vector<float> losses;
+  int64_t host_before = CachingAllocator::global().stats().num_allocs;
+  for (int step = 0; step < 30; ++step) {
+    std::map<std::string, Tensor> feeds = params;
+    feeds["x"] = x;
+    feeds["t"] = t;
+    auto [outs, state] = s.run_forward(feeds);
+    EXPECT_TRUE(outs.at("loss").device() == device);
+    losses.push_back(outs.at("loss").data<float>()[0]);
+    auto grads = s.run_backward(*state);
+    for (auto& [name, p] : params) {  // the device's memory is the host's: the test updates it in place
+      const Tensor& g = grads.at(name);
+      EXPECT_TRUE(g.device() == device);
+      for (int64_t i = 0; i < p.numel(); ++i) p.data<float>()[i] -= 0.2f * g.data<float>()[i];
+    }
+  }
+  *host_allocs = CachingAllocator::global().stats().num_allocs - host_before;
+  return losses;
+}
+
+TEST(SecondDevice, TrainsAnMlpEndToEndAsTheCpuDoes) {
+  calls().clear();
+  int64_t host_allocs = -1;
+  std::vector<float> on_device = train(kTestDevice, &host_allocs);
+  // Every buffer of the steps came from the device's allocator and memory.
+  EXPECT_GT(CachingAllocator::of(kTestDevice).stats().num_allocs, 100);
+  EXPECT_GT(test_memory().reserved, 0);
+  EXPECT_EQ(host_allocs, 0) << "the device session used host buffers";
+  EXPECT_GT(calls()["MatMul"], 0);
+  EXPECT_GT(calls()["Relu"], 0);
+  EXPECT_EQ(CachingAllocator::of(kTestDevice).stats().allocated, 0) << "every buffer returned";
+  std::vector<float> on_cpu = train(kCpu, &host_allocs);
+  EXPECT_GT(host_allocs, 100);
+  ASSERT_EQ(on_device.size(), on_cpu.size());
+  for (size_t i = 0; i < on_cpu.size(); ++i) EXPECT_EQ(on_device[i], on_cpu[i]) << "step " << i;
+  EXPECT_LT(on_device.back(), 0.5f * on_device.front());
+}
+
+TEST(SecondDevice, InputsOnAnotherDeviceAreRefused) {
+  SessionOptions options;
+  options.device = kTestDevice;
+  Session s(mlp_with_loss(), autodiff::TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
+  std::map<std::string, Tensor> feeds = {{"x", test_graphs::pattern_tensor({2, 8})},
+                                         {"t", test_graphs::pattern_tensor({2, 4})},
+                                         {"w1", test_graphs::pattern_tensor({8, 16})},
+                                         {"b1", test_graphs::pattern_tensor({16})},
+                                         {"w2", test_graphs::pattern_tensor({16, 4})}};
+  EXPECT_THROW(s.run_forward(feeds), InputError);
+}
+
+}  // namespace
+}  // namespace onnxtrain
