@@ -1,10 +1,10 @@
 """The memory timeline of a training step: bytes over the execution order, stacked by category (parameters,
-gradients, stash, recompute, transient), the forward/backward boundary marked, the predicted peak drawn."""
+gradients, stash, recompute, transient, kernel scratch), the forward/backward boundary marked, the predicted peak drawn."""
 
 import json
 import os
 
-CATEGORIES = ("stash", "recompute", "transient", "gradient")
+CATEGORIES = ("stash", "recompute", "transient", "scratch", "gradient")
 
 
 def save(timeline_json, path):

@@ -26,6 +26,15 @@ struct KernelCtx {
   uint64_t seed = 0;                  // for random ops: the run's seed and the node's key
   CachingAllocator* alloc = nullptr;  // the device's allocator (outputs and scratch)
   ops::InferCtx* shapes = nullptr;    // the run-time shape context of this call (concrete values)
+  char* scratch = nullptr;            // the bytes the kernel's ScratchFn asked for, from `alloc`, for this call
+  size_t scratch_bytes = 0;
+  // Scratch as an array of n T at byte `offset` (checked against what was declared).
+  template <typename T>
+  T* scratch_as(size_t offset, size_t n) const {
+    if (offset + n * sizeof(T) > scratch_bytes) scratch_overrun(offset + n * sizeof(T));
+    return reinterpret_cast<T*>(scratch + offset);
+  }
+  [[noreturn]] void scratch_overrun(size_t need) const;
   const Tensor& in(size_t i) const { return *inputs.at(i); }
   bool has(size_t i) const { return i < inputs.size() && inputs[i]; }
   Tensor& out(size_t i) const { return *outputs.at(i); }
@@ -34,33 +43,51 @@ struct KernelCtx {
 };
 
 using KernelFn = std::function<void(const ops::Op&, KernelCtx&)>;
-[[noreturn]] void attributes_mismatch(const KernelCtx& c);
+[[noreturn]] void attributes_mismatch();
 
 // A kernel of an op without attributes, and of an op whose attributes are A (ops::OpWith<A>).
 inline KernelFn kernel(void (*fn)(KernelCtx&)) {
   return [fn](const ops::Op&, KernelCtx& c) { fn(c); };
 }
+// The attributes of an op of class ops::OpWith<A>.
+template <typename A>
+const A& attrs_of(const ops::Op& op) {
+  auto* with = dynamic_cast<const ops::OpWith<A>*>(&op);
+  if (!with) attributes_mismatch();
+  return with->attrs;
+}
 template <typename A, typename F>
 KernelFn kernel_with(F fn) {  // fn(const A&, KernelCtx&), a lambda
-  return [fn](const ops::Op& op, KernelCtx& c) {
-    auto* with = dynamic_cast<const ops::OpWith<A>*>(&op);
-    if (!with) attributes_mismatch(c);
-    fn(with->attrs, c);
-  };
+  return [fn](const ops::Op& op, KernelCtx& c) { fn(attrs_of<A>(op), c); };
 }
 template <typename A>
 KernelFn kernel(void (*fn)(const A&, KernelCtx&)) {
   return kernel_with<A>(fn);
 }
+// The bytes of scratch a kernel needs beside its outputs, from the node's shapes and small values: symbolic when
+// the allocation plan is made, concrete when the node runs (one function: the plan counts what the run takes).
+using ScratchFn = std::function<Dim(const ops::Op&, ops::InferCtx& shapes)>;
+
 struct KernelDef {
   std::string domain;  // "" for ONNX's default domain
   std::string name;
   KernelFn fn;
+  ScratchFn scratch = nullptr;  // none: no scratch
+};
+
+// What runs a node on a device.
+struct Kernel {
+  KernelFn fn;
+  ScratchFn scratch;
 };
 // Registers kernels of one device (each kernel file does it once, from a static initializer).
 bool register_kernels(Device device, std::vector<KernelDef> defs);
 // The kernel of n's op on `device`; throws UnsupportedError when there is none.
-const KernelFn& find_kernel(Device device, const ir::Node& n);
-bool has_kernel(Device device, const std::string& domain, const std::string& name);
+const Kernel& find_kernel(Device device, const ir::Node& n);
+// The scratch bytes of n's kernel on `device` for n's symbolic shapes (Dim(0) without scratch; a symbol no binding
+// gives when they depend on data not known before a run).
+Dim scratch_bytes(Device device, const ir::Node& n);
+// The kernel of op `domain`.`name` on `device`, or nullptr.
+const Kernel* lookup_kernel(Device device, const std::string& domain, const std::string& name);
 
 }  // namespace onnxtrain::kernels

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "kernels/kernel.h"
 #include "ops/op.h"
 
 namespace onnxtrain::memory {
@@ -14,10 +15,15 @@ static Dim bytes_of(const ir::Value* v) {
   return shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype)));
 }
 
-AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace) {
+// Bytes the allocator hands out for a request (a zero-byte scratch is no request).
+static int64_t rounded(int64_t bytes) { return int64_t(CachingAllocator::round_size(size_t(bytes == 0 ? 1 : bytes))); }
+
+AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace,
+                                     Device device) {
   AllocationPlan p;
   p.steps_.resize(order.size());
   p.allocs_.resize(order.size());
+  p.scratch_.resize(order.size(), Dim(0));
   std::map<const ir::Value*, int> last_use;
   for (size_t s = 0; s < order.size(); ++s)
     for (const ir::Value* v : order[s]->inputs)
@@ -31,6 +37,7 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
   for (size_t s = 0; s < order.size(); ++s) {
     const ir::Node* n = order[s];
     p.steps_[s].node = n;
+    if (n->op && !n->op->is_view()) p.scratch_[s] = kernels::scratch_bytes(device, *n);
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       const ir::Value* out = n->outputs[i];
       if (!out) continue;
@@ -89,13 +96,13 @@ std::optional<std::vector<int64_t>> AllocationPlan::live_bytes(const Bindings& d
     for (const ir::Value* v : allocs_[s]) {
       auto b = values_.at(v).bytes.eval(dims);
       if (!b) return std::nullopt;
-      live += int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
+      live += rounded(*b);
     }
-    r.push_back(live);  // the peak within a step: outputs allocated, inputs not yet freed
-    for (const ir::Value* v : steps_[s].frees) {
-      auto b = values_.at(v).bytes.eval(dims);
-      live -= int64_t(CachingAllocator::round_size(size_t(*b == 0 ? 1 : *b)));
-    }
+    auto scratch = scratch_[s].eval(dims);
+    if (!scratch) return std::nullopt;
+    // The peak within a step: outputs and scratch allocated, inputs not yet freed.
+    r.push_back(live + (*scratch ? rounded(*scratch) : 0));
+    for (const ir::Value* v : steps_[s].frees) live -= rounded(*values_.at(v).bytes.eval(dims));
   }
   return r;
 }
@@ -123,6 +130,7 @@ std::string AllocationPlan::str() const {
         case AllocKind::kExternal: break;
       }
     }
+    if (!(scratch_[s] == Dim(0))) os << " | scratch " << scratch_[s].str() << " bytes";
     if (!steps_[s].frees.empty()) {
       os << " | free";
       for (const ir::Value* v : steps_[s].frees) os << " " << v->name;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dim.h"
 #include "ir/graph.h"
 
@@ -36,8 +37,10 @@ struct StepPlan {
 
 class AllocationPlan {
  public:
-  // Plans `order` (nodes of g, topologically sorted); in-place reuse can be switched off.
-  static AllocationPlan build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace = true);
+  // Plans `order` (nodes of g, topologically sorted) with the scratch of `device`'s kernels; in-place reuse can
+  // be switched off.
+  static AllocationPlan build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace = true,
+                              Device device = kCpu);
 
   const std::vector<StepPlan>& steps() const { return steps_; }
   const ValuePlan& value(const ir::Value* v) const { return values_.at(v); }
@@ -49,6 +52,8 @@ class AllocationPlan {
   std::optional<std::vector<int64_t>> live_bytes(const Bindings& dims) const;
   // Values whose buffers are allocated at step s (their sizes: value(v).bytes).
   const std::vector<const ir::Value*>& allocations(size_t s) const { return allocs_[s]; }
+  // The kernel scratch of step s: allocated after its outputs, freed when its kernel returns.
+  const Dim& scratch(size_t s) const { return scratch_[s]; }
   // One line per step: the node, what it allocates or reuses, what it frees.
   std::string str() const;
 
@@ -56,6 +61,7 @@ class AllocationPlan {
   std::vector<StepPlan> steps_;
   std::map<const ir::Value*, ValuePlan> values_;
   std::vector<std::vector<const ir::Value*>> allocs_;  // per step: roots allocated there
+  std::vector<Dim> scratch_;                           // per step: its kernel's scratch bytes
 };
 
 }  // namespace onnxtrain::memory

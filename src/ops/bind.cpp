@@ -23,24 +23,11 @@ std::vector<std::string> unsupported_ops(const ir::Graph& g) {
   return {r.begin(), r.end()};
 }
 
-static InputInfo info_of(const ir::Value* v) {
-  InputInfo in;
-  if (!v) return in;
-  in.present = true;
-  in.dtype = v->dtype;
-  in.shape = v->shape;
-  if (v->initializer) in.tensor = &*v->initializer;
-  in.value = v->sym_value;
-  return in;
-}
-
 bool infer_symbolic(ir::Graph& g, ir::Node& n) {
   std::vector<InputInfo> ins;
   bool known = true;
-  for (const ir::Value* v : n.inputs) {
-    known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
-    ins.push_back(info_of(v));
-  }
+  for (const ir::Value* v : n.inputs) known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
+  ins = symbolic_inputs(n);
   InferCtx ctx(n, std::move(ins), &g);
   try {
     if (!known) throw ShapeUnknown{"an input's shape"};

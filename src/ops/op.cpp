@@ -86,6 +86,20 @@ std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors)
   return r;
 }
 
+std::vector<InputInfo> symbolic_inputs(const ir::Node& n) {
+  std::vector<InputInfo> r(n.inputs.size());
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const ir::Value* v = n.inputs[i];
+    if (!v) continue;
+    r[i].present = true;
+    r[i].dtype = v->dtype;
+    r[i].shape = v->shape;
+    if (v->initializer) r[i].tensor = &*v->initializer;
+    r[i].value = v->sym_value;
+  }
+  return r;
+}
+
 void Op::grad(GradCtx& g) const { no_gradient(g); }
 
 Dim Op::flops(const ir::Node& n) const {  // one operation per output element

@@ -25,8 +25,9 @@ struct InputInfo {
   std::optional<std::vector<Dim>> value;           // symbolic elements
 };
 
-// The shape-function view of a node's inputs at run time.
+// The shape-function view of a node's inputs at run time, and before it (their symbolic shapes and values).
 std::vector<InputInfo> runtime_inputs(const std::vector<const Tensor*>& tensors);
+std::vector<InputInfo> symbolic_inputs(const ir::Node& n);
 
 struct OutputInfo {
   DType dtype = DType::kUndefined;

@@ -69,7 +69,10 @@ std::vector<std::map<std::string, int64_t>> Session::predicted_live(bool without
       held[v] = {category.count(v) ? category.at(v) : "transient", rounded};
       live[held[v].first] += rounded;
     }
-    at_peak.push_back(live);  // frees come at the step's end
+    auto scratch = plan.scratch(s).eval(dims);
+    if (!scratch) throw ConfigError("memory prediction: the scratch of step " + std::to_string(s) + " needs dims that were not given");
+    at_peak.push_back(live);  // frees come at the step's end; the kernel's scratch lives within the step
+    if (*scratch) at_peak.back()["scratch"] += int64_t(CachingAllocator::round_size(size_t(*scratch)));
     for (const ir::Value* v : plan.steps()[s].frees) {
       auto it = held.find(v);
       if (it != held.end()) live[it->second.first] -= it->second.second;
@@ -94,7 +97,8 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
   std::unique_ptr<runtime::MemoryRecorder> rec = std::move(recorder_);
   auto buffers = buffer_categories(*graph_, plan_, grad_value_names());
   auto category = [&](const ir::Value* v) -> std::string {  // unlabeled blocks are kernel scratch
-    auto it = v ? buffers.find(v) : buffers.end();
+    if (!v) return "scratch";
+    auto it = buffers.find(v);
     return it == buffers.end() ? "transient" : it->second;
   };
   const std::vector<runtime::AllocationEvent>& ev = rec->events();

@@ -92,13 +92,18 @@ static int64_t planned_peak(const memory::AllocationPlan& plan, const Bindings& 
 }
 
 void Session::init() {
-  if (options_.optimize) passes::run_passes(*graph_, passes::default_passes());
+  if (options_.optimize) {
+    passes::run_passes(*graph_, passes::default_passes());
+    // Folded constants (a Resize's scales, say) can make shapes known that were not: infer them again. (A
+    // training graph was inferred after the forward graph's passes already.)
+    if (!training_) kernels::infer_shapes(*graph_);
+  }
   // Recompute clones go in after the passes (common-subexpression elimination would merge them back).
   if (training_) {
     unplanned_graph_ = graph_->clone();
     std::vector<const ir::Node*> order;
     execution_order(*unplanned_graph_, &order);
-    unplanned_plan_ = memory::AllocationPlan::build(*unplanned_graph_, order, options_.allow_inplace);
+    unplanned_plan_ = memory::AllocationPlan::build(*unplanned_graph_, order, options_.allow_inplace, alloc_->device());
     memory::RecomputeOptions ro;
     ro.config = memory::parse_config(options_.memory_config);
     ro.level = options_.memory_level;
@@ -109,13 +114,13 @@ void Session::init() {
       execution_order(g, &order);
       int64_t params = parameter_bytes(g, wrt_, options_.memory_dims);
       return int64_t(double(params) * (1 + options_.optimizer_state_factor)) +
-             planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace), options_.memory_dims);
+             planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace, alloc_->device()), options_.memory_dims);
     };
     report_ = memory::apply_recompute(*graph_, ro);
   }
   std::vector<const ir::Node*> order;
   boundary_ = execution_order(*graph_, &order);
-  plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace);
+  plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace, alloc_->device());
   if (!(alloc_->device() == kCpu))
     for (const ir::Value* v : graph_->initializers) device_initializers_[v] = v->initializer->clone(alloc_);
 }
@@ -191,6 +196,7 @@ std::string MemoryPrediction::str() const {
   return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " + mib(optimizer_state) +
          " + " + mib(peak) + " during the step (at its highest: stash " + mib(part("stash")) + ", gradients " +
          mib(part("gradient")) + ", recomputed " + mib(part("recompute")) + ", transient " + mib(part("transient")) +
+         (part("scratch") ? ", kernel scratch " + mib(part("scratch")) : std::string()) +
          "; the whole stash " + mib(stash) + ")";
 }
 

@@ -39,16 +39,22 @@ std::map<std::string, int>& calls() {
   return c;
 }
 
-// The device's kernel of an op: every tensor must be on the device; the computation is the host's.
-kernels::KernelFn on_device() {
-  return [](const ops::Op& op, kernels::KernelCtx& c) {
+// The device's kernel of an op: every tensor must be on the device; the computation (and its scratch) is the
+// host's kernel's.
+kernels::KernelDef on_device(const std::string& domain, const std::string& name) {
+  auto host = [domain, name] { return kernels::lookup_kernel(kCpu, domain, name); };
+  auto run = [host](const ops::Op& op, kernels::KernelCtx& c) {
     for (const Tensor* t : c.inputs)
       if (t && !(t->device() == kTestDevice)) c.fail("an input is on " + t->device().str());
     for (const Tensor* t : c.outputs)
       if (t && !(t->device() == kTestDevice)) c.fail("an output is on " + t->device().str());
     calls()[c.node.op_type]++;
-    kernels::find_kernel(kCpu, c.node)(op, c);
+    host()->fn(op, c);
   };
+  auto scratch = [host](const ops::Op& op, ops::InferCtx& shapes) {
+    return host()->scratch ? host()->scratch(op, shapes) : Dim(0);
+  };
+  return {domain, name, run, scratch};
 }
 
 // The ops an MLP with a squared-error loss and its gradient graph need.
@@ -58,9 +64,9 @@ const bool kRegistered = [] {
   for (const char* op : {"MatMul", "Add", "Relu", "Sub", "Mul", "ReduceMean", "Gemm", "ReduceSum", "Where", "Greater",
                          "Reshape", "Shape", "Expand", "ConstantOfShape", "Concat", "Gather", "Slice", "Unsqueeze",
                          "Cast", "Size", "Div", "Identity", "Squeeze", "Neg", "Transpose", "Sum"})
-    defs.push_back({"", op, on_device()});
-  defs.push_back({"com.onnxtrain", "Linear", on_device()});
-  defs.push_back({"com.onnxtrain", "FusedMatMul", on_device()});
+    defs.push_back(on_device("", op));
+  defs.push_back(on_device("com.onnxtrain", "Linear"));
+  defs.push_back(on_device("com.onnxtrain", "FusedMatMul"));
   return kernels::register_kernels(kTestDevice, defs);
 }();
 

@@ -89,3 +89,90 @@ def test_a_recorded_step_matches_its_prediction(gpt):
     steps = t["steps"]
     assert len(steps) > t["boundary"] and steps[0]["node"] and steps[-1]["part"] == "backward"
     assert max(sum(s["live"].values()) for s in steps) == t["measured_peak"]
+
+
+class SegNet(torch.nn.Module):
+    """Conv, BatchNorm, max pooling, Resize (bilinear up-sampling) and a per-pixel loss: kernels with scratch
+    (im2col, the resampling stages, the loss's per-element terms) whose bytes the plan counts."""
+
+    def __init__(self, classes=4):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Conv2d(8, classes, 1)
+
+    def forward(self, x, target):  # x: (B, 3, H, W), target: (B, H, W)
+        h = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.conv1(x))), 2)
+        h = torch.nn.functional.interpolate(torch.relu(self.conv2(h)), scale_factor=2, mode="bilinear")
+        return torch.nn.functional.cross_entropy(self.head(h), target)
+
+
+@pytest.fixture(scope="module")
+def segnet(tmp_path_factory):
+    torch.manual_seed(0)
+    m = SegNet().train()
+    x, target = torch.randn(2, 3, 8, 8), torch.randint(0, 4, (2, 8, 8))
+    axes = {"x": {0: "batch", 2: "h", 3: "w"}, "target": {0: "batch", 1: "h", 2: "w"}}
+    path = export_training(m, (x, target), str(tmp_path_factory.mktemp("segnet") / "m.onnx"), ["x", "target"], axes,
+                           ["loss"])
+    model = onnx.load(path)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Conv", "BatchNormalization", "MaxPool", "Resize", "SoftmaxCrossEntropyLoss"} <= ops
+    wrt = [i.name for i in model.graph.initializer if i.name in dict(m.named_parameters())]
+    return model.SerializeToString(), wrt
+
+
+def seg_batch(b, side):
+    rng = np.random.default_rng(side)
+    return {"x": rng.standard_normal((b, 3, side, side)).astype(np.float32),
+            "target": rng.integers(0, 4, (b, side, side))}
+
+
+def measured_peak(run):
+    onnxtrain.reset_peak_stats()
+    base = onnxtrain.allocator_stats()["allocated"]
+    run()
+    return onnxtrain.allocator_stats()["peak_allocated"] - base
+
+
+@pytest.mark.parametrize("b,side", [(2, 16), (3, 24)])
+def test_cnn_forward_peak_equals_the_allocators(segnet, b, side):
+    session = onnxtrain.Session.from_bytes(segnet[0])
+    feeds = seg_batch(b, side)
+    predicted = session.predicted_peak({"x": [b, 3, side, side], "target": [b, side, side]})
+    assert measured_peak(lambda: session.run(feeds)) == predicted
+
+
+@pytest.mark.parametrize("b,side", [(2, 16), (3, 24)])
+def test_cnn_training_peak_equals_the_allocators(segnet, b, side):
+    model, wrt = segnet
+    session = onnxtrain.Session.for_training(model, wrt, "loss")
+    predicted = session.predict_memory({"batch": b, "h": side, "w": side})
+    assert predicted["at_peak"].get("scratch", 0) >= 0
+    assert measured_peak(lambda: train_step(session, None, seg_batch(b, side))) == predicted["peak"]
+
+
+def test_kernel_scratch_is_its_own_category(segnet):
+    model, wrt = segnet
+    session = onnxtrain.Session.for_training(model, wrt, "loss")
+    dims = {"batch": 2, "h": 16, "w": 16}
+    session.start_memory_recording()
+    train_step(session, None, seg_batch(2, 16))
+    t = json.loads(session.stop_memory_recording(dims))
+    assert t["measured_peak"] == t["predicted_peak"]
+    scratch = [e for e in t["events"] if e["category"] == "scratch" and e["bytes"] > 0]
+    assert scratch and all(not e["value"] for e in scratch)
+    predicted = json.loads(session.memory_timeline(dims))
+    assert any(s["live"].get("scratch", 0) > 0 for s in predicted["steps"])
+
+
+@pytest.mark.parametrize("b", [2, 5])
+def test_gpt_forward_peak_equals_the_allocators(tmp_path, b):
+    torch.manual_seed(0)
+    m = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32, dropout=0.1)).train()
+    idx = torch.randint(0, 65, (2, 16))
+    path = export_training(m, (idx, idx), str(tmp_path / "m.onnx"), ["idx", "target"], AXES, ["loss"])
+    session = onnxtrain.Session.from_bytes(onnx.load(path).SerializeToString())
+    predicted = session.predicted_peak({"idx": [b, 16], "target": [b, 16]})
+    assert predicted and measured_peak(lambda: session.run(batch(b))) == predicted

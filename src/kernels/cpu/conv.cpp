@@ -79,15 +79,15 @@ void conv(const ops::ConvAttrs& at, KernelCtx& c) {
   ConvGeometry g = geometry(at.window(W.dims()), X.dims(), W.dims(), at.group);
   dispatch<kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    std::vector<T> cols(size_t(g.rows * g.out_size));  // (C/G * K, out_size)
+    T* cols = c.scratch_as<T>(0, size_t(g.rows * g.out_size));  // (C/G * K, out_size)
     T* Y = c.out(0).data<T>();
     const T* B = c.has(2) ? c.in(2).data<T>() : nullptr;
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols.data());
+        im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols);
         T* yg = Y + (n * g.m + grp * g.mg) * g.out_size;
         gemm<T>(false, false, g.mg, g.out_size, g.rows, T(1), W.data<T>() + grp * g.mg * g.rows, g.rows,
-                         cols.data(), g.out_size, T(0), yg, g.out_size);
+                         cols, g.out_size, T(0), yg, g.out_size);
         if (B)
           for (int64_t m = 0; m < g.mg; ++m)
             for (int64_t o = 0; o < g.out_size; ++o) yg[m * g.out_size + o] += B[grp * g.mg + m];
@@ -100,7 +100,7 @@ void conv_grad(const ops::ConvAttrs& at, KernelCtx& c) {
   ConvGeometry g = geometry(at.window(W.dims()), X.dims(), W.dims(), at.group);
   dispatch<kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    std::vector<T> cols(size_t(g.rows * g.out_size));
+    T* cols = c.scratch_as<T>(0, size_t(g.rows * g.out_size));  // (C/G * K, out_size)
     T* dX = c.wants(0) ? c.out(0).data<T>() : nullptr;
     T* dW = c.wants(1) ? c.out(1).data<T>() : nullptr;
     T* dB = c.wants(2) ? c.out(2).data<T>() : nullptr;
@@ -112,14 +112,14 @@ void conv_grad(const ops::ConvAttrs& at, KernelCtx& c) {
         const T* dyg = dY.data<T>() + (n * g.m + grp * g.mg) * g.out_size;  // (M/G, out_size)
         const T* wg = W.data<T>() + grp * g.mg * g.rows;                     // (M/G, rows)
         if (dW) {  // dW += dY cols^T
-          im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols.data());
-          gemm<T>(false, true, g.mg, g.rows, g.out_size, T(1), dyg, g.out_size, cols.data(), g.out_size, T(1),
+          im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols);
+          gemm<T>(false, true, g.mg, g.rows, g.out_size, T(1), dyg, g.out_size, cols, g.out_size, T(1),
                            dW + grp * g.mg * g.rows, g.rows);
         }
         if (dX) {  // cols = W^T dY, scattered back onto the input
-          gemm<T>(true, false, g.rows, g.out_size, g.mg, T(1), wg, g.rows, dyg, g.out_size, T(0), cols.data(),
+          gemm<T>(true, false, g.rows, g.out_size, g.mg, T(1), wg, g.rows, dyg, g.out_size, T(0), cols,
                            g.out_size);
-          col2im(g, cols.data(), dX + (n * g.c + grp * g.cg) * g.in_size);
+          col2im(g, cols, dX + (n * g.c + grp * g.cg) * g.in_size);
         }
         if (dB)
           for (int64_t m = 0; m < g.mg; ++m)
@@ -128,7 +128,19 @@ void conv_grad(const ops::ConvAttrs& at, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {{"", "Conv", kernel(conv)}, {"com.onnxtrain", "ConvGrad", kernel(conv_grad)}});
+// The im2col buffer, (C/G * K, out_size): from W (M, C/G, k...) and the spatial dims of the output (Conv) or of
+// dY (ConvGrad, input 0).
+Dim cols_bytes(const ops::InferCtx& shapes, size_t w, const Shape& out) {
+  const Shape& ws = shapes.shape(w);
+  Dim n = shape_numel(Shape(ws.begin() + 1, ws.end())) * shape_numel(Shape(out.begin() + 2, out.end()));
+  return n * Dim(int64_t(dtype_size(shapes.dtype(0))));
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "Conv", kernel(conv),
+     [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 1, s.outputs()[0].shape); }},
+    {"com.onnxtrain", "ConvGrad", kernel(conv_grad), [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 2, s.shape(0)); }},
+});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

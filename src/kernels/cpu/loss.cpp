@@ -18,11 +18,11 @@ void loss(const LossAttrs& a, KernelCtx& c) {
   dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* w = c.has(2) ? c.in(2).data<T>() : nullptr;
-    // log-probabilities: the input itself (NLL) or its log-softmax over C.
-    std::vector<T> logp_buf;
+    T* per = c.scratch_as<T>(0, size_t(n * d));  // (N, d...)
+    // log-probabilities: the input itself (NLL) or its log-softmax over C (into output 1, else scratch).
     const T* lp = x.data<T>();
     if (a.softmax) {
-      T* dst = c.wants(1) ? c.out(1).data<T>() : (logp_buf.resize(size_t(x.numel())), logp_buf.data());
+      T* dst = c.wants(1) ? c.out(1).data<T>() : c.scratch_as<T>(size_t(n * d) * sizeof(T), size_t(x.numel()));
       const T* xp = x.data<T>();
       for (int64_t b = 0; b < n; ++b)
         for (int64_t j = 0; j < d; ++j) {
@@ -35,31 +35,43 @@ void loss(const LossAttrs& a, KernelCtx& c) {
         }
       lp = dst;
     }
-    std::vector<T> per(size_t(n * d));  // (N, d...)
     double total = 0, wsum = 0;
     for (int64_t b = 0; b < n; ++b)
       for (int64_t j = 0; j < d; ++j) {
         int64_t t = labels[size_t(b * d + j)];
         if (a.has_ignore && t == a.ignore_index) {
-          per[size_t(b * d + j)] = T(0);
+          per[b * d + j] = T(0);
           continue;
         }
         if (t < 0 || t >= cls)
           c.fail("label " + std::to_string(t) + " is out of range for " + std::to_string(cls) + " classes");
         T wt = w ? w[t] : T(1);
-        per[size_t(b * d + j)] = -lp[(b * cls + t) * d + j] * wt;
-        total += double(per[size_t(b * d + j)]);
+        per[b * d + j] = -lp[(b * cls + t) * d + j] * wt;
+        total += double(per[b * d + j]);
         wsum += double(wt);
       }
     T* out = c.out(0).data<T>();
-    if (a.reduction == LossAttrs::kNone) std::copy(per.begin(), per.end(), out);
+    if (a.reduction == LossAttrs::kNone) std::copy(per, per + n * d, out);
     else if (a.reduction == LossAttrs::kSum) out[0] = T(total);
     else out[0] = T(wsum == 0 ? 0.0 : total / wsum);
   });
 }
 
-const bool kRegistered = register_kernels(
-    kCpu, {{"", "NegativeLogLikelihoodLoss", kernel(loss)}, {"", "SoftmaxCrossEntropyLoss", kernel(loss)}});
+// The per-element losses (N, d...), and the log-probabilities when they are not an output (N, C, d...).
+Dim loss_scratch(const ops::Op& op, ops::InferCtx& s) {
+  const auto& a = attrs_of<LossAttrs>(op);
+  Shape per = s.shape(0);
+  per.erase(per.begin() + 1);
+  Dim n = shape_numel(per);
+  const auto& outs = s.node().outputs;
+  if (a.softmax && (outs.size() < 2 || !outs[1])) n = n + shape_numel(s.shape(0));
+  return n * Dim(int64_t(dtype_size(s.dtype(0))));
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch},
+    {"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch},
+});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -68,6 +68,20 @@ T reduce_row(Kind kind, const T* x, int64_t n) {
   return T(s);
 }
 
+// Summing leading axes (bias gradients: (B*T, C) -> C) runs down the columns, with no transposed copy.
+bool leading_sum(const std::vector<bool>& m, Kind kind, DType t) {
+  size_t lead = 0;
+  while (lead < m.size() && m[lead]) ++lead;
+  bool leading = lead > 0 && std::all_of(m.begin() + long(lead), m.end(), [](bool b) { return !b; });
+  return leading && kind == Kind::kSum && dtype_is_float(t);
+}
+
+// Otherwise the reduced axes are moved last (a copy into scratch) unless they are last already.
+bool moves(const std::vector<bool>& m, Kind kind, DType t) {
+  bool trailing = std::is_sorted(m.begin(), m.end());  // kept axes (false) first, then reduced ones
+  return !trailing && !leading_sum(m, kind, t);
+}
+
 void reduce(const ops::ReduceAttrs& at, KernelCtx& c) {
   auto m = at.mask(*c.shapes);
   const Tensor& x = c.in(0);
@@ -81,13 +95,7 @@ void reduce(const ops::ReduceAttrs& at, KernelCtx& c) {
   for (size_t i = 0; i < m.size(); ++i)
     if (m[i]) len *= x.dims()[i];
   int64_t rows = c.out(0).numel();
-  bool identity = true;
-  for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == int64_t(i);
-  // Summing leading axes (bias gradients: (B*T, C) -> C) runs down the columns, with no transposed copy.
-  size_t lead = 0;
-  while (lead < m.size() && m[lead]) ++lead;
-  bool leading = lead > 0 && std::all_of(m.begin() + long(lead), m.end(), [](bool b) { return !b; });
-  if (leading && at.kind == Kind::kSum && dtype_is_float(x.dtype()))
+  if (leading_sum(m, at.kind, x.dtype()))
     return dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = x.data<T>();
@@ -109,17 +117,16 @@ void reduce(const ops::ReduceAttrs& at, KernelCtx& c) {
   dispatch<kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = x.data<T>();
-    std::vector<T> moved;
-    if (!identity) {
+    if (moves(m, at.kind, x.dtype())) {
       auto st = contiguous_strides(x.dims());
       std::vector<int64_t> pd, ps;
       for (auto p : perm) {
         pd.push_back(x.dims()[size_t(p)]);
         ps.push_back(st[size_t(p)]);
       }
-      moved.resize(size_t(x.numel()));
-      strided_copy(moved.data(), src, pd, ps);
-      src = moved.data();
+      T* moved = c.scratch_as<T>(0, size_t(x.numel()));  // x with the reduced axes last
+      strided_copy(moved, src, pd, ps);
+      src = moved;
     }
     T* out = c.out(0).data<T>();
     parallel_for(rows, len, [&](int64_t b, int64_t e) {
@@ -149,11 +156,19 @@ void arg_reduce(const ops::ArgReduceAttrs& at, KernelCtx& c) {
   });
 }
 
+Dim reduce_scratch(const ops::Op& op, ops::InferCtx& s) {
+  const auto& at = attrs_of<ops::ReduceAttrs>(op);
+  if (!moves(at.mask(s), at.kind, s.dtype(0))) return Dim(0);
+  return shape_numel(s.shape(0)) * Dim(int64_t(dtype_size(s.dtype(0))));
+}
+
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "ReduceSum", kernel(reduce)}, {"", "ReduceMean", kernel(reduce)}, {"", "ReduceMax", kernel(reduce)},
-    {"", "ReduceMin", kernel(reduce)}, {"", "ReduceProd", kernel(reduce)}, {"", "ReduceL1", kernel(reduce)},
-    {"", "ReduceL2", kernel(reduce)}, {"", "ReduceSumSquare", kernel(reduce)}, {"", "ReduceLogSum", kernel(reduce)},
-    {"", "ReduceLogSumExp", kernel(reduce)}, {"", "ArgMax", kernel(arg_reduce)}, {"", "ArgMin", kernel(arg_reduce)},
+    {"", "ReduceSum", kernel(reduce), reduce_scratch}, {"", "ReduceMean", kernel(reduce), reduce_scratch},
+    {"", "ReduceMax", kernel(reduce), reduce_scratch}, {"", "ReduceMin", kernel(reduce), reduce_scratch},
+    {"", "ReduceProd", kernel(reduce), reduce_scratch}, {"", "ReduceL1", kernel(reduce), reduce_scratch},
+    {"", "ReduceL2", kernel(reduce), reduce_scratch}, {"", "ReduceSumSquare", kernel(reduce), reduce_scratch},
+    {"", "ReduceLogSum", kernel(reduce), reduce_scratch}, {"", "ReduceLogSumExp", kernel(reduce), reduce_scratch},
+    {"", "ArgMax", kernel(arg_reduce)}, {"", "ArgMin", kernel(arg_reduce)},
 });
 
 }  // namespace

@@ -87,21 +87,40 @@ std::vector<Tap> make_taps(const ops::ResizeAttrs& at, int64_t in, int64_t out, 
   return taps;
 }
 
+// Resampling one axis at a time goes through the stages prod(in[:a]) * prod(out[a:]) (the forward from a = rank down
+// to 0, the gradient from 0 up), in double: two scratch buffers of the largest stage, used in turn.
+template <typename D>
+D largest_stage(const std::vector<D>& in, const std::vector<D>& out, D (*max)(const D&, const D&)) {
+  D best = D(0);
+  for (size_t a = 0; a <= in.size(); ++a) {
+    D n = D(1);
+    for (size_t i = 0; i < in.size(); ++i) n = n * (i < a ? in[i] : out[i]);
+    best = max(best, n);
+  }
+  return best;
+}
+
+// The two stage buffers, each of the largest stage, in the kernel's scratch.
+std::pair<double*, double*> stage_buffers(const KernelCtx& c, const std::vector<int64_t>& in,
+                                          const std::vector<int64_t>& out) {
+  size_t n = size_t(largest_stage<int64_t>(in, out, [](const int64_t& a, const int64_t& b) { return std::max(a, b); }));
+  return {c.scratch_as<double>(0, n), c.scratch_as<double>(n * sizeof(double), n)};
+}
+
 void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
   const Tensor& X = c.in(0);
   auto g = *at.geometry(*c.shapes, X.dims());
   dispatch<kNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    std::vector<double> cur(X.numel());
+    auto [cur, next] = stage_buffers(c, X.dims(), g.out);
     const T* xp = X.data<T>();
-    for (int64_t i = 0; i < X.numel(); ++i) cur[size_t(i)] = double(xp[i]);
+    for (int64_t i = 0; i < X.numel(); ++i) cur[i] = double(xp[i]);
     std::vector<int64_t> dims = X.dims();
     for (int64_t a = X.rank() - 1; a >= 0; --a) {
       if (at.unchanged(g, a, dims[size_t(a)])) continue;
       auto taps = make_taps(at, dims[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
       ops::AxisView v = ops::axis_view(dims, a);
       int64_t no = g.out[size_t(a)];
-      std::vector<double> next(size_t(v.outer * no * v.inner));
       for (int64_t o = 0; o < v.outer; ++o)
         for (int64_t j = 0; j < no; ++j) {
           const Tap& t = taps[size_t(j)];
@@ -109,15 +128,15 @@ void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
             double acc = 0;
             if (t.extrapolate) acc = at.extrapolation;
             else
-              for (size_t k = 0; k < t.index.size(); ++k) acc += t.weight[k] * cur[size_t((o * v.n + t.index[k]) * v.inner + i)];
-            next[size_t((o * no + j) * v.inner + i)] = acc;
+              for (size_t k = 0; k < t.index.size(); ++k) acc += t.weight[k] * cur[(o * v.n + t.index[k]) * v.inner + i];
+            next[(o * no + j) * v.inner + i] = acc;
           }
         }
-      cur.swap(next);
+      std::swap(cur, next);
       dims[size_t(a)] = no;
     }
     T* y = c.out(0).data<T>();
-    for (size_t i = 0; i < cur.size(); ++i) y[i] = T(std::is_integral_v<T> ? std::nearbyint(cur[i]) : cur[i]);
+    for (int64_t i = 0; i < c.out(0).numel(); ++i) y[i] = T(std::is_integral_v<T> ? std::nearbyint(cur[i]) : cur[i]);
   });
 }
 
@@ -129,32 +148,46 @@ void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
   dispatch<kFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy = dY.data<T>();
-    std::vector<double> cur(dy, dy + dY.numel());
+    auto [cur, next] = stage_buffers(c, in, g.out);
+    std::copy(dy, dy + dY.numel(), cur);
     std::vector<int64_t> dims = g.out;
     for (int64_t a = 0; a < int64_t(in.size()); ++a) {  // the forward's last axis resampled first
       if (at.unchanged(g, a, in[size_t(a)])) continue;
       auto taps = make_taps(at, in[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
       ops::AxisView v = ops::axis_view(dims, a);
       int64_t ni = in[size_t(a)];
-      std::vector<double> next(size_t(v.outer * ni * v.inner), 0.0);
+      std::fill(next, next + v.outer * ni * v.inner, 0.0);
       for (int64_t o = 0; o < v.outer; ++o)
         for (int64_t j = 0; j < v.n; ++j) {
           const Tap& t = taps[size_t(j)];
           if (t.extrapolate) continue;  // a constant: no gradient
           for (size_t k = 0; k < t.index.size(); ++k)
             for (int64_t i = 0; i < v.inner; ++i)
-              next[size_t((o * ni + t.index[k]) * v.inner + i)] += t.weight[k] * cur[size_t((o * v.n + j) * v.inner + i)];
+              next[(o * ni + t.index[k]) * v.inner + i] += t.weight[k] * cur[(o * v.n + j) * v.inner + i];
         }
-      cur.swap(next);
+      std::swap(cur, next);
       dims[size_t(a)] = ni;
     }
     T* dx = c.out(0).data<T>();
-    for (size_t i = 0; i < cur.size(); ++i) dx[i] = T(cur[i]);
+    for (int64_t i = 0; i < c.out(0).numel(); ++i) dx[i] = T(cur[i]);
   });
 }
 
-const bool kRegistered =
-    register_kernels(kCpu, {{"", "Resize", kernel(resize)}, {"com.onnxtrain", "ResizeGrad", kernel(resize_grad)}});
+Dim resize_scratch(const ops::InferCtx& s, const Shape& in, const Shape& out) {
+  if (in.size() != out.size()) s.fail("input " + shape_str(in) + " and output " + shape_str(out) + " differ in rank");
+  return Dim(2 * int64_t(sizeof(double))) * largest_stage<Dim>(in, out, [](const Dim& a, const Dim& b) { return Dim::max(a, b); });
+}
+
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "Resize", kernel(resize),
+     [](const ops::Op&, ops::InferCtx& s) { return resize_scratch(s, s.shape(0), s.outputs()[0].shape); }},
+    {"com.onnxtrain", "ResizeGrad", kernel(resize_grad),
+     [](const ops::Op&, ops::InferCtx& s) {
+       const std::vector<Dim>* x = s.value(0);
+       if (!x) s.fail("the shape of X is not known");
+       return resize_scratch(s, Shape(x->begin(), x->end()), s.shape(4));
+     }},
+});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

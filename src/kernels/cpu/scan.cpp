@@ -12,9 +12,13 @@ namespace {
 
 void cum_sum(const ops::CumSumAttrs& at, KernelCtx& c) {
   const Tensor& x0 = c.in(0);
-  Tensor counted = x0.dtype() == DType::kBool ? Tensor(DType::kInt64, x0.dims()) : Tensor();
-  if (counted.defined())
-    for (int64_t i = 0; i < x0.numel(); ++i) counted.data<int64_t>()[i] = x0.data<bool>()[i];
+  // A bool input counts its true values (as int64, in scratch).
+  Tensor counted;
+  if (x0.dtype() == DType::kBool) {
+    int64_t* n = c.scratch_as<int64_t>(0, size_t(x0.numel()));
+    for (int64_t i = 0; i < x0.numel(); ++i) n[i] = x0.data<bool>()[i];
+    counted = Tensor(DType::kInt64, x0.dims(), Storage::borrow(n, c.scratch_bytes, nullptr));
+  }
   const Tensor& x = counted.defined() ? counted : x0;
   int64_t a = c.in(1).to_int64()[0];
   if (a < -x.rank() || a >= x.rank()) c.fail("axis " + std::to_string(a) + " out of range for " + dims_str(x.dims()));
@@ -71,7 +75,13 @@ void top_k(const ops::TopKAttrs& at, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {{"", "CumSum", kernel(cum_sum)}, {"", "TopK", kernel(top_k)}});
+const bool kRegistered = register_kernels(kCpu, {
+    {"", "CumSum", kernel(cum_sum),
+     [](const ops::Op&, ops::InferCtx& s) {
+       return s.dtype(0) == DType::kBool ? shape_numel(s.shape(0)) * Dim(int64_t(sizeof(int64_t))) : Dim(0);
+     }},
+    {"", "TopK", kernel(top_k)},
+});
 
 }  // namespace
 }  // namespace onnxtrain::kernels
