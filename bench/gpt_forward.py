@@ -9,10 +9,10 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import onnxtrain  # noqa: E402
 from export_util import export  # noqa: E402
-from models import GPT  # noqa: E402
+from gpt import GPT  # noqa: E402
 
 
 def median_ms(fn, reps):

@@ -10,9 +10,11 @@ import onnx
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import onnxtrain  # noqa: E402
 from export_util import export_training  # noqa: E402
-from models import GPT, WithLoss  # noqa: E402
+from gpt import GPT  # noqa: E402
+from models import WithLoss  # noqa: E402
 
 
 def torch_saved_bytes(module, args, params):

@@ -15,9 +15,8 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
-import onnxtrain  # noqa: E402
-from models import GPT  # noqa: E402
+import onnxtrain
+from gpt import GPT
 
 
 def load_text(folder="/usr/share/common-licenses"):

@@ -1,8 +1,9 @@
 import os
 import sys
 
-# The tests' helper modules (models, export_util) sit beside them.
+# The tests' helper modules (models, export_util) sit beside them; the example's model in examples/.
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
