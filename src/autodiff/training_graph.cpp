@@ -45,19 +45,11 @@ class Engine {
                       ir::Attributes attrs, const std::string& domain, std::vector<ir::Value*>* outs) {
     for (size_t i = 0; i < outputs; ++i) outs->push_back(g_.add_value(g_.unique_name("grad")));
     ir::Node* n = g_.add_node(type, inputs, *outs, std::move(attrs), g_.unique_name(type + "_grad"));
-    // The shape of a forward value is taken in the forward part: the backward part then
-    // keeps a few integers instead of the whole activation.
+    // The shape of a forward value is taken in the forward part (the schedule runs it right after the value is
+    // made): the backward part then keeps a few integers instead of the whole activation.
     const ir::Value* in = inputs.empty() ? nullptr : inputs[0];
     bool backward_value = in && ((in->producer && in->producer->backward) || backward_inputs_.count(in));
-    bool shape_of_forward = (type == "Shape" || type == "Size") && in && !backward_value;
-    n->backward = !shape_of_forward;
-    if (shape_of_forward) {  // right after the value is made, so that the shape does not keep it alive
-      auto& nodes = g_.nodes();
-      size_t at = 0;
-      for (size_t i = 0; i < nodes.size(); ++i)
-        if (nodes[i].get() == in->producer) at = i + 1;
-      if (nodes[at].get() != n) g_.move_before({n}, nodes[at].get());
-    }
+    n->backward = !((type == "Shape" || type == "Size") && in && !backward_value);
     n->domain = domain;
     n->opset = domain.empty() ? opset_ : 1;
     ops::bind_node(*n);

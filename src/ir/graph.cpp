@@ -139,17 +139,6 @@ void Graph::remove_nodes(const std::function<bool(const Node&)>& drop) {
   nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return is_dropped(n.get()); }), nodes_.end());
 }
 
-void Graph::move_before(const std::vector<Node*>& moved, const Node* anchor) {
-  std::vector<std::unique_ptr<Node>> taken(moved.size());
-  for (size_t i = 0; i < moved.size(); ++i) {
-    auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return n.get() == moved[i]; });
-    taken[i] = std::move(*it);
-    nodes_.erase(it);
-  }
-  auto at = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return n.get() == anchor; });
-  nodes_.insert(at, std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
-}
-
 void Graph::sort_nodes() {
   std::vector<std::unique_ptr<Node>> sorted;
   std::map<const Node*, size_t> index;

@@ -75,8 +75,6 @@ class Graph {
   std::string unique_name(const std::string& base);
   // Removes nodes for which `drop` is true (their outputs must have no remaining readers).
   void remove_nodes(const std::function<bool(const Node&)>& drop);
-  // Moves `moved` (in their order) to stand right before `anchor`.
-  void move_before(const std::vector<Node*>& moved, const Node* anchor);
   // Orders nodes so that producers come before readers, keeping the existing order otherwise.
   void sort_nodes();
   // Makes every reader of `from` read `to` instead (graph outputs included).

@@ -190,24 +190,19 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
     k->random_key = n->random_key.empty() ? n->name : n->random_key;  // the same dropout mask
     clones.push_back(k);
   }
-  // Backward readers of the target read the clone; the first of them anchors the clones.
+  // Backward readers of the target read the clone (the schedule runs the clones just before the first of them).
   ir::Value* target = const_cast<ir::Value*>(c.target);
   ir::Value* clone = clone_of.at(target);
-  const ir::Node* first = nullptr;
   std::set<const ir::Node*> rewired;
   for (auto& n : g.nodes()) {
     if (!n->backward || std::find(clones.begin(), clones.end(), n.get()) != clones.end()) continue;
     for (ir::Value*& in : n->inputs)
       if (in == target) in = clone, rewired.insert(n.get());
-    if (rewired.count(n.get())) {
-      clone->consumers.push_back(n.get());
-      if (!first) first = n.get();
-    }
+    if (rewired.count(n.get())) clone->consumers.push_back(n.get());
   }
   target->consumers.erase(std::remove_if(target->consumers.begin(), target->consumers.end(),
                                          [&](const ir::Node* n) { return rewired.count(n) != 0; }),
                           target->consumers.end());
-  if (!clones.empty()) g.move_before(clones, first);  // (reused clones get ordered by the final sort)
 }
 
 std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
@@ -316,7 +311,7 @@ static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, cons
   for (size_t i = 0; i < candidates.size(); ++i)
     if (pick[i]) clone_into_backward(g, candidates[i], done);
   if (done.nodes.empty()) return;
-  g.sort_nodes();  // clones reading earlier clones: producers first
+  g.sort_nodes();  // the node list stays topologically sorted for the passes
   passes::gelu_recompute_fusion()->apply(g);
 }
 

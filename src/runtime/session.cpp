@@ -10,6 +10,7 @@
 #include "ops/bind.h"
 #include "passes/pass.h"
 #include "runtime/executor.h"
+#include "runtime/schedule.h"
 
 namespace onnxtrain {
 
@@ -61,16 +62,6 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
   init();
 }
 
-// The forward part first, then the backward part, each in graph order; returns the boundary.
-static size_t execution_order(const ir::Graph& g, std::vector<const ir::Node*>* order) {
-  for (auto& n : g.nodes())
-    if (!n->backward) order->push_back(n.get());
-  size_t boundary = order->size();
-  for (auto& n : g.nodes())
-    if (n->backward) order->push_back(n.get());
-  return boundary;
-}
-
 static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
   Dim b = v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("?");
   auto x = b.eval(dims);
@@ -101,26 +92,24 @@ void Session::init() {
   // Recompute clones go in after the passes (common-subexpression elimination would merge them back).
   if (training_) {
     unplanned_graph_ = graph_->clone();
-    std::vector<const ir::Node*> order;
-    execution_order(*unplanned_graph_, &order);
-    unplanned_plan_ = memory::AllocationPlan::build(*unplanned_graph_, order, options_.allow_inplace, alloc_->device());
+    unplanned_plan_ = memory::AllocationPlan::build(*unplanned_graph_, runtime::schedule(*unplanned_graph_).order,
+                                                    options_.allow_inplace, alloc_->device());
     memory::RecomputeOptions ro;
     ro.config = memory::parse_config(options_.memory_config);
     ro.level = options_.memory_level;
     ro.budget = memory::parse_budget(options_.memory_budget);
     ro.budget.dims = options_.memory_dims;
     ro.step_peak = [this](const ir::Graph& g) {
-      std::vector<const ir::Node*> order;
-      execution_order(g, &order);
+      std::vector<const ir::Node*> order = runtime::schedule(g).order;
       int64_t params = parameter_bytes(g, wrt_, options_.memory_dims);
       return int64_t(double(params) * (1 + options_.optimizer_state_factor)) +
              planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace, alloc_->device()), options_.memory_dims);
     };
     report_ = memory::apply_recompute(*graph_, ro);
   }
-  std::vector<const ir::Node*> order;
-  boundary_ = execution_order(*graph_, &order);
-  plan_ = memory::AllocationPlan::build(*graph_, order, options_.allow_inplace, alloc_->device());
+  runtime::Schedule sched = runtime::schedule(*graph_);
+  boundary_ = sched.boundary;
+  plan_ = memory::AllocationPlan::build(*graph_, sched.order, options_.allow_inplace, alloc_->device());
   if (!(alloc_->device() == kCpu))
     for (const ir::Value* v : graph_->initializers) device_initializers_[v] = v->initializer->clone(alloc_);
 }
