@@ -1,8 +1,7 @@
 #include "kernels/run_node.h"
 
-#include "onnxtrain/error.h"
-
 #include "kernels/kernel.h"
+#include "onnxtrain/error.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -35,11 +34,18 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>
   size_t scratch_bytes = 0;
   if (kernel.scratch) {
     Dim bytes = kernel.scratch(*n.op, shapes);
-    if (!bytes.is_const() || bytes.value() < 0) throw Error(n.where() + ": internal error: scratch of " + bytes.str() + " bytes");
+    if (!bytes.is_const() || bytes.value() < 0)
+      throw Error(n.where() + ": internal error: scratch of " + bytes.str() + " bytes");
     scratch_bytes = size_t(bytes.value());
     if (scratch_bytes) scratch = Storage::allocate(scratch_bytes, args.alloc);
   }
-  KernelCtx c{n, inputs, bound, args.seed, args.alloc, &shapes, scratch ? static_cast<char*>(scratch->data()) : nullptr,
+  KernelCtx c{n,
+              inputs,
+              bound,
+              args.seed,
+              args.alloc,
+              &shapes,
+              scratch ? static_cast<char*>(scratch->data()) : nullptr,
               scratch_bytes};
   kernel.fn(*n.op, c);
   return outs;

@@ -3,8 +3,8 @@
 #include <optional>
 
 #include "kernels/run_node.h"
-#include "ops/bind.h"
 #include "onnxtrain/error.h"
+#include "ops/bind.h"
 
 namespace onnxtrain::kernels {
 
@@ -28,9 +28,12 @@ static std::optional<Tensor> known_data(const ir::Value* v) {
   for (size_t i = 0; i < v->sym_value->size(); ++i) {
     const Dim& d = (*v->sym_value)[i];
     if (!d.is_const()) return std::nullopt;
-    if (v->dtype == DType::kInt64) t.data<int64_t>()[i] = d.value();
-    else if (v->dtype == DType::kInt32) t.data<int32_t>()[i] = int32_t(d.value());
-    else t.data<bool>()[i] = d.value() != 0;
+    if (v->dtype == DType::kInt64)
+      t.data<int64_t>()[i] = d.value();
+    else if (v->dtype == DType::kInt32)
+      t.data<int32_t>()[i] = int32_t(d.value());
+    else
+      t.data<bool>()[i] = d.value() != 0;
   }
   return t;
 }

@@ -59,7 +59,8 @@ inline ir::Value* GradCtx::zeros_like(ir::Value* v) {
 
 inline ir::Value* GradCtx::scatter_add_flat(ir::Value* x, ir::Value* index, ir::Value* dy) {
   ir::Value* flat = ints({-1});
-  ir::Value* zeros = op("ConstantOfShape", {op("Reshape", {op("Size", {x}), ints({1})})}, {{"value", Tensor::zeros(x->dtype, {1})}});
+  ir::Value* zeros =
+      op("ConstantOfShape", {op("Reshape", {op("Size", {x}), ints({1})})}, {{"value", Tensor::zeros(x->dtype, {1})}});
   ir::Value* dx = op("ScatterElements", {zeros, op("Reshape", {index, flat}), op("Reshape", {dy, flat})},
                      {{"axis", int64_t(0)}, {"reduction", std::string("add")}});
   return op("Reshape", {dx, shape(x)});

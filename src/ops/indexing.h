@@ -6,9 +6,9 @@
 namespace onnxtrain::ops {
 
 struct IndexAttrs {
-  int64_t axis;  // OneHot's default is -1, the others' 0
+  int64_t axis;                                                      // OneHot's default is -1, the others' 0
   enum class Reduction { kNone, kAdd, kMul, kMax, kMin } reduction;  // the scatters'
-  int64_t batch_dims;  // GatherND's
+  int64_t batch_dims;                                                // GatherND's
 };
 
 }  // namespace onnxtrain::ops

@@ -5,7 +5,7 @@
 namespace onnxtrain::ops {
 
 struct NormAttrs {
-  int64_t axis;    // LayerNormalization: the first normalized axis
+  int64_t axis;  // LayerNormalization: the first normalized axis
   float epsilon;
   float momentum;  // BatchNormalization's running statistics
   bool training;   // BatchNormalization: batch statistics, running ones updated

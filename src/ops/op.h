@@ -21,8 +21,8 @@ struct InputInfo {
   bool present = false;
   DType dtype = DType::kUndefined;
   Shape shape;
-  const Tensor* tensor = nullptr;                  // constant or run-time data
-  std::optional<std::vector<Dim>> value;           // symbolic elements
+  const Tensor* tensor = nullptr;         // constant or run-time data
+  std::optional<std::vector<Dim>> value;  // symbolic elements
 };
 
 // The shape-function view of a node's inputs at run time, and before it (their symbolic shapes and values).

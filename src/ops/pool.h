@@ -5,10 +5,10 @@
 namespace onnxtrain::ops {
 
 struct PoolAttrs {
-  bool max;           // MaxPool
+  bool max;  // MaxPool
   Window win;
-  bool include_pad;   // count_include_pad: AveragePool's divisor counts the pads
-  bool storage_order; // MaxPool's indices column-major
+  bool include_pad;    // count_include_pad: AveragePool's divisor counts the pads
+  bool storage_order;  // MaxPool's indices column-major
 };
 
 }  // namespace onnxtrain::ops

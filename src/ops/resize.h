@@ -11,7 +11,7 @@
 namespace onnxtrain::ops {
 
 struct ResizeAttrs {
-  const ir::Node* node;  // the attributes ResizeGrad is built with
+  const ir::Node* node;                      // the attributes ResizeGrad is built with
   std::string mode, coord, nearest, policy;  // coordinate_transformation_mode, nearest_mode, keep_aspect_ratio_policy
   float cubic_a, extrapolation;
   bool exclude_outside;

@@ -15,16 +15,26 @@ constexpr uint8_t kDLBoolCode = 6;
 
 DLDataType dl_dtype(DType t) {
   switch (t) {
-    case DType::kFloat32: return {kDLFloat, 32, 1};
-    case DType::kFloat64: return {kDLFloat, 64, 1};
-    case DType::kFloat16: return {kDLFloat, 16, 1};
-    case DType::kBFloat16: return {kDLBfloat, 16, 1};
-    case DType::kInt64: return {kDLInt, 64, 1};
-    case DType::kInt32: return {kDLInt, 32, 1};
-    case DType::kInt8: return {kDLInt, 8, 1};
-    case DType::kUInt8: return {kDLUInt, 8, 1};
-    case DType::kBool: return {kDLBoolCode, 8, 1};
-    default: throw Error("dtype " + dtype_name(t) + " has no DLPack equivalent");
+    case DType::kFloat32:
+      return {kDLFloat, 32, 1};
+    case DType::kFloat64:
+      return {kDLFloat, 64, 1};
+    case DType::kFloat16:
+      return {kDLFloat, 16, 1};
+    case DType::kBFloat16:
+      return {kDLBfloat, 16, 1};
+    case DType::kInt64:
+      return {kDLInt, 64, 1};
+    case DType::kInt32:
+      return {kDLInt, 32, 1};
+    case DType::kInt8:
+      return {kDLInt, 8, 1};
+    case DType::kUInt8:
+      return {kDLUInt, 8, 1};
+    case DType::kBool:
+      return {kDLBoolCode, 8, 1};
+    default:
+      throw Error("dtype " + dtype_name(t) + " has no DLPack equivalent");
   }
 }
 
@@ -173,14 +183,17 @@ void init_tensor(py::module_& m) {
       .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(int(kDLCPU), 0); })
       .def_property_readonly("shape", [](const PyTensor& p) { return py::tuple(py::cast(p.t.dims())); })
       .def_property_readonly("dtype", [](const PyTensor& p) { return dtype_name(p.t.dtype()); })
-      .def_property_readonly("data_ptr", [](const PyTensor& p) { return reinterpret_cast<uintptr_t>(p.t.raw()); },
-                             "The address of its first element.")
-      .def("numpy", [](const PyTensor& p) { return to_numpy(p.t); }, "A numpy array viewing it (not for bfloat16).")
+      .def_property_readonly(
+          "data_ptr", [](const PyTensor& p) { return reinterpret_cast<uintptr_t>(p.t.raw()); },
+          "The address of its first element.")
+      .def(
+          "numpy", [](const PyTensor& p) { return to_numpy(p.t); }, "A numpy array viewing it (not for bfloat16).")
       .def("__repr__", [](const PyTensor& p) {
         return "onnxtrain.Tensor(" + dtype_name(p.t.dtype()) + dims_str(p.t.dims()) + ")";
       });
-  m.def("from_dlpack", [](py::object obj) { return to_python(from_python(obj)); }, py::arg("tensor"),
-        "An onnxtrain.Tensor sharing the memory of anything with __dlpack__ (a torch tensor, a numpy array).");
+  m.def(
+      "from_dlpack", [](py::object obj) { return to_python(from_python(obj)); }, py::arg("tensor"),
+      "An onnxtrain.Tensor sharing the memory of anything with __dlpack__ (a torch tensor, a numpy array).");
 }
 
 }  // namespace onnxtrain::python

@@ -20,7 +20,7 @@ pybind11::object to_python(const Tensor& t);
 pybind11::object to_numpy(const Tensor& t);
 
 std::map<std::string, Tensor> tensors_of(const pybind11::dict& d);
-pybind11::dict arrays_of(const std::map<std::string, Tensor>& m);   // values by to_numpy
+pybind11::dict arrays_of(const std::map<std::string, Tensor>& m);          // values by to_numpy
 pybind11::dict tensors_to_python(const std::map<std::string, Tensor>& m);  // values by to_python
 
 }  // namespace onnxtrain::python

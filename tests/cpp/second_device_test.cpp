@@ -61,9 +61,10 @@ kernels::KernelDef on_device(const std::string& domain, const std::string& name)
 const bool kRegistered = [] {
   CachingAllocator::register_device(kTestDevice, test_memory());
   std::vector<kernels::KernelDef> defs;
-  for (const char* op : {"MatMul", "Add", "Relu", "Sub", "Mul", "ReduceMean", "Gemm", "ReduceSum", "Where", "Greater",
-                         "Reshape", "Shape", "Expand", "ConstantOfShape", "Concat", "Gather", "Slice", "Unsqueeze",
-                         "Cast", "Size", "Div", "Identity", "Squeeze", "Neg", "Transpose", "Sum"})
+  for (const char* op : {"MatMul",    "Add",     "Relu",    "Sub",       "Mul",   "ReduceMean", "Gemm",
+                         "ReduceSum", "Where",   "Greater", "Reshape",   "Shape", "Expand",     "ConstantOfShape",
+                         "Concat",    "Gather",  "Slice",   "Unsqueeze", "Cast",  "Size",       "Div",
+                         "Identity",  "Squeeze", "Neg",     "Transpose", "Sum"})
     defs.push_back(on_device("", op));
   defs.push_back(on_device("com.onnxtrain", "Linear"));
   defs.push_back(on_device("com.onnxtrain", "FusedMatMul"));

@@ -16,13 +16,17 @@ void dispatch_any(DType t, const std::string& where, F&& fn) {
 
 template <typename From, typename To>
 To convert(From v) {
-  if constexpr (std::is_same_v<From, To>) return v;
-  else if constexpr (std::is_same_v<To, bool>) return to_double(v) != 0;
+  if constexpr (std::is_same_v<From, To>)
+    return v;
+  else if constexpr (std::is_same_v<To, bool>)
+    return to_double(v) != 0;
   else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
     double d = to_double(v);
     return std::isfinite(d) ? To(int64_t(d)) : To(0);
-  } else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>) return To(v);
-  else return from_double<To>(to_double(v));
+  } else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>)
+    return To(v);
+  else
+    return from_double<To>(to_double(v));
 }
 
 void cast(KernelCtx& c) {

@@ -1,11 +1,12 @@
 // Conv (N-d, groups, dilations, strides, pads/auto_pad) as im2col + GEMM, and its gradient
 // com.onnxtrain.ConvGrad (dX by col2im, dW by GEMM, dB by sums).
+#include "ops/conv.h"
+
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/kernel.h"
-#include "ops/conv.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -86,8 +87,8 @@ void conv(const ops::ConvAttrs& at, KernelCtx& c) {
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols);
         T* yg = Y + (n * g.m + grp * g.mg) * g.out_size;
-        gemm<T>(false, false, g.mg, g.out_size, g.rows, T(1), W.data<T>() + grp * g.mg * g.rows, g.rows,
-                         cols, g.out_size, T(0), yg, g.out_size);
+        gemm<T>(false, false, g.mg, g.out_size, g.rows, T(1), W.data<T>() + grp * g.mg * g.rows, g.rows, cols,
+                g.out_size, T(0), yg, g.out_size);
         if (B)
           for (int64_t m = 0; m < g.mg; ++m)
             for (int64_t o = 0; o < g.out_size; ++o) yg[m * g.out_size + o] += B[grp * g.mg + m];
@@ -110,15 +111,14 @@ void conv_grad(const ops::ConvAttrs& at, KernelCtx& c) {
     for (int64_t n = 0; n < g.n; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         const T* dyg = dY.data<T>() + (n * g.m + grp * g.mg) * g.out_size;  // (M/G, out_size)
-        const T* wg = W.data<T>() + grp * g.mg * g.rows;                     // (M/G, rows)
-        if (dW) {  // dW += dY cols^T
+        const T* wg = W.data<T>() + grp * g.mg * g.rows;                    // (M/G, rows)
+        if (dW) {                                                           // dW += dY cols^T
           im2col(g, X.data<T>() + (n * g.c + grp * g.cg) * g.in_size, cols);
           gemm<T>(false, true, g.mg, g.rows, g.out_size, T(1), dyg, g.out_size, cols, g.out_size, T(1),
-                           dW + grp * g.mg * g.rows, g.rows);
+                  dW + grp * g.mg * g.rows, g.rows);
         }
         if (dX) {  // cols = W^T dY, scattered back onto the input
-          gemm<T>(true, false, g.rows, g.out_size, g.mg, T(1), wg, g.rows, dyg, g.out_size, T(0), cols,
-                           g.out_size);
+          gemm<T>(true, false, g.rows, g.out_size, g.mg, T(1), wg, g.rows, dyg, g.out_size, T(0), cols, g.out_size);
           col2im(g, cols, dX + (n * g.c + grp * g.cg) * g.in_size);
         }
         if (dB)
@@ -136,11 +136,13 @@ Dim cols_bytes(const ops::InferCtx& shapes, size_t w, const Shape& out) {
   return n * Dim(int64_t(dtype_size(shapes.dtype(0))));
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "Conv", kernel(conv),
-     [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 1, s.outputs()[0].shape); }},
-    {"com.onnxtrain", "ConvGrad", kernel(conv_grad), [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 2, s.shape(0)); }},
-});
+const bool kRegistered = register_kernels(
+    kCpu, {
+              {"", "Conv", kernel(conv),
+               [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 1, s.outputs()[0].shape); }},
+              {"com.onnxtrain", "ConvGrad", kernel(conv_grad),
+               [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 2, s.shape(0)); }},
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -1,11 +1,12 @@
 // Dropout in training mode: a counter-based random mask (element i keeps when hash(seed, i) >= ratio), so
 // rerunning with the same seed gives a bit-identical mask whatever the threading; the identity otherwise.
+#include "ops/dropout.h"
+
 #include <cstring>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
-#include "ops/dropout.h"
 
 namespace onnxtrain::kernels {
 namespace {

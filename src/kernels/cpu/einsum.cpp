@@ -1,10 +1,11 @@
 // Einsum: any equation with ellipsis and implicit output, evaluated as one loop over all labels (correct for every
 // case; no BLAS fast path yet).
+#include "ops/einsum.h"
+
 #include <map>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
-#include "ops/einsum.h"
 
 namespace onnxtrain::kernels {
 namespace {

@@ -41,8 +41,10 @@ T mod(bool fmod, T a, T b) {  // fmod: the sign of a (C's fmod); else the sign o
 
 template <typename T>
 T divide(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return b == 0 ? T(0) : T(a / b);  // no trap on a zero divisor
-  else return a / b;
+  if constexpr (std::is_integral_v<T>)
+    return b == 0 ? T(0) : T(a / b);  // no trap on a zero divisor
+  else
+    return a / b;
 }
 
 // Comparisons: any input dtype, bool output.
@@ -146,29 +148,30 @@ void clip(const ops::ClipAttrs& a, KernelCtx& c) {
 auto nan_first_max = [](auto a, auto b) { return (std::isnan(double(a)) || a >= b) ? a : b; };
 auto nan_first_min = [](auto a, auto b) { return (std::isnan(double(a)) || a <= b) ? a : b; };
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "Add", binary<kNumeric>([](auto, auto a, auto b) { return a + b; })},
-    {"", "Sub", binary<kNumeric>([](auto, auto a, auto b) { return a - b; })},
-    {"", "Mul", binary<kNumeric>([](auto, auto a, auto b) { return a * b; })},
-    {"", "Div", binary<kNumeric>([](auto, auto a, auto b) { return divide(a, b); })},
-    {"", "Mod", binary<kNumeric>([](const BinaryAttrs& at, auto a, auto b) { return mod(at.fmod, a, b); })},
-    {"", "PRelu", binary<kNumeric>([](auto, auto x, auto slope) { return x < 0 ? slope * x : x; })},
-    {"", "And", binary<kBool>([](auto, bool a, bool b) { return a && b; })},
-    {"", "Or", binary<kBool>([](auto, bool a, bool b) { return a || b; })},
-    {"", "Xor", binary<kBool>([](auto, bool a, bool b) { return a != b; })},
-    {"", "Equal", compare<std::equal_to<>>()},
-    {"", "Less", compare<std::less<>>()},
-    {"", "LessOrEqual", compare<std::less_equal<>>()},
-    {"", "Greater", compare<std::greater<>>()},
-    {"", "GreaterOrEqual", compare<std::greater_equal<>>()},
-    {"", "Pow", kernel(pow)},
-    {"", "Max", variadic(nan_first_max)},
-    {"", "Min", variadic(nan_first_min)},
-    {"", "Sum", variadic([](auto a, auto b) { return a + b; })},
-    {"", "Mean", variadic([](auto a, auto b) { return a + b; }, true)},
-    {"", "Where", kernel(where)},
-    {"", "Clip", kernel(clip)},
-});
+const bool kRegistered = register_kernels(
+    kCpu, {
+              {"", "Add", binary<kNumeric>([](auto, auto a, auto b) { return a + b; })},
+              {"", "Sub", binary<kNumeric>([](auto, auto a, auto b) { return a - b; })},
+              {"", "Mul", binary<kNumeric>([](auto, auto a, auto b) { return a * b; })},
+              {"", "Div", binary<kNumeric>([](auto, auto a, auto b) { return divide(a, b); })},
+              {"", "Mod", binary<kNumeric>([](const BinaryAttrs& at, auto a, auto b) { return mod(at.fmod, a, b); })},
+              {"", "PRelu", binary<kNumeric>([](auto, auto x, auto slope) { return x < 0 ? slope * x : x; })},
+              {"", "And", binary<kBool>([](auto, bool a, bool b) { return a && b; })},
+              {"", "Or", binary<kBool>([](auto, bool a, bool b) { return a || b; })},
+              {"", "Xor", binary<kBool>([](auto, bool a, bool b) { return a != b; })},
+              {"", "Equal", compare<std::equal_to<>>()},
+              {"", "Less", compare<std::less<>>()},
+              {"", "LessOrEqual", compare<std::less_equal<>>()},
+              {"", "Greater", compare<std::greater<>>()},
+              {"", "GreaterOrEqual", compare<std::greater_equal<>>()},
+              {"", "Pow", kernel(pow)},
+              {"", "Max", variadic(nan_first_max)},
+              {"", "Min", variadic(nan_first_min)},
+              {"", "Sum", variadic([](auto a, auto b) { return a + b; })},
+              {"", "Mean", variadic([](auto a, auto b) { return a + b; }, true)},
+              {"", "Where", kernel(where)},
+              {"", "Clip", kernel(clip)},
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -36,16 +36,22 @@ KernelFn unary(F f, VectorFn vector = nullptr) {
 }
 
 template <typename T>
-T sigmoid(T x) { return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)); }
+T sigmoid(T x) {
+  return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+}
 template <typename T>
-T softplus(T x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
+T softplus(T x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
 template <typename T>
 T gelu(bool tanh_approx, T x) {
   if (tanh_approx) return T(0.5) * x * (T(1) + std::tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)));
   return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
 }
 template <typename T>
-T hard_swish(T x) { return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))); }
+T hard_swish(T x) {
+  return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5)));
+}
 template <typename T>
 T gelu_derivative(T x) {  // Phi(x) + x phi(x)
   T cdf = T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476)));
@@ -121,55 +127,58 @@ void is_inf(const ops::IsInfAttrs& a, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "Abs", unary<kNumeric>([](auto, auto x) { return std::is_signed_v<decltype(x)> && x < 0 ? -x : x; })},
-    {"", "Neg", unary<kNumeric>([](auto, auto x) { return -x; })},
-    {"", "Exp", unary<kFloats>([](auto, auto x) { return std::exp(x); }, exp_vector)},
-    {"", "Log", unary<kFloats>([](auto, auto x) { return std::log(x); })},
-    {"", "Sqrt", unary<kFloats>([](auto, auto x) { return std::sqrt(x); })},
-    {"", "Reciprocal", unary<kFloats>([](auto, auto x) { return 1 / x; })},
-    {"", "Tanh", unary<kFloats>([](auto, auto x) { return std::tanh(x); })},
-    {"", "Sigmoid", unary<kFloats>([](auto, auto x) { return sigmoid(x); })},
-    {"", "Relu", unary<kNumeric>([](auto, auto x) { return x > 0 ? x : decltype(x)(0); })},
-    {"", "Softsign", unary<kFloats>([](auto, auto x) { return x / (1 + std::abs(x)); })},
-    {"", "Softplus", unary<kFloats>([](auto, auto x) { return softplus(x); })},
-    {"", "Erf", unary<kFloats>([](auto, auto x) { return std::erf(x); }, erf_vector)},
-    {"", "Sin", unary<kFloats>([](auto, auto x) { return std::sin(x); })},
-    {"", "Cos", unary<kFloats>([](auto, auto x) { return std::cos(x); })},
-    {"", "Tan", unary<kFloats>([](auto, auto x) { return std::tan(x); })},
-    {"", "Asin", unary<kFloats>([](auto, auto x) { return std::asin(x); })},
-    {"", "Acos", unary<kFloats>([](auto, auto x) { return std::acos(x); })},
-    {"", "Atan", unary<kFloats>([](auto, auto x) { return std::atan(x); })},
-    {"", "Sinh", unary<kFloats>([](auto, auto x) { return std::sinh(x); })},
-    {"", "Cosh", unary<kFloats>([](auto, auto x) { return std::cosh(x); })},
-    {"", "Asinh", unary<kFloats>([](auto, auto x) { return std::asinh(x); })},
-    {"", "Acosh", unary<kFloats>([](auto, auto x) { return std::acosh(x); })},
-    {"", "Atanh", unary<kFloats>([](auto, auto x) { return std::atanh(x); })},
-    {"", "Floor", unary<kFloats>([](auto, auto x) { return std::floor(x); })},
-    {"", "Ceil", unary<kFloats>([](auto, auto x) { return std::ceil(x); })},
-    {"", "Round", unary<kFloats>([](auto, auto x) { return std::nearbyint(x); })},  // half to even
-    {"", "Sign", unary<kNumeric>([](auto, auto x) { return (x > 0) - (x < 0); })},
-    {"", "Not", unary<kBool>([](auto, bool x) { return !x; })},
-    {"", "HardSwish", unary<kFloats>([](auto, auto x) { return hard_swish(x); })},
-    {"", "LeakyRelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x >= 0 ? x : a.alpha * x; })},
-    {"", "Elu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x >= 0 ? x : a.alpha * std::expm1(x); })},
-    {"", "Celu", unary<kFloats>([](const UnaryAttrs& a, auto x) {
-       using T = decltype(x);
-       return std::max(T(0), x) + std::min(T(0), T(a.alpha) * std::expm1(x / T(a.alpha)));
-     })},
-    {"", "Selu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return a.gamma * (x > 0 ? x : a.alpha * std::expm1(x)); })},
-    {"", "HardSigmoid", unary<kFloats>([](const UnaryAttrs& a, auto x) {
-       using T = decltype(x);
-       return std::max(T(0), std::min(T(1), T(a.alpha) * x + T(a.beta)));
-     })},
-    {"", "ThresholdedRelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x > a.alpha ? x : 0; })},
-    {"", "Gelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return gelu(a.tanh_approx, x); }, gelu_vector)},
-    {"", "Mish", unary<kFloats>([](auto, auto x) { return x * std::tanh(softplus(x)); })},
-    {"com.onnxtrain", "GeluGrad", kernel(gelu_grad)},
-    {"com.onnxtrain", "GeluAndGrad", kernel(gelu_and_grad)},
-    {"", "IsNaN", kernel(is_nan)},
-    {"", "IsInf", kernel(is_inf)},
-});
+const bool kRegistered = register_kernels(
+    kCpu,
+    {
+        {"", "Abs", unary<kNumeric>([](auto, auto x) { return std::is_signed_v<decltype(x)> && x < 0 ? -x : x; })},
+        {"", "Neg", unary<kNumeric>([](auto, auto x) { return -x; })},
+        {"", "Exp", unary<kFloats>([](auto, auto x) { return std::exp(x); }, exp_vector)},
+        {"", "Log", unary<kFloats>([](auto, auto x) { return std::log(x); })},
+        {"", "Sqrt", unary<kFloats>([](auto, auto x) { return std::sqrt(x); })},
+        {"", "Reciprocal", unary<kFloats>([](auto, auto x) { return 1 / x; })},
+        {"", "Tanh", unary<kFloats>([](auto, auto x) { return std::tanh(x); })},
+        {"", "Sigmoid", unary<kFloats>([](auto, auto x) { return sigmoid(x); })},
+        {"", "Relu", unary<kNumeric>([](auto, auto x) { return x > 0 ? x : decltype(x)(0); })},
+        {"", "Softsign", unary<kFloats>([](auto, auto x) { return x / (1 + std::abs(x)); })},
+        {"", "Softplus", unary<kFloats>([](auto, auto x) { return softplus(x); })},
+        {"", "Erf", unary<kFloats>([](auto, auto x) { return std::erf(x); }, erf_vector)},
+        {"", "Sin", unary<kFloats>([](auto, auto x) { return std::sin(x); })},
+        {"", "Cos", unary<kFloats>([](auto, auto x) { return std::cos(x); })},
+        {"", "Tan", unary<kFloats>([](auto, auto x) { return std::tan(x); })},
+        {"", "Asin", unary<kFloats>([](auto, auto x) { return std::asin(x); })},
+        {"", "Acos", unary<kFloats>([](auto, auto x) { return std::acos(x); })},
+        {"", "Atan", unary<kFloats>([](auto, auto x) { return std::atan(x); })},
+        {"", "Sinh", unary<kFloats>([](auto, auto x) { return std::sinh(x); })},
+        {"", "Cosh", unary<kFloats>([](auto, auto x) { return std::cosh(x); })},
+        {"", "Asinh", unary<kFloats>([](auto, auto x) { return std::asinh(x); })},
+        {"", "Acosh", unary<kFloats>([](auto, auto x) { return std::acosh(x); })},
+        {"", "Atanh", unary<kFloats>([](auto, auto x) { return std::atanh(x); })},
+        {"", "Floor", unary<kFloats>([](auto, auto x) { return std::floor(x); })},
+        {"", "Ceil", unary<kFloats>([](auto, auto x) { return std::ceil(x); })},
+        {"", "Round", unary<kFloats>([](auto, auto x) { return std::nearbyint(x); })},  // half to even
+        {"", "Sign", unary<kNumeric>([](auto, auto x) { return (x > 0) - (x < 0); })},
+        {"", "Not", unary<kBool>([](auto, bool x) { return !x; })},
+        {"", "HardSwish", unary<kFloats>([](auto, auto x) { return hard_swish(x); })},
+        {"", "LeakyRelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x >= 0 ? x : a.alpha * x; })},
+        {"", "Elu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x >= 0 ? x : a.alpha * std::expm1(x); })},
+        {"", "Celu", unary<kFloats>([](const UnaryAttrs& a, auto x) {
+           using T = decltype(x);
+           return std::max(T(0), x) + std::min(T(0), T(a.alpha) * std::expm1(x / T(a.alpha)));
+         })},
+        {"", "Selu",
+         unary<kFloats>([](const UnaryAttrs& a, auto x) { return a.gamma * (x > 0 ? x : a.alpha * std::expm1(x)); })},
+        {"", "HardSigmoid", unary<kFloats>([](const UnaryAttrs& a, auto x) {
+           using T = decltype(x);
+           return std::max(T(0), std::min(T(1), T(a.alpha) * x + T(a.beta)));
+         })},
+        {"", "ThresholdedRelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x > a.alpha ? x : 0; })},
+        {"", "Gelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return gelu(a.tanh_approx, x); }, gelu_vector)},
+        {"", "Mish", unary<kFloats>([](auto, auto x) { return x * std::tanh(softplus(x)); })},
+        {"com.onnxtrain", "GeluGrad", kernel(gelu_grad)},
+        {"com.onnxtrain", "GeluAndGrad", kernel(gelu_and_grad)},
+        {"", "IsNaN", kernel(is_nan)},
+        {"", "IsInf", kernel(is_inf)},
+    });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

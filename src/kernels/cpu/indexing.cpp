@@ -1,12 +1,13 @@
 // Indexing ops: Gather, GatherElements, GatherND, ScatterND, ScatterElements, OneHot. Negative indices count
 // from the end; out-of-range ones are errors.
+#include "ops/indexing.h"
+
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/kernel.h"
 #include "ops/axis_util.h"
-#include "ops/indexing.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -14,7 +15,8 @@ namespace {
 using Reduction = ops::IndexAttrs::Reduction;
 
 int64_t checked_index(const KernelCtx& c, int64_t i, int64_t n) {
-  if (i < -n || i >= n) c.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
+  if (i < -n || i >= n)
+    c.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
   return i < 0 ? i + n : i;
 }
 
@@ -34,11 +36,16 @@ int64_t element_offset(const KernelCtx& c, int64_t i, const std::vector<int64_t>
 template <typename T>
 T combine(Reduction r, T old, T v) {
   switch (r) {
-    case Reduction::kAdd: return T(old + v);
-    case Reduction::kMul: return T(old * v);
-    case Reduction::kMax: return old > v ? old : v;
-    case Reduction::kMin: return old < v ? old : v;
-    case Reduction::kNone: break;
+    case Reduction::kAdd:
+      return T(old + v);
+    case Reduction::kMul:
+      return T(old * v);
+    case Reduction::kMax:
+      return old > v ? old : v;
+    case Reduction::kMin:
+      return old < v ? old : v;
+    case Reduction::kNone:
+      break;
   }
   return v;
 }
@@ -106,7 +113,8 @@ void scatter_nd(const ops::IndexAttrs& at, KernelCtx& c) {
     const T* u = upd.data<T>();
     for (int64_t i = 0; i < n_upd; ++i) {
       int64_t off = 0;
-      for (int64_t d = 0; d < k; ++d) off += checked_index(c, ind[size_t(i * k + d)], x.dims()[size_t(d)]) * xs[size_t(d)];
+      for (int64_t d = 0; d < k; ++d)
+        off += checked_index(c, ind[size_t(i * k + d)], x.dims()[size_t(d)]) * xs[size_t(d)];
       for (int64_t j = 0; j < slice; ++j) o[off + j] = combine(at.reduction, o[off + j], u[i * slice + j]);
     }
   });
@@ -129,7 +137,8 @@ void gather_nd(const ops::IndexAttrs& at, KernelCtx& c) {
   for (int64_t bi = 0; bi < batch; ++bi)
     for (int64_t i = 0; i < per_batch; ++i) {
       int64_t row = bi * per_batch + i, off = bi * batch_stride;
-      for (int64_t d = 0; d < k; ++d) off += checked_index(c, ind[size_t(row * k + d)], x.dims()[size_t(b + d)]) * xs[size_t(b + d)];
+      for (int64_t d = 0; d < k; ++d)
+        off += checked_index(c, ind[size_t(row * k + d)], x.dims()[size_t(b + d)]) * xs[size_t(b + d)];
       std::memcpy(dst + size_t(row * slice) * es, src + size_t(off) * es, size_t(slice) * es);
     }
 }
@@ -153,14 +162,14 @@ void one_hot(const ops::IndexAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "Gather", kernel(gather)},
-    {"", "GatherElements", kernel(gather_elements)},
-    {"", "ScatterElements", kernel(scatter_elements)},
-    {"", "Scatter", kernel(scatter_elements)},
-    {"", "ScatterND", kernel(scatter_nd)},
-    {"", "GatherND", kernel(gather_nd)},
-    {"", "OneHot", kernel(one_hot)},
-});
+                                                    {"", "Gather", kernel(gather)},
+                                                    {"", "GatherElements", kernel(gather_elements)},
+                                                    {"", "ScatterElements", kernel(scatter_elements)},
+                                                    {"", "Scatter", kernel(scatter_elements)},
+                                                    {"", "ScatterND", kernel(scatter_nd)},
+                                                    {"", "GatherND", kernel(gather_nd)},
+                                                    {"", "OneHot", kernel(one_hot)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

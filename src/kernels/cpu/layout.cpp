@@ -1,11 +1,12 @@
 // Ops that move data into a new layout: Transpose, Concat, Split, Slice, Expand, Tile, Pad, Trilu.
+#include "ops/layout.h"
+
 #include <cstring>
 
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/kernel.h"
-#include "ops/layout.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -125,9 +126,12 @@ void pad(const ops::PadAttrs& at, KernelCtx& c) {
         int64_t q = rem % od[size_t(d)] - before[size_t(d)], size = id[size_t(d)];
         rem /= od[size_t(d)];
         if (q < 0 || q >= size) {
-          if (at.mode == Mode::kConstant || size == 0) inside = false;
-          else if (at.mode == Mode::kEdge) q = q < 0 ? 0 : size - 1;
-          else if (at.mode == Mode::kWrap) q = ((q % size) + size) % size;
+          if (at.mode == Mode::kConstant || size == 0)
+            inside = false;
+          else if (at.mode == Mode::kEdge)
+            q = q < 0 ? 0 : size - 1;
+          else if (at.mode == Mode::kWrap)
+            q = ((q % size) + size) % size;
           else {  // reflect, without repeating the edge
             int64_t period = 2 * (size - 1);
             q = period == 0 ? 0 : ((q % period) + period) % period;
@@ -160,10 +164,15 @@ void trilu(const ops::TriluAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "Transpose", kernel(transpose)}, {"", "Concat", kernel(concat)}, {"", "Split", kernel(split)},
-    {"", "Slice", kernel(slice)}, {"", "Expand", kernel(expand)}, {"", "Tile", kernel(tile)},
-    {"", "Pad", kernel(pad)}, {"", "Trilu", kernel(trilu)},
-});
+                                                    {"", "Transpose", kernel(transpose)},
+                                                    {"", "Concat", kernel(concat)},
+                                                    {"", "Split", kernel(split)},
+                                                    {"", "Slice", kernel(slice)},
+                                                    {"", "Expand", kernel(expand)},
+                                                    {"", "Tile", kernel(tile)},
+                                                    {"", "Pad", kernel(pad)},
+                                                    {"", "Trilu", kernel(trilu)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -11,7 +11,8 @@ namespace {
 void linear(KernelCtx& c) {
   const Tensor &x = c.in(0), &w = c.in(1);
   int64_t k = x.dims().back(), n = w.dims()[0], rows = k ? x.numel() / k : 0;
-  if (w.dims()[1] != k) c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
+  if (w.dims()[1] != k)
+    c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
   if (c.has(2) && c.in(2).numel() != n)
     c.fail("bias " + dims_str(c.in(2).dims()) + " is not of W's " + std::to_string(n) + " rows");
   dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {

@@ -1,10 +1,11 @@
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (weights, ignore_index, reductions none/sum/mean; the
 // optional log-probability output).
+#include "ops/loss.h"
+
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
-#include "ops/loss.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -51,9 +52,12 @@ void loss(const LossAttrs& a, KernelCtx& c) {
         wsum += double(wt);
       }
     T* out = c.out(0).data<T>();
-    if (a.reduction == LossAttrs::kNone) std::copy(per, per + n * d, out);
-    else if (a.reduction == LossAttrs::kSum) out[0] = T(total);
-    else out[0] = T(wsum == 0 ? 0.0 : total / wsum);
+    if (a.reduction == LossAttrs::kNone)
+      std::copy(per, per + n * d, out);
+    else if (a.reduction == LossAttrs::kSum)
+      out[0] = T(total);
+    else
+      out[0] = T(wsum == 0 ? 0.0 : total / wsum);
   });
 }
 
@@ -69,9 +73,9 @@ Dim loss_scratch(const ops::Op& op, ops::InferCtx& s) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch},
-    {"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch},
-});
+                                                    {"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch},
+                                                    {"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

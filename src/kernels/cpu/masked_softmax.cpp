@@ -17,7 +17,8 @@ namespace {
 constexpr int64_t kTileRows = 32;
 
 // y = MaskedSoftmax(x, scale, cond, fill) over the last axis (y may be x).
-void masked_softmax(const KernelCtx& c, const Tensor& x, const Tensor& scale_t, const Tensor& cond, const Tensor& fill_t, Tensor& out) {
+void masked_softmax(const KernelCtx& c, const Tensor& x, const Tensor& scale_t, const Tensor& cond,
+                    const Tensor& fill_t, Tensor& out) {
   if (scale_t.numel() != 1 || fill_t.numel() != 1) c.fail("scale and fill must be scalars");
   std::vector<int64_t> bd;
   if (!broadcast_dims(x.dims(), cond.dims(), &bd) || bd != x.dims())
@@ -45,7 +46,6 @@ void masked_softmax(const KernelCtx& c, const Tensor& x, const Tensor& scale_t, 
   });
 }
 
-
 // Rows [r0, r1) of a (rows, n) mask with row stride rs (0: one row for all) and unit column stride: the columns
 // [lo, hi) outside which every one of them is masked.
 std::pair<int64_t, int64_t> open_band(const bool* cond, int64_t rs, int64_t r0, int64_t r1, int64_t n) {
@@ -62,9 +62,7 @@ std::pair<int64_t, int64_t> open_band(const bool* cond, int64_t rs, int64_t r0, 
   return {lo, hi};
 }
 
-void masked_softmax_kernel(KernelCtx& c) {
-  masked_softmax(c, c.in(0), c.in(1), c.in(2), c.in(3), c.out(0));
-}
+void masked_softmax_kernel(KernelCtx& c) { masked_softmax(c, c.in(0), c.in(1), c.in(2), c.in(3), c.out(0)); }
 
 void masked_softmax_grad(KernelCtx& c) {
   const Tensor &dY = c.in(0), &Y = c.in(1), &cond = c.in(3);
@@ -119,12 +117,14 @@ void attention_softmax(KernelCtx& c) {
         T* oi = o + i * m * n;
         for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
           int64_t mr = std::min(kTileRows, m - r0);
-          auto [lo, hi] = banded ? open_band(cond.data<bool>() + oc, sc[rank - 2], r0, r0 + mr, n) : std::pair<int64_t, int64_t>{0, n};
+          auto [lo, hi] = banded ? open_band(cond.data<bool>() + oc, sc[rank - 2], r0, r0 + mr, n)
+                                 : std::pair<int64_t, int64_t>{0, n};
           for (int64_t r = r0; r < r0 + mr; ++r) {  // (masked: what the product would put there is not read)
             std::fill(oi + r * n, oi + r * n + std::min(lo, n), T(0));
             if (hi > lo) std::fill(oi + r * n + hi, oi + (r + 1) * n, T(0));
           }
-          if (hi > lo) gemm<T>(false, false, mr, hi - lo, k, T(1), ai + r0 * k, k, bi + lo, n, T(0), oi + r0 * n + lo, n);
+          if (hi > lo)
+            gemm<T>(false, false, mr, hi - lo, k, T(1), ai + r0 * k, k, bi + lo, n, T(0), oi + r0 * n + lo, n);
         }
       }
     });
@@ -133,10 +133,10 @@ void attention_softmax(KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"com.onnxtrain", "MaskedSoftmax", kernel(masked_softmax_kernel)},
-    {"com.onnxtrain", "MaskedSoftmaxGrad", kernel(masked_softmax_grad)},
-    {"com.onnxtrain", "AttentionSoftmax", kernel(attention_softmax)},
-});
+                                                    {"com.onnxtrain", "MaskedSoftmax", kernel(masked_softmax_kernel)},
+                                                    {"com.onnxtrain", "MaskedSoftmaxGrad", kernel(masked_softmax_grad)},
+                                                    {"com.onnxtrain", "AttentionSoftmax", kernel(attention_softmax)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -1,12 +1,13 @@
 // MatMul (NumPy semantics, batched with broadcasting), com.onnxtrain.FusedMatMul (operands read transposed)
 // and Gemm.
+#include "ops/matmul.h"
+
 #include "core/parallel.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/kernel.h"
-#include "ops/matmul.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -14,12 +15,14 @@ namespace {
 void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   const Tensor &A = c.in(0), &B = c.in(1);
   std::vector<int64_t> ad = A.dims(), bd = B.dims();
-  if (at.fused && (ad.size() < 2 || bd.size() < 2)) c.fail("inputs must have rank >= 2, got " + dims_str(ad) + " and " + dims_str(bd));
+  if (at.fused && (ad.size() < 2 || bd.size() < 2))
+    c.fail("inputs must have rank >= 2, got " + dims_str(ad) + " and " + dims_str(bd));
   if (ad.size() == 1) ad.insert(ad.begin(), 1);
   if (bd.size() == 1) bd.push_back(1);
   const size_t ra = ad.size(), rb = bd.size();
   int64_t m = ad[ra - 2 + at.ta], k = ad[ra - 1 - at.ta], n = bd[rb - 1 - at.tb];
-  if (bd[rb - 2 + at.tb] != k) c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()) + at.flags());
+  if (bd[rb - 2 + at.tb] != k)
+    c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()) + at.flags());
   std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2), batch;
   broadcast_dims(ab, bb, &batch);
   int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
@@ -74,10 +77,10 @@ void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "MatMul", kernel(matmul)},
-    {"com.onnxtrain", "FusedMatMul", kernel(matmul)},
-    {"", "Gemm", kernel(gemm_kernel)},
-});
+                                                    {"", "MatMul", kernel(matmul)},
+                                                    {"com.onnxtrain", "FusedMatMul", kernel(matmul)},
+                                                    {"", "Gemm", kernel(gemm_kernel)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

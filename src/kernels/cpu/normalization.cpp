@@ -1,12 +1,13 @@
 // LayerNormalization, BatchNormalization (inference and training mode) and InstanceNormalization; statistics
 // accumulated in double.
+#include "ops/normalization.h"
+
 #include <cmath>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
-#include "ops/normalization.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -125,10 +126,10 @@ void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "LayerNormalization", kernel(layer_norm)},
-    {"", "BatchNormalization", kernel(batch_norm)},
-    {"", "InstanceNormalization", kernel(instance_norm)},
-});
+                                                    {"", "LayerNormalization", kernel(layer_norm)},
+                                                    {"", "BatchNormalization", kernel(batch_norm)},
+                                                    {"", "InstanceNormalization", kernel(instance_norm)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -1,12 +1,13 @@
 // ONNX's training optimizers (domain ai.onnx.preview.training): Momentum, Adagrad, Adam. Each updates any number
 // of tensors: inputs R, T, then per tensor group X..., G..., state...; outputs the new X... and state....
+#include "ops/optimizers.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/optimizer.h"
 #include "kernels/kernel.h"
-#include "ops/optimizers.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -76,10 +77,10 @@ void adam(const OptimizerAttrs& at, KernelCtx& c) {
 
 constexpr const char* kDomain = "ai.onnx.preview.training";
 const bool kRegistered = register_kernels(kCpu, {
-    {kDomain, "Momentum", kernel(momentum)},
-    {kDomain, "Adagrad", kernel(adagrad)},
-    {kDomain, "Adam", kernel(adam)},
-});
+                                                    {kDomain, "Momentum", kernel(momentum)},
+                                                    {kDomain, "Adagrad", kernel(adagrad)},
+                                                    {kDomain, "Adam", kernel(adam)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

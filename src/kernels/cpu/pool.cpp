@@ -1,12 +1,13 @@
 // MaxPool (with indices), AveragePool and its gradient com.onnxtrain.AveragePoolGrad, GlobalAveragePool and
 // GlobalMaxPool.
+#include "ops/pool.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
-#include "ops/pool.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -18,8 +19,12 @@ using ops::Window;
 class Windows {
  public:
   Windows(const Window& win, std::vector<int64_t> in_sp, std::vector<int64_t> out_sp)
-      : win_(win), in_(std::move(in_sp)), out_(std::move(out_sp)), pads_(win.resolved_pads(in_)),
-        start_(in_.size()), kidx_(in_.size()) {}
+      : win_(win),
+        in_(std::move(in_sp)),
+        out_(std::move(out_sp)),
+        pads_(win.resolved_pads(in_)),
+        start_(in_.size()),
+        kidx_(in_.size()) {}
   int64_t in_size() const { return numel_of(in_); }
   int64_t out_size() const { return numel_of(out_); }
   int64_t kernel_size() const { return numel_of(win_.kernel); }
@@ -91,8 +96,10 @@ void pool(const ops::PoolAttrs& at, KernelCtx& c) {
           int64_t best = -1;
           for (int64_t off : offs) {
             double v = double(xp[p * in_size + off]);
-            if (!at.max) acc += v;
-            else if (v > acc || best < 0) acc = v, best = off;
+            if (!at.max)
+              acc += v;
+            else if (v > acc || best < 0)
+              acc = v, best = off;
           }
           if (at.max) {
             y[p * out_size + o] = T(acc);
@@ -145,13 +152,14 @@ void global_pool(KernelCtx& c, bool max) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "MaxPool", kernel(pool)},
-    {"", "AveragePool", kernel(pool)},
-    {"com.onnxtrain", "AveragePoolGrad", kernel(average_pool_grad)},
-    {"", "GlobalAveragePool", [](const ops::Op&, KernelCtx& c) { global_pool(c, false); }},
-    {"", "GlobalMaxPool", [](const ops::Op&, KernelCtx& c) { global_pool(c, true); }},
-});
+const bool kRegistered =
+    register_kernels(kCpu, {
+                               {"", "MaxPool", kernel(pool)},
+                               {"", "AveragePool", kernel(pool)},
+                               {"com.onnxtrain", "AveragePoolGrad", kernel(average_pool_grad)},
+                               {"", "GlobalAveragePool", [](const ops::Op&, KernelCtx& c) { global_pool(c, false); }},
+                               {"", "GlobalMaxPool", [](const ops::Op&, KernelCtx& c) { global_pool(c, true); }},
+                           });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

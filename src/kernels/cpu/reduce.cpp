@@ -1,4 +1,6 @@
 // Reductions over a set of axes (ReduceSum, ReduceMean, ...) and over one axis (ArgMax, ArgMin).
+#include "ops/reduce.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,7 +11,6 @@
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 #include "ops/axis_util.h"
-#include "ops/reduce.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -47,7 +48,8 @@ T reduce_row(Kind kind, const T* x, int64_t n) {
       for (int64_t i = 0; i < n; ++i) s += std::exp(double(x[i]) - m);
       return T(m + std::log(s));
     }
-    default: break;
+    default:
+      break;
   }
   if constexpr (std::is_same_v<T, float>) {
     if (kind == Kind::kSum || kind == Kind::kMean) {  // the common case, vectorised
@@ -163,13 +165,19 @@ Dim reduce_scratch(const ops::Op& op, ops::InferCtx& s) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "ReduceSum", kernel(reduce), reduce_scratch}, {"", "ReduceMean", kernel(reduce), reduce_scratch},
-    {"", "ReduceMax", kernel(reduce), reduce_scratch}, {"", "ReduceMin", kernel(reduce), reduce_scratch},
-    {"", "ReduceProd", kernel(reduce), reduce_scratch}, {"", "ReduceL1", kernel(reduce), reduce_scratch},
-    {"", "ReduceL2", kernel(reduce), reduce_scratch}, {"", "ReduceSumSquare", kernel(reduce), reduce_scratch},
-    {"", "ReduceLogSum", kernel(reduce), reduce_scratch}, {"", "ReduceLogSumExp", kernel(reduce), reduce_scratch},
-    {"", "ArgMax", kernel(arg_reduce)}, {"", "ArgMin", kernel(arg_reduce)},
-});
+                                                    {"", "ReduceSum", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceMean", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceMax", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceMin", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceProd", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceL1", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceL2", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceSumSquare", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceLogSum", kernel(reduce), reduce_scratch},
+                                                    {"", "ReduceLogSumExp", kernel(reduce), reduce_scratch},
+                                                    {"", "ArgMax", kernel(arg_reduce)},
+                                                    {"", "ArgMin", kernel(arg_reduce)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -1,13 +1,14 @@
 // Resize (nearest, linear and cubic, every coordinate transformation mode, scales or sizes), separable: each resized
 // axis resampled in turn, innermost first; and its adjoint com.onnxtrain.ResizeGrad (axes in the opposite order).
+#include "ops/resize.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
-#include "ops/axis_util.h"
-#include "ops/resize.h"
 #include "onnxtrain/error.h"
+#include "ops/axis_util.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -19,7 +20,8 @@ struct Tap {
   bool extrapolate = false;
 };
 
-double original_coord(const ops::ResizeAttrs& at, int64_t x, int64_t in, int64_t out, double scale, double rs, double re) {
+double original_coord(const ops::ResizeAttrs& at, int64_t x, int64_t in, int64_t out, double scale, double rs,
+                      double re) {
   double xr = double(x);
   if (at.coord == "half_pixel") return (xr + 0.5) / scale - 0.5;
   if (at.coord == "half_pixel_symmetric") {
@@ -35,7 +37,8 @@ double original_coord(const ops::ResizeAttrs& at, int64_t x, int64_t in, int64_t
   if (at.coord == "tf_half_pixel_for_nn") return (xr + 0.5) / scale;
   if (at.coord == "asymmetric") return xr / scale;
   if (at.coord == "tf_crop_and_resize")
-    return out > 1 ? rs * double(in - 1) + xr * (re - rs) * double(in - 1) / double(out - 1) : 0.5 * (rs + re) * double(in - 1);
+    return out > 1 ? rs * double(in - 1) + xr * (re - rs) * double(in - 1) / double(out - 1)
+                   : 0.5 * (rs + re) * double(in - 1);
   throw ModelError("Resize: coordinate_transformation_mode '" + at.coord + "' is not supported");
 }
 
@@ -51,10 +54,14 @@ std::vector<Tap> make_taps(const ops::ResizeAttrs& at, int64_t in, int64_t out, 
     }
     if (at.mode == "nearest") {
       double r;
-      if (at.nearest == "round_prefer_ceil") r = std::floor(xo + 0.5);
-      else if (at.nearest == "floor") r = std::floor(xo);
-      else if (at.nearest == "ceil") r = std::ceil(xo);
-      else r = (xo == std::floor(xo) + 0.5) ? std::floor(xo) : std::round(xo);
+      if (at.nearest == "round_prefer_ceil")
+        r = std::floor(xo + 0.5);
+      else if (at.nearest == "floor")
+        r = std::floor(xo);
+      else if (at.nearest == "ceil")
+        r = std::ceil(xo);
+      else
+        r = (xo == std::floor(xo) + 0.5) ? std::floor(xo) : std::round(xo);
       t.index = {clamp(int64_t(r))};
       t.weight = {1.0};
     } else if (at.mode == "linear") {
@@ -118,7 +125,8 @@ void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
     std::vector<int64_t> dims = X.dims();
     for (int64_t a = X.rank() - 1; a >= 0; --a) {
       if (at.unchanged(g, a, dims[size_t(a)])) continue;
-      auto taps = make_taps(at, dims[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
+      auto taps = make_taps(at, dims[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)],
+                            g.roi_end[size_t(a)]);
       ops::AxisView v = ops::axis_view(dims, a);
       int64_t no = g.out[size_t(a)];
       for (int64_t o = 0; o < v.outer; ++o)
@@ -126,9 +134,11 @@ void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
           const Tap& t = taps[size_t(j)];
           for (int64_t i = 0; i < v.inner; ++i) {
             double acc = 0;
-            if (t.extrapolate) acc = at.extrapolation;
+            if (t.extrapolate)
+              acc = at.extrapolation;
             else
-              for (size_t k = 0; k < t.index.size(); ++k) acc += t.weight[k] * cur[(o * v.n + t.index[k]) * v.inner + i];
+              for (size_t k = 0; k < t.index.size(); ++k)
+                acc += t.weight[k] * cur[(o * v.n + t.index[k]) * v.inner + i];
             next[(o * no + j) * v.inner + i] = acc;
           }
         }
@@ -153,7 +163,8 @@ void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
     std::vector<int64_t> dims = g.out;
     for (int64_t a = 0; a < int64_t(in.size()); ++a) {  // the forward's last axis resampled first
       if (at.unchanged(g, a, in[size_t(a)])) continue;
-      auto taps = make_taps(at, in[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
+      auto taps = make_taps(at, in[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)],
+                            g.roi_end[size_t(a)]);
       ops::AxisView v = ops::axis_view(dims, a);
       int64_t ni = in[size_t(a)];
       std::fill(next, next + v.outer * ni * v.inner, 0.0);
@@ -175,19 +186,21 @@ void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
 
 Dim resize_scratch(const ops::InferCtx& s, const Shape& in, const Shape& out) {
   if (in.size() != out.size()) s.fail("input " + shape_str(in) + " and output " + shape_str(out) + " differ in rank");
-  return Dim(2 * int64_t(sizeof(double))) * largest_stage<Dim>(in, out, [](const Dim& a, const Dim& b) { return Dim::max(a, b); });
+  return Dim(2 * int64_t(sizeof(double))) *
+         largest_stage<Dim>(in, out, [](const Dim& a, const Dim& b) { return Dim::max(a, b); });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "Resize", kernel(resize),
-     [](const ops::Op&, ops::InferCtx& s) { return resize_scratch(s, s.shape(0), s.outputs()[0].shape); }},
-    {"com.onnxtrain", "ResizeGrad", kernel(resize_grad),
-     [](const ops::Op&, ops::InferCtx& s) {
-       const std::vector<Dim>* x = s.value(0);
-       if (!x) s.fail("the shape of X is not known");
-       return resize_scratch(s, Shape(x->begin(), x->end()), s.shape(4));
-     }},
-});
+const bool kRegistered = register_kernels(
+    kCpu, {
+              {"", "Resize", kernel(resize),
+               [](const ops::Op&, ops::InferCtx& s) { return resize_scratch(s, s.shape(0), s.outputs()[0].shape); }},
+              {"com.onnxtrain", "ResizeGrad", kernel(resize_grad),
+               [](const ops::Op&, ops::InferCtx& s) {
+                 const std::vector<Dim>* x = s.value(0);
+                 if (!x) s.fail("the shape of X is not known");
+                 return resize_scratch(s, Shape(x->begin(), x->end()), s.shape(4));
+               }},
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

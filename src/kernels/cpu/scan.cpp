@@ -1,11 +1,12 @@
 // Ops that scan or sort along one axis: CumSum and TopK.
+#include "ops/scan.h"
+
 #include <algorithm>
 #include <numeric>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
 #include "ops/axis_util.h"
-#include "ops/scan.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -75,13 +76,14 @@ void top_k(const ops::TopKAttrs& at, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "CumSum", kernel(cum_sum),
-     [](const ops::Op&, ops::InferCtx& s) {
-       return s.dtype(0) == DType::kBool ? shape_numel(s.shape(0)) * Dim(int64_t(sizeof(int64_t))) : Dim(0);
-     }},
-    {"", "TopK", kernel(top_k)},
-});
+const bool kRegistered = register_kernels(
+    kCpu, {
+              {"", "CumSum", kernel(cum_sum),
+               [](const ops::Op&, ops::InferCtx& s) {
+                 return s.dtype(0) == DType::kBool ? shape_numel(s.shape(0)) * Dim(int64_t(sizeof(int64_t))) : Dim(0);
+               }},
+              {"", "TopK", kernel(top_k)},
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -1,10 +1,11 @@
 // Shape, Size, Constant, ConstantOfShape and Range (the view ops Reshape, Flatten, Squeeze and Unsqueeze have no
 // kernel: their outputs share their input's bytes).
+#include "ops/shape_ops.h"
+
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
-#include "ops/shape_ops.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -16,7 +17,9 @@ void shape(const ops::ShapeAttrs& at, KernelCtx& c) {
 
 void size(KernelCtx& c) { c.out(0).data<int64_t>()[0] = c.in(0).numel(); }
 
-void constant(const ops::ValueAttrs& at, KernelCtx& c) { std::memcpy(c.out(0).raw(), at.value.raw(), at.value.nbytes()); }
+void constant(const ops::ValueAttrs& at, KernelCtx& c) {
+  std::memcpy(c.out(0).raw(), at.value.raw(), at.value.nbytes());
+}
 
 void constant_of_shape(const ops::ValueAttrs& at, KernelCtx& c) {
   size_t es = dtype_size(at.value.dtype());
@@ -34,12 +37,12 @@ void range(KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-    {"", "Shape", kernel(shape)},
-    {"", "Size", kernel(size)},
-    {"", "Constant", kernel(constant)},
-    {"", "ConstantOfShape", kernel(constant_of_shape)},
-    {"", "Range", kernel(range)},
-});
+                                                    {"", "Shape", kernel(shape)},
+                                                    {"", "Size", kernel(size)},
+                                                    {"", "Constant", kernel(constant)},
+                                                    {"", "ConstantOfShape", kernel(constant_of_shape)},
+                                                    {"", "Range", kernel(range)},
+                                                });
 
 }  // namespace
 }  // namespace onnxtrain::kernels
