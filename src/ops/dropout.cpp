@@ -26,7 +26,7 @@ class DropoutOp : public OpWith<DropoutAttrs> {
     ir::Value* ratio = g.x(1) ? g.op("Cast", {g.x(1)}, {{"to", int64_t(dy->dtype)}}) : g.like(0.5, dy);
     ir::Value* scale = g.div(g.like(1, dy), g.sub(g.like(1, dy), ratio));
     ir::Value* kept = g.mul(g.where_or_zero(g.y(1), dy), scale);
-    g.set_dx(0, g.op("Where", {training, kept, dy}));
+    g.set_dx(0, g.where(training, kept, dy));
   }
 };
 const bool kRegistered = register_ops({{"", "Dropout", factory<DropoutOp>()}});

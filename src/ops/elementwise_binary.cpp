@@ -96,9 +96,9 @@ struct ModFn : NoFold {
 struct PReluFn : NoFold {
   static void grad(GradCtx& g) {
     Value *x = g.x(0), *dy = g.dy(0);
-    Value* pos = g.op("Greater", {x, g.like(0, x)});
-    if (g.needs(0)) g.set_dx(0, g.op("Where", {pos, dy, g.mul(dy, g.x(1))}));
-    if (g.needs(1)) g.set_dx(1, g.op("Where", {pos, g.like(0, dy), g.mul(dy, x)}));
+    Value* pos = g.greater(x, g.like(0, x));
+    if (g.needs(0)) g.set_dx(0, g.where(pos, dy, g.mul(dy, g.x(1))));
+    if (g.needs(1)) g.set_dx(1, g.where(pos, g.like(0, dy), g.mul(dy, x)));
   }
 };
 using AddOp = BinaryOp<AddFn>;
@@ -152,7 +152,7 @@ class PowOp : public Op {
       Value* bf = b->dtype == a->dtype ? b : g.op("Cast", {b}, {{"to", int64_t(a->dtype)}});
       g.set_dx(0, g.mul(dy, g.mul(bf, g.op("Pow", {a, g.sub(bf, g.like(1, bf))}))));
     }
-    if (g.needs(1)) g.set_dx(1, g.mul(dy, g.mul(g.y(0), g.op("Log", {a}))));
+    if (g.needs(1)) g.set_dx(1, g.mul(dy, g.mul(g.y(0), g.log(a))));
   }
 };
 
@@ -169,7 +169,7 @@ class VariadicOp : public Op {
       if (!g.needs(i)) continue;
       if (kind_ == "Sum") g.set_dx(i, dy);
       else if (kind_ == "Mean") g.set_dx(i, g.div(dy, g.like(double(n), dy)));
-      else g.set_dx(i, g.where_or_zero(g.op("Equal", {g.x(i), g.y(0)}), dy));  // Max/Min: where x_i is the result
+      else g.set_dx(i, g.where_or_zero(g.equal(g.x(i), g.y(0)), dy));  // Max/Min: where x_i is the result
     }
   }
 
@@ -185,7 +185,7 @@ class WhereOp : public Op {
   void grad(GradCtx& g) const override {
     Value *c = g.x(0), *dy = g.dy(0);
     if (g.needs(1)) g.set_dx(1, g.where_or_zero(c, dy));
-    if (g.needs(2)) g.set_dx(2, g.op("Where", {c, g.like(0, dy), dy}));
+    if (g.needs(2)) g.set_dx(2, g.where(c, g.like(0, dy), dy));
   }
   void infer(InferCtx& ctx) const override {
     Shape s = broadcast_shapes(ctx, broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1)), ctx.shape(2));
@@ -217,7 +217,7 @@ class ClipOp : public OpWith<ClipAttrs> {
     if (lo) keep = g.op("GreaterOrEqual", {x, lo});
     if (hi) {
       Value* k = g.op("LessOrEqual", {x, hi});
-      keep = keep ? g.op("And", {keep, k}) : k;
+      keep = keep ? g.logical_and(keep, k) : k;
     }
     g.set_dx(0, keep ? g.where_or_zero(keep, dy) : dy);
   }

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <map>
 
+#include "onnxtrain/error.h"
 #include "ops/elementwise.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
-#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -18,8 +18,12 @@ using UnaryGrad = Value* (*)(GradCtx& g, const UnaryAttrs& a, Value* x, Value* y
 // Each op's attributes with its defaults (ONNX's) applied.
 UnaryAttrs unary_attrs(const ir::Node& n) {
   static const std::map<std::string, UnaryAttrs> defaults = {
-      {"LeakyRelu", {0.01f}}, {"Elu", {1.0f}}, {"Celu", {1.0f}}, {"ThresholdedRelu", {1.0f}},
-      {"HardSigmoid", {0.2f, 0.5f}}, {"Selu", {1.67326319217681884765625f, 0, 1.05070102214813232421875f}}};
+      {"LeakyRelu", {0.01f}},
+      {"Elu", {1.0f}},
+      {"Celu", {1.0f}},
+      {"ThresholdedRelu", {1.0f}},
+      {"HardSigmoid", {0.2f, 0.5f}},
+      {"Selu", {1.67326319217681884765625f, 0, 1.05070102214813232421875f}}};
   auto it = defaults.find(n.op_type);
   UnaryAttrs a = it == defaults.end() ? UnaryAttrs{} : it->second;
   a.alpha = n.attr_float("alpha", a.alpha);
@@ -53,14 +57,14 @@ OpDef unary(const std::string& name, UnaryGrad grad) {
 }
 
 Value* square(GradCtx& g, Value* v) { return g.mul(v, v); }
-Value* positive(GradCtx& g, Value* x) { return g.op("Greater", {x, g.like(0, x)}); }
+Value* positive(GradCtx& g, Value* x) { return g.greater(x, g.like(0, x)); }
 
 // GELU's gradient: one com.onnxtrain.GeluGrad for the exact form; the tanh form's derivative from ordinary ops:
 // d/dx 0.5x(1+t), t = tanh(k(x + c x^3)).
 Value* gelu_grad(GradCtx& g, const UnaryAttrs& a, Value* x, Value*, Value* dy) {
   if (!a.tanh_approx) return g.ops("GeluGrad", {dy, x}, 1, {}, "com.onnxtrain")[0];
   Value* x2 = square(g, x);
-  Value* t = g.op("Tanh", {g.mul(g.like(0.7978845608028654, x), g.add(x, g.mul(g.like(0.044715, x), g.mul(x2, x))))});
+  Value* t = g.tanh(g.mul(g.like(0.7978845608028654, x), g.add(x, g.mul(g.like(0.044715, x), g.mul(x2, x)))));
   Value* dt = g.mul(g.sub(g.like(1, t), square(g, t)),
                     g.mul(g.like(0.7978845608028654, x), g.add(g.like(1, x), g.mul(g.like(3 * 0.044715, x), x2))));
   Value* d = g.add(g.mul(g.like(0.5, t), g.add(g.like(1, t), t)), g.mul(g.mul(g.like(0.5, x), x), dt));
@@ -69,19 +73,19 @@ Value* gelu_grad(GradCtx& g, const UnaryAttrs& a, Value* x, Value*, Value* dy) {
 
 Value* hard_swish_grad(GradCtx& g, const UnaryAttrs&, Value* x, Value*, Value* dy) {
   Value* mid = g.mul(dy, g.div(g.add(g.mul(g.like(2, x), x), g.like(3, x)), g.like(6, x)));
-  return g.op("Where", {g.op("Less", {x, g.like(-3, x)}), g.like(0, dy),
-                        g.op("Where", {g.op("Greater", {x, g.like(3, x)}), dy, mid})});
+  return g.where(g.less(x, g.like(-3, x)), g.like(0, dy), g.where(g.greater(x, g.like(3, x)), dy, mid));
 }
 
 Value* hard_sigmoid_grad(GradCtx& g, const UnaryAttrs& a, Value* x, Value*, Value* dy) {
   Value* z = g.add(g.mul(x, g.like(a.alpha, x)), g.like(a.beta, x));
-  Value* inside = g.op("And", {g.op("Greater", {z, g.like(0, z)}), g.op("Less", {z, g.like(1, z)})});
+  Value* inside = g.logical_and(g.greater(z, g.like(0, z)), g.less(z, g.like(1, z)));
   return g.where_or_zero(inside, g.mul(dy, g.like(a.alpha, dy)));
 }
 
-Value* mish_grad(GradCtx& g, const UnaryAttrs&, Value* x, Value*, Value* dy) {  // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)
-  Value* t = g.op("Tanh", {g.op("Softplus", {x})});
-  return g.mul(dy, g.add(t, g.mul(g.mul(x, g.op("Sigmoid", {x})), g.sub(g.like(1, t), square(g, t)))));
+Value* mish_grad(GradCtx& g, const UnaryAttrs&, Value* x, Value*,
+                 Value* dy) {  // tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)
+  Value* t = g.tanh(g.op("Softplus", {x}));
+  return g.mul(dy, g.add(t, g.mul(g.mul(x, g.sigmoid(x)), g.sub(g.like(1, t), square(g, t)))));
 }
 
 // A gradient rule as an expression of g, a (the attributes), x, y and dy.
@@ -89,7 +93,7 @@ Value* mish_grad(GradCtx& g, const UnaryAttrs&, Value* x, Value*, Value* dy) {  
 Value* kNone = nullptr;
 
 const bool kUnaryRegistered = register_ops({
-    unary("Abs", OT_GRAD(g.mul(dy, g.op("Sign", {x})))),
+    unary("Abs", OT_GRAD(g.mul(dy, g.sign(x)))),
     unary("Neg", OT_GRAD(g.neg(dy))),
     unary("Exp", OT_GRAD(g.mul(dy, y))),
     unary("Log", OT_GRAD(g.div(dy, x))),
@@ -99,18 +103,18 @@ const bool kUnaryRegistered = register_ops({
     unary("Sigmoid", OT_GRAD(g.mul(dy, g.mul(y, g.sub(g.like(1, y), y))))),
     unary("Relu", OT_GRAD(g.where_or_zero(positive(g, x), dy))),
     unary("Softsign", OT_GRAD(g.div(dy, square(g, g.add(g.like(1, x), g.op("Abs", {x})))))),
-    unary("Softplus", OT_GRAD(g.mul(dy, g.op("Sigmoid", {x})))),
-    unary("Erf", OT_GRAD(g.mul(dy, g.mul(g.like(1.1283791670955126, x), g.op("Exp", {g.neg(square(g, x))}))))),
+    unary("Softplus", OT_GRAD(g.mul(dy, g.sigmoid(x)))),
+    unary("Erf", OT_GRAD(g.mul(dy, g.mul(g.like(1.1283791670955126, x), g.exp(g.neg(square(g, x))))))),
     unary("Sin", OT_GRAD(g.mul(dy, g.op("Cos", {x})))),
     unary("Cos", OT_GRAD(g.neg(g.mul(dy, g.op("Sin", {x}))))),
     unary("Tan", OT_GRAD(g.mul(dy, g.add(g.like(1, y), square(g, y))))),
-    unary("Asin", OT_GRAD(g.div(dy, g.op("Sqrt", {g.sub(g.like(1, x), square(g, x))})))),
-    unary("Acos", OT_GRAD(g.neg(g.div(dy, g.op("Sqrt", {g.sub(g.like(1, x), square(g, x))}))))),
+    unary("Asin", OT_GRAD(g.div(dy, g.sqrt(g.sub(g.like(1, x), square(g, x)))))),
+    unary("Acos", OT_GRAD(g.neg(g.div(dy, g.sqrt(g.sub(g.like(1, x), square(g, x))))))),
     unary("Atan", OT_GRAD(g.div(dy, g.add(g.like(1, x), square(g, x))))),
     unary("Sinh", OT_GRAD(g.mul(dy, g.op("Cosh", {x})))),
     unary("Cosh", OT_GRAD(g.mul(dy, g.op("Sinh", {x})))),
-    unary("Asinh", OT_GRAD(g.div(dy, g.op("Sqrt", {g.add(square(g, x), g.like(1, x))})))),
-    unary("Acosh", OT_GRAD(g.div(dy, g.op("Sqrt", {g.sub(square(g, x), g.like(1, x))})))),
+    unary("Asinh", OT_GRAD(g.div(dy, g.sqrt(g.add(square(g, x), g.like(1, x)))))),
+    unary("Acosh", OT_GRAD(g.div(dy, g.sqrt(g.sub(square(g, x), g.like(1, x)))))),
     unary("Atanh", OT_GRAD(g.div(dy, g.sub(g.like(1, x), square(g, x))))),
     unary("Floor", OT_GRAD(kNone)),
     unary("Ceil", OT_GRAD(kNone)),
@@ -118,13 +122,13 @@ const bool kUnaryRegistered = register_ops({
     unary("Sign", OT_GRAD(kNone)),
     unary("Not", OT_GRAD(kNone)),
     unary("HardSwish", hard_swish_grad),
-    unary("LeakyRelu", OT_GRAD(g.op("Where", {positive(g, x), dy, g.mul(dy, g.like(a.alpha, dy))}))),
-    unary("Elu", OT_GRAD(g.op("Where", {positive(g, x), dy, g.mul(dy, g.add(y, g.like(a.alpha, y)))}))),
-    unary("Celu", OT_GRAD(g.op("Where", {positive(g, x), dy, g.mul(dy, g.op("Exp", {g.div(x, g.like(a.alpha, x))}))}))),
-    unary("Selu", OT_GRAD(g.op("Where", {positive(g, x), g.mul(dy, g.like(a.gamma, dy)),
-                                         g.mul(dy, g.add(y, g.like(double(a.alpha) * a.gamma, y)))}))),
+    unary("LeakyRelu", OT_GRAD(g.where(positive(g, x), dy, g.mul(dy, g.like(a.alpha, dy))))),
+    unary("Elu", OT_GRAD(g.where(positive(g, x), dy, g.mul(dy, g.add(y, g.like(a.alpha, y)))))),
+    unary("Celu", OT_GRAD(g.where(positive(g, x), dy, g.mul(dy, g.exp(g.div(x, g.like(a.alpha, x))))))),
+    unary("Selu", OT_GRAD(g.where(positive(g, x), g.mul(dy, g.like(a.gamma, dy)),
+                                  g.mul(dy, g.add(y, g.like(double(a.alpha) * a.gamma, y)))))),
     unary("HardSigmoid", hard_sigmoid_grad),
-    unary("ThresholdedRelu", OT_GRAD(g.where_or_zero(g.op("Greater", {x, g.like(a.alpha, x)}), dy))),
+    unary("ThresholdedRelu", OT_GRAD(g.where_or_zero(g.greater(x, g.like(a.alpha, x)), dy))),
     unary("Gelu", gelu_grad),
     unary("Mish", mish_grad),
 });
@@ -138,7 +142,8 @@ class GeluGradOp : public Op {
   bool recomputable() const override { return true; }
   int inplace_input() const override { return 0; }
   void infer(InferCtx& ctx) const override {
-    if (ctx.rank(0) != ctx.rank(1)) ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");
+    if (ctx.rank(0) != ctx.rank(1))
+      ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");
     ctx.set(0, ctx.dtype(1), ctx.shape(1));
   }
   Dim flops(const ir::Node& n) const override {
@@ -154,7 +159,8 @@ class GeluAndGradOp : public Op {
   explicit GeluAndGradOp(const ir::Node&) {}
   int inplace_input() const override { return 0; }
   void infer(InferCtx& ctx) const override {
-    if (ctx.rank(0) != ctx.rank(1)) ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");
+    if (ctx.rank(0) != ctx.rank(1))
+      ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");
     ctx.set(0, ctx.dtype(1), ctx.shape(1));
     ctx.set(1, ctx.dtype(1), ctx.shape(1));
   }

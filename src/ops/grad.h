@@ -38,6 +38,23 @@ class GradCtx {
   ir::Value* mul(ir::Value* a, ir::Value* b) { return op("Mul", {a, b}); }
   ir::Value* div(ir::Value* a, ir::Value* b) { return op("Div", {a, b}); }
   ir::Value* neg(ir::Value* a) { return op("Neg", {a}); }
+  ir::Value* exp(ir::Value* a) { return op("Exp", {a}); }
+  ir::Value* log(ir::Value* a) { return op("Log", {a}); }
+  ir::Value* sqrt(ir::Value* a) { return op("Sqrt", {a}); }
+  ir::Value* reciprocal(ir::Value* a) { return op("Reciprocal", {a}); }
+  ir::Value* sign(ir::Value* a) { return op("Sign", {a}); }
+  ir::Value* tanh(ir::Value* a) { return op("Tanh", {a}); }
+  ir::Value* sigmoid(ir::Value* a) { return op("Sigmoid", {a}); }
+  ir::Value* greater(ir::Value* a, ir::Value* b) { return op("Greater", {a, b}); }
+  ir::Value* less(ir::Value* a, ir::Value* b) { return op("Less", {a, b}); }
+  ir::Value* equal(ir::Value* a, ir::Value* b) { return op("Equal", {a, b}); }
+  ir::Value* logical_and(ir::Value* a, ir::Value* b) { return op("And", {a, b}); }
+  ir::Value* logical_not(ir::Value* a) { return op("Not", {a}); }
+  ir::Value* where(ir::Value* cond, ir::Value* a, ir::Value* b) { return op("Where", {cond, a, b}); }
+  ir::Value* size(ir::Value* v) { return op("Size", {v}); }
+  ir::Value* reshape(ir::Value* v, ir::Value* shape) { return op("Reshape", {v, shape}); }
+  ir::Value* expand(ir::Value* v, ir::Value* shape) { return op("Expand", {v, shape}); }
+  ir::Value* gather(ir::Value* v, ir::Value* index) { return op("Gather", {v, index}); }
   // A scalar with the dtype of v.
   ir::Value* like(double c, ir::Value* v) { return scalar(c, v->dtype); }
   ir::Value* shape(ir::Value* v) { return op("Shape", {v}); }

@@ -63,7 +63,7 @@ class GatherOp : public IndexOp {
     if (idx->shape.empty()) dyr = g.op("Unsqueeze", {dy, g.ints({a})});
     std::vector<int64_t> one(size_t(r), 1);
     one[size_t(a)] = -1;
-    ir::Value* ind = g.op("Expand", {g.op("Reshape", {idx, g.ints(one)}), g.shape(dyr)});
+    ir::Value* ind = g.expand(g.reshape(idx, g.ints(one)), g.shape(dyr));
     g.set_dx(0, g.op("ScatterElements", {zeros, ind, dyr}, {{"axis", a}, {"reduction", std::string("add")}}));
   }
 

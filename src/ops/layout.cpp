@@ -62,7 +62,7 @@ class ConcatOp : public OpWith<AxisAttrs> {
     std::vector<ir::Value*> sizes;
     size_t n = g.node().inputs.size();
     int64_t r = int64_t(g.x(0)->shape.size()), a = attrs.axis < 0 ? attrs.axis + r : attrs.axis;
-    for (size_t i = 0; i < n; ++i) sizes.push_back(g.op("Gather", {g.shape(g.x(i)), g.ints({a})}));
+    for (size_t i = 0; i < n; ++i) sizes.push_back(g.gather(g.shape(g.x(i)), g.ints({a})));
     auto parts = g.ops("Split", {g.dy(0), g.op("Concat", sizes, {{"axis", int64_t(0)}})}, n, {{"axis", a}});
     for (size_t i = 0; i < n; ++i) g.set_dx(i, parts[i]);
   }
@@ -140,8 +140,8 @@ class SliceOp : public OpWith<SliceAttrs> {
   void grad(GradCtx& g) const override {
     ir::Value* x = g.x(0);
     std::vector<ir::Value*> in = g.node().inputs;
-    in[0] = g.op("Reshape", {g.op("Range", {g.scalar(0, DType::kInt64), g.op("Size", {x}), g.scalar(1, DType::kInt64)}),
-                             g.shape(x)});
+    in[0] = g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}),
+                             g.shape(x));
     ir::Value* picked = g.op("Slice", in, g.node().attrs);
     g.set_dx(0, g.scatter_add_flat(x, picked, g.dy(0)));
   }
@@ -172,8 +172,8 @@ class TileOp : public Op {
   }
   void grad(GradCtx& g) const override {  // every copy adds back to its source: tile the source positions
     ir::Value* x = g.x(0);
-    ir::Value* positions = g.op("Reshape", {g.op("Range", {g.scalar(0, DType::kInt64), g.op("Size", {x}), g.scalar(1, DType::kInt64)}),
-                                            g.shape(x)});
+    ir::Value* positions = g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}),
+                                            g.shape(x));
     g.set_dx(0, g.scatter_add_flat(x, g.op("Tile", {positions, g.x(1)}), g.dy(0)));
   }
 };

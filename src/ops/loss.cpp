@@ -30,22 +30,22 @@ class LossOp : public OpWith<LossAttrs> {
       Value* ts = t;
       Value* coef = nullptr;  // per-element weight, or nullptr for 1
       if (attrs.has_ignore) {
-        Value* valid = g.op("Not", {g.op("Equal", {t, g.scalar(double(attrs.ignore_index), t->dtype)})});
-        ts = g.op("Where", {valid, t, g.scalar(0, t->dtype)});
+        Value* valid = g.logical_not(g.equal(t, g.scalar(double(attrs.ignore_index), t->dtype)));
+        ts = g.where(valid, t, g.scalar(0, t->dtype));
         coef = g.op("Cast", {valid}, {{"to", int64_t(x->dtype)}});
       }
       if (w) {
-        Value* wt = g.op("Gather", {w, ts});
+        Value* wt = g.gather(w, ts);
         coef = coef ? g.mul(coef, wt) : wt;
       }
       Value* per = dy;
       if (attrs.reduction == LossAttrs::kMean) {
         Value* denom = coef ? g.op("ReduceSum", {coef}, {{"keepdims", int64_t(0)}})
-                            : g.op("Cast", {g.op("Size", {t})}, {{"to", int64_t(x->dtype)}});
+                            : g.op("Cast", {g.size(t)}, {{"to", int64_t(x->dtype)}});
         per = g.div(dy, denom);
       }
       if (coef) per = g.mul(per, coef);
-      if (attrs.reduction != LossAttrs::kNone && !coef) per = g.op("Expand", {per, g.shape(t)});
+      if (attrs.reduction != LossAttrs::kNone && !coef) per = g.expand(per, g.shape(t));
       dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.op("Unsqueeze", {ts, g.ints({1})}),
                                        g.op("Unsqueeze", {g.neg(per), g.ints({1})})},
                    {{"axis", int64_t(1)}});
@@ -54,7 +54,7 @@ class LossOp : public OpWith<LossAttrs> {
     if (!dlogp) return;
     if (!attrs.softmax) return g.set_dx(0, dlogp);
     Value* total = g.op("ReduceSum", {dlogp, g.ints({1})}, {{"keepdims", int64_t(1)}});
-    g.set_dx(0, g.sub(dlogp, g.mul(g.op("Exp", {logp}), total)));
+    g.set_dx(0, g.sub(dlogp, g.mul(g.exp(logp), total)));
   }
   void infer(InferCtx& ctx) const override {
     const Shape& x = ctx.shape(0);

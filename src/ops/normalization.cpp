@@ -24,7 +24,7 @@ std::pair<Value*, Value*> normalize(GradCtx& g, Value* x, const std::vector<int6
   ir::Attributes keep = {{"keepdims", int64_t(1)}};
   Value* centered = g.sub(x, g.op("ReduceMean", {x, g.ints(axes)}, keep));
   Value* var = g.op("ReduceMean", {g.mul(centered, centered), g.ints(axes)}, keep);
-  Value* rstd = g.op("Reciprocal", {g.op("Sqrt", {g.add(var, g.like(eps, var))})});
+  Value* rstd = g.reciprocal(g.sqrt(g.add(var, g.like(eps, var))));
   return {g.mul(centered, rstd), rstd};
 }
 
@@ -81,7 +81,7 @@ class BatchNormOp : public OpWith<NormAttrs> {
     if (attrs.training) {
       std::tie(xhat, rstd) = normalize(g, x, axes, attrs.epsilon);
     } else {
-      rstd = per_channel(g.op("Reciprocal", {g.op("Sqrt", {g.add(g.x(4), g.like(attrs.epsilon, g.x(4)))})}));
+      rstd = per_channel(g.reciprocal(g.sqrt(g.add(g.x(4), g.like(attrs.epsilon, g.x(4))))));
       xhat = g.mul(g.sub(x, per_channel(g.x(3))), rstd);
     }
     Value* dxhat = g.mul(dy, per_channel(g.x(1)));

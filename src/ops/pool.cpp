@@ -58,10 +58,10 @@ class GlobalPoolOp : public Op {
   explicit GlobalPoolOp(const ir::Node& n) : max_(n.op_type == "GlobalMaxPool") {}
   void grad(GradCtx& g) const override {
     ir::Value *x = g.x(0), *y = g.y(0);
-    ir::Value* full = g.op("Expand", {g.dy(0), g.shape(x)});
-    if (max_) return g.set_dx(0, g.where_or_zero(g.op("Equal", {x, y}), full));
-    ir::Value* count = g.div(g.op("Cast", {g.op("Size", {x})}, {{"to", int64_t(x->dtype)}}),
-                             g.op("Cast", {g.op("Size", {y})}, {{"to", int64_t(x->dtype)}}));
+    ir::Value* full = g.expand(g.dy(0), g.shape(x));
+    if (max_) return g.set_dx(0, g.where_or_zero(g.equal(x, y), full));
+    ir::Value* count = g.div(g.op("Cast", {g.size(x)}, {{"to", int64_t(x->dtype)}}),
+                             g.op("Cast", {g.size(y)}, {{"to", int64_t(x->dtype)}}));
     g.set_dx(0, g.div(full, count));
   }
   void infer(InferCtx& ctx) const override {

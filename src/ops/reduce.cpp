@@ -56,23 +56,23 @@ void ReduceOp::grad(GradCtx& g) const {
   // dy and y with the reduced dims kept, then broadcast back over x.
   Value* dyk = attrs.keepdims || axes.empty() ? dy : g.op("Unsqueeze", {dy, g.ints(axes)});
   Value* yk = attrs.keepdims || axes.empty() ? y : g.op("Unsqueeze", {y, g.ints(axes)});
-  Value* full = g.op("Expand", {dyk, g.shape(x)});
+  Value* full = g.expand(dyk, g.shape(x));
   using K = ReduceAttrs::Kind;
   switch (attrs.kind) {
     case K::kSum: return g.set_dx(0, full);
     case K::kMean: {
-      Value* count = g.div(g.op("Cast", {g.op("Size", {x})}, {{"to", int64_t(x->dtype)}}),
-                           g.op("Cast", {g.op("Size", {y})}, {{"to", int64_t(x->dtype)}}));
+      Value* count = g.div(g.op("Cast", {g.size(x)}, {{"to", int64_t(x->dtype)}}),
+                           g.op("Cast", {g.size(y)}, {{"to", int64_t(x->dtype)}}));
       return g.set_dx(0, g.div(full, count));
     }
     case K::kMax:
-    case K::kMin: return g.set_dx(0, g.where_or_zero(g.op("Equal", {x, yk}), full));
+    case K::kMin: return g.set_dx(0, g.where_or_zero(g.equal(x, yk), full));
     case K::kProd: return g.set_dx(0, g.div(g.mul(full, yk), x));
-    case K::kL1: return g.set_dx(0, g.mul(full, g.op("Sign", {x})));
+    case K::kL1: return g.set_dx(0, g.mul(full, g.sign(x)));
     case K::kL2: return g.set_dx(0, g.div(g.mul(full, x), yk));
     case K::kSumSquare: return g.set_dx(0, g.mul(full, g.mul(g.like(2, x), x)));
-    case K::kLogSum: return g.set_dx(0, g.div(full, g.op("Exp", {yk})));
-    case K::kLogSumExp: return g.set_dx(0, g.mul(full, g.op("Exp", {g.sub(x, yk)})));
+    case K::kLogSum: return g.set_dx(0, g.div(full, g.exp(yk)));
+    case K::kLogSumExp: return g.set_dx(0, g.mul(full, g.exp(g.sub(x, yk))));
   }
 }
 

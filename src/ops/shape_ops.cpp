@@ -41,7 +41,7 @@ class ViewOp : public Op {
  public:
   bool is_view() const override { return true; }
   bool recomputable() const override { return true; }
-  void grad(GradCtx& g) const override { g.set_dx(0, g.op("Reshape", {g.dy(0), g.shape(g.x(0))})); }
+  void grad(GradCtx& g) const override { g.set_dx(0, g.reshape(g.dy(0), g.shape(g.x(0)))); }
 };
 
 class ReshapeOp : public ViewOp {

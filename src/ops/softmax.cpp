@@ -35,7 +35,7 @@ class SoftmaxOp : public OpWith<SoftmaxAttrs> {
     if (attrs.kind == SoftmaxAttrs::kSoftmax)  // y (dy - sum(dy y))
       g.set_dx(0, g.mul(y, g.sub(dy, g.op("ReduceSum", {g.mul(dy, y), axes}, keep))));
     else  // dy - exp(y) sum(dy)
-      g.set_dx(0, g.sub(dy, g.mul(g.op("Exp", {y}), g.op("ReduceSum", {dy, axes}, keep))));
+      g.set_dx(0, g.sub(dy, g.mul(g.exp(y), g.op("ReduceSum", {dy, axes}, keep))));
   }
 
 };
