@@ -26,7 +26,7 @@ class CastOp : public Op {
     return to_ == DType::kUndefined ? in.at(1) : to_;
   }
   void grad(GradCtx& g) const override {  // back to the input's float type
-    g.set_dx(0, g.op("Cast", {g.dy(0)}, {{"to", int64_t(g.x(0)->dtype)}}));
+    g.set_dx(0, g.cast(g.dy(0), g.x(0)->dtype));
   }
 
  private:

@@ -23,7 +23,7 @@ class DropoutOp : public OpWith<DropoutAttrs> {
   void grad(GradCtx& g) const override {  // dy * mask / (1 - ratio) in training mode, dy otherwise
     ir::Value *dy = g.dy(0), *training = g.x(2);
     if (attrs.legacy || !training) return g.set_dx(0, dy);
-    ir::Value* ratio = g.x(1) ? g.op("Cast", {g.x(1)}, {{"to", int64_t(dy->dtype)}}) : g.like(0.5, dy);
+    ir::Value* ratio = g.x(1) ? g.cast(g.x(1), dy->dtype) : g.like(0.5, dy);
     ir::Value* scale = g.div(g.like(1, dy), g.sub(g.like(1, dy), ratio));
     ir::Value* kept = g.mul(g.where_or_zero(g.y(1), dy), scale);
     g.set_dx(0, g.where(training, kept, dy));

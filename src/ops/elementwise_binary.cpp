@@ -149,7 +149,7 @@ class PowOp : public Op {
   void grad(GradCtx& g) const override {  // d(a^b) = b a^(b-1) da + a^b log(a) db
     Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
     if (g.needs(0)) {
-      Value* bf = b->dtype == a->dtype ? b : g.op("Cast", {b}, {{"to", int64_t(a->dtype)}});
+      Value* bf = b->dtype == a->dtype ? b : g.cast(b, a->dtype);
       g.set_dx(0, g.mul(dy, g.mul(bf, g.op("Pow", {a, g.sub(bf, g.like(1, bf))}))));
     }
     if (g.needs(1)) g.set_dx(1, g.mul(dy, g.mul(g.y(0), g.log(a))));

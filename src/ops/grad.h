@@ -55,6 +55,17 @@ class GradCtx {
   ir::Value* reshape(ir::Value* v, ir::Value* shape) { return op("Reshape", {v, shape}); }
   ir::Value* expand(ir::Value* v, ir::Value* shape) { return op("Expand", {v, shape}); }
   ir::Value* gather(ir::Value* v, ir::Value* index) { return op("Gather", {v, index}); }
+  ir::Value* cast(ir::Value* v, DType to) { return op("Cast", {v}, {{"to", int64_t(to)}}); }
+  ir::Value* unsqueeze(ir::Value* v, const std::vector<int64_t>& axes) { return op("Unsqueeze", {v, ints(axes)}); }
+  ir::Value* reduce_sum(ir::Value* v, const std::vector<int64_t>& axes, bool keepdims) {
+    return op("ReduceSum", {v, ints(axes)}, {{"keepdims", int64_t(keepdims)}});
+  }
+  ir::Value* reduce_mean(ir::Value* v, const std::vector<int64_t>& axes, bool keepdims) {
+    return op("ReduceMean", {v, ints(axes)}, {{"keepdims", int64_t(keepdims)}});
+  }
+  ir::Value* concat(const std::vector<ir::Value*>& parts, int64_t axis) {
+    return op("Concat", parts, {{"axis", axis}});
+  }
   // A scalar with the dtype of v.
   ir::Value* like(double c, ir::Value* v) { return scalar(c, v->dtype); }
   ir::Value* shape(ir::Value* v) { return op("Shape", {v}); }

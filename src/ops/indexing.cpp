@@ -54,13 +54,13 @@ class GatherOp : public IndexOp {
     int64_t r = int64_t(x->shape.size()), a = attrs.axis < 0 ? attrs.axis + r : attrs.axis;
     ir::Value* zeros = g.zeros_like(x);
     if (a == 0) {
-      g.set_dx(0, g.op("ScatterND", {zeros, g.op("Unsqueeze", {idx, g.ints({-1})}), dy}, {{"reduction", std::string("add")}}));
+      g.set_dx(0, g.op("ScatterND", {zeros, g.unsqueeze(idx, {-1}), dy}, {{"reduction", std::string("add")}}));
       return;
     }
     if (idx->shape.size() > 1) no_gradient(g);
     // One axis of indices: expand them over dy (x's rank) and scatter along the axis.
     ir::Value* dyr = dy;
-    if (idx->shape.empty()) dyr = g.op("Unsqueeze", {dy, g.ints({a})});
+    if (idx->shape.empty()) dyr = g.unsqueeze(dy, {a});
     std::vector<int64_t> one(size_t(r), 1);
     one[size_t(a)] = -1;
     ir::Value* ind = g.expand(g.reshape(idx, g.ints(one)), g.shape(dyr));

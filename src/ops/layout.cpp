@@ -63,7 +63,7 @@ class ConcatOp : public OpWith<AxisAttrs> {
     size_t n = g.node().inputs.size();
     int64_t r = int64_t(g.x(0)->shape.size()), a = attrs.axis < 0 ? attrs.axis + r : attrs.axis;
     for (size_t i = 0; i < n; ++i) sizes.push_back(g.gather(g.shape(g.x(i)), g.ints({a})));
-    auto parts = g.ops("Split", {g.dy(0), g.op("Concat", sizes, {{"axis", int64_t(0)}})}, n, {{"axis", a}});
+    auto parts = g.ops("Split", {g.dy(0), g.concat(sizes, 0)}, n, {{"axis", a}});
     for (size_t i = 0; i < n; ++i) g.set_dx(i, parts[i]);
   }
 };
@@ -107,7 +107,7 @@ class SplitOp : public OpWith<SplitAttrs> {
   void grad(GradCtx& g) const override {  // concatenate the outputs' gradients (zeros where none flowed)
     std::vector<ir::Value*> parts;
     for (size_t i = 0; i < g.node().outputs.size(); ++i) parts.push_back(g.dy(i) ? g.dy(i) : g.zeros_like(g.y(i)));
-    g.set_dx(0, g.op("Concat", parts, {{"axis", attrs.axis}}));
+    g.set_dx(0, g.concat(parts, attrs.axis));
   }
 };
 

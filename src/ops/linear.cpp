@@ -35,12 +35,12 @@ class LinearOp : public Op {
   void grad(GradCtx& g) const override {
     Value *x = g.x(0), *w = g.x(1), *dy = g.dy(0);
     auto rows_of = [&](Value* v) {  // (rows, last dim)
-      return g.reshape(v, g.op("Concat", {g.ints({-1}), g.gather(g.shape(v), g.ints({-1}))}, {{"axis", int64_t(0)}}));
+      return g.reshape(v, g.concat({g.ints({-1}), g.gather(g.shape(v), g.ints({-1}))}, 0));
     };
     Value* dy2 = rows_of(dy);
     if (g.needs(0)) g.set_dx(0, g.reshape(g.op("Gemm", {dy2, w}), g.shape(x)));
     if (g.needs(1)) g.set_dx(1, g.op("Gemm", {dy2, rows_of(x)}, {{"transA", int64_t(1)}}));
-    if (g.needs(2)) g.set_dx(2, g.op("ReduceSum", {dy2, g.ints({0})}, {{"keepdims", int64_t(0)}}));
+    if (g.needs(2)) g.set_dx(2, g.reduce_sum(dy2, {0}, false));
   }
 };
 const bool kRegistered = register_ops({{"com.onnxtrain", "Linear", factory<LinearOp>()}});

@@ -32,7 +32,7 @@ class LossOp : public OpWith<LossAttrs> {
       if (attrs.has_ignore) {
         Value* valid = g.logical_not(g.equal(t, g.scalar(double(attrs.ignore_index), t->dtype)));
         ts = g.where(valid, t, g.scalar(0, t->dtype));
-        coef = g.op("Cast", {valid}, {{"to", int64_t(x->dtype)}});
+        coef = g.cast(valid, x->dtype);
       }
       if (w) {
         Value* wt = g.gather(w, ts);
@@ -41,19 +41,19 @@ class LossOp : public OpWith<LossAttrs> {
       Value* per = dy;
       if (attrs.reduction == LossAttrs::kMean) {
         Value* denom = coef ? g.op("ReduceSum", {coef}, {{"keepdims", int64_t(0)}})
-                            : g.op("Cast", {g.size(t)}, {{"to", int64_t(x->dtype)}});
+                            : g.cast(g.size(t), x->dtype);
         per = g.div(dy, denom);
       }
       if (coef) per = g.mul(per, coef);
       if (attrs.reduction != LossAttrs::kNone && !coef) per = g.expand(per, g.shape(t));
-      dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.op("Unsqueeze", {ts, g.ints({1})}),
-                                       g.op("Unsqueeze", {g.neg(per), g.ints({1})})},
+      dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.unsqueeze(ts, {1}),
+                                       g.unsqueeze(g.neg(per), {1})},
                    {{"axis", int64_t(1)}});
     }
     if (attrs.softmax && g.dy(1)) dlogp = dlogp ? g.add(dlogp, g.dy(1)) : g.dy(1);
     if (!dlogp) return;
     if (!attrs.softmax) return g.set_dx(0, dlogp);
-    Value* total = g.op("ReduceSum", {dlogp, g.ints({1})}, {{"keepdims", int64_t(1)}});
+    Value* total = g.reduce_sum(dlogp, {1}, true);
     g.set_dx(0, g.sub(dlogp, g.mul(g.exp(logp), total)));
   }
   void infer(InferCtx& ctx) const override {

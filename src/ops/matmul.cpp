@@ -85,11 +85,11 @@ void MatMulOp::grad(GradCtx& g) const {
     return;
   }
   if (ra == 1 || rb == 1) {  // vectors: view them as matrices
-    Value* a2 = ra == 1 ? g.op("Unsqueeze", {a, g.ints({0})}) : a;
-    Value* b2 = rb == 1 ? g.op("Unsqueeze", {b, g.ints({-1})}) : b;
+    Value* a2 = ra == 1 ? g.unsqueeze(a, {0}) : a;
+    Value* b2 = rb == 1 ? g.unsqueeze(b, {-1}) : b;
     Value* dy2 = dy;
-    if (ra == 1) dy2 = g.op("Unsqueeze", {dy2, g.ints({rb == 1 ? 0 : -2})});
-    if (rb == 1) dy2 = g.op("Unsqueeze", {dy2, g.ints({-1})});
+    if (ra == 1) dy2 = g.unsqueeze(dy2, {rb == 1 ? 0 : -2});
+    if (rb == 1) dy2 = g.unsqueeze(dy2, {-1});
     auto swap = [&](Value* v) {
       std::vector<int64_t> perm(v->shape.size());
       for (size_t i = 0; i < perm.size(); ++i) perm[i] = int64_t(i);
@@ -99,24 +99,24 @@ void MatMulOp::grad(GradCtx& g) const {
     if (g.needs(0)) g.set_dx(0, g.reshape(g.op("MatMul", {dy2, swap(b2)}), g.shape(a)));
     if (g.needs(1)) {
       Value* db = g.op("MatMul", {swap(a2), dy2});
-      if (rb == 1) db = g.op("ReduceSum", {db, g.ints({-1})}, {{"keepdims", int64_t(0)}});
+      if (rb == 1) db = g.reduce_sum(db, {-1}, false);
       g.set_dx(1, rb == 1 && db->shape.size() > 1 ? db : g.reshape(db, g.shape(b)));
     }
     return;
   }
   if (rb == 2) {
     // (rows, N) with rows = all leading dims of dY; N taken from dY's last dim.
-    Value* dy2 = g.reshape(dy, g.op("Concat", {g.ints({-1}), g.gather(g.shape(dy), g.ints({-1}))}, {{"axis", int64_t(0)}}));
+    Value* dy2 = g.reshape(dy, g.concat({g.ints({-1}), g.gather(g.shape(dy), g.ints({-1}))}, 0));
     if (g.needs(0)) {
       // B = Transpose(W) (a Linear layer as exporters write it): use W itself, so that
       // backward reads the parameter instead of keeping the transposed copy alive.
       const ir::Node* t = b->producer;
       bool of_weight = t && t->op_type == "Transpose" && t->inputs[0]->shape.size() == 2;
       Value* da = of_weight ? g.op("Gemm", {dy2, t->inputs[0]}) : g.op("Gemm", {dy2, b}, {{"transB", int64_t(1)}});
-      g.set_dx(0, ra == 2 ? da : g.reshape(da, g.op("Concat", {g.op("Slice", {g.shape(dy), g.ints({0}), g.ints({-1})}), g.gather(g.shape(b), g.ints({0}))}, {{"axis", int64_t(0)}})));
+      g.set_dx(0, ra == 2 ? da : g.reshape(da, g.concat({g.op("Slice", {g.shape(dy), g.ints({0}), g.ints({-1})}), g.gather(g.shape(b), g.ints({0}))}, 0)));
     }
     if (g.needs(1)) {
-      Value* a2 = ra == 2 ? a : g.reshape(a, g.op("Concat", {g.ints({-1}), g.gather(g.shape(a), g.ints({-1}))}, {{"axis", int64_t(0)}}));
+      Value* a2 = ra == 2 ? a : g.reshape(a, g.concat({g.ints({-1}), g.gather(g.shape(a), g.ints({-1}))}, 0));
       g.set_dx(1, g.op("Gemm", {a2, dy2}, {{"transA", int64_t(1)}}));
     }
     return;

@@ -13,17 +13,15 @@ using ir::Value;
 // The input gradient of xhat = (x - mean) * rstd, normalized over `axes`, given
 // dxhat: rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)).
 Value* normalized_dx(GradCtx& g, Value* xhat, Value* rstd, Value* dxhat, const std::vector<int64_t>& axes) {
-  ir::Attributes keep = {{"keepdims", int64_t(1)}};
-  Value* m1 = g.op("ReduceMean", {dxhat, g.ints(axes)}, keep);
-  Value* m2 = g.op("ReduceMean", {g.mul(dxhat, xhat), g.ints(axes)}, keep);
+  Value* m1 = g.reduce_mean(dxhat, axes, true);
+  Value* m2 = g.reduce_mean(g.mul(dxhat, xhat), axes, true);
   return g.mul(rstd, g.sub(g.sub(dxhat, m1), g.mul(xhat, m2)));
 }
 
 // Batch statistics over `axes` (kept): returns xhat and rstd.
 std::pair<Value*, Value*> normalize(GradCtx& g, Value* x, const std::vector<int64_t>& axes, float eps) {
-  ir::Attributes keep = {{"keepdims", int64_t(1)}};
-  Value* centered = g.sub(x, g.op("ReduceMean", {x, g.ints(axes)}, keep));
-  Value* var = g.op("ReduceMean", {g.mul(centered, centered), g.ints(axes)}, keep);
+  Value* centered = g.sub(x, g.reduce_mean(x, axes, true));
+  Value* var = g.reduce_mean(g.mul(centered, centered), axes, true);
   Value* rstd = g.reciprocal(g.sqrt(g.add(var, g.like(eps, var))));
   return {g.mul(centered, rstd), rstd};
 }
@@ -76,7 +74,7 @@ class BatchNormOp : public OpWith<NormAttrs> {
     int64_t r = int64_t(x->shape.size());
     std::vector<int64_t> axes = {0}, channel_axes = {0};  // all but the channel dim; where [C] broadcasts
     for (int64_t i = 2; i < r; ++i) axes.push_back(i), channel_axes.push_back(i);
-    auto per_channel = [&](Value* v) { return g.op("Unsqueeze", {v, g.ints(channel_axes)}); };
+    auto per_channel = [&](Value* v) { return g.unsqueeze(v, channel_axes); };
     Value *xhat, *rstd;
     if (attrs.training) {
       std::tie(xhat, rstd) = normalize(g, x, axes, attrs.epsilon);
@@ -85,10 +83,9 @@ class BatchNormOp : public OpWith<NormAttrs> {
       xhat = g.mul(g.sub(x, per_channel(g.x(3))), rstd);
     }
     Value* dxhat = g.mul(dy, per_channel(g.x(1)));
-    ir::Attributes drop = {{"keepdims", int64_t(0)}};
     if (g.needs(0)) g.set_dx(0, attrs.training ? normalized_dx(g, xhat, rstd, dxhat, axes) : g.mul(dxhat, rstd));
-    if (g.needs(1)) g.set_dx(1, g.op("ReduceSum", {g.mul(dy, xhat), g.ints(axes)}, drop));
-    if (g.needs(2)) g.set_dx(2, g.op("ReduceSum", {dy, g.ints(axes)}, drop));
+    if (g.needs(1)) g.set_dx(1, g.reduce_sum(g.mul(dy, xhat), axes, false));
+    if (g.needs(2)) g.set_dx(2, g.reduce_sum(dy, axes, false));
   }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) < 2) ctx.fail("input must be (N, C, ...), got " + shape_str(ctx.shape(0)));
@@ -107,11 +104,10 @@ class InstanceNormOp : public OpWith<NormAttrs> {
     std::vector<int64_t> spatial = range_axes(2, r), batch_spatial = range_axes(2, r), trailing = range_axes(1, r - 1);
     batch_spatial.insert(batch_spatial.begin(), 0);
     auto [xhat, rstd] = normalize(g, x, spatial, attrs.epsilon);
-    Value* dxhat = g.mul(dy, g.op("Unsqueeze", {g.x(1), g.ints(trailing)}));
-    ir::Attributes drop = {{"keepdims", int64_t(0)}};
+    Value* dxhat = g.mul(dy, g.unsqueeze(g.x(1), trailing));
     if (g.needs(0)) g.set_dx(0, normalized_dx(g, xhat, rstd, dxhat, spatial));
-    if (g.needs(1)) g.set_dx(1, g.op("ReduceSum", {g.mul(dy, xhat), g.ints(batch_spatial)}, drop));
-    if (g.needs(2)) g.set_dx(2, g.op("ReduceSum", {dy, g.ints(batch_spatial)}, drop));
+    if (g.needs(1)) g.set_dx(1, g.reduce_sum(g.mul(dy, xhat), batch_spatial, false));
+    if (g.needs(2)) g.set_dx(2, g.reduce_sum(dy, batch_spatial, false));
   }
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
 };

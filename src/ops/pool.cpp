@@ -60,8 +60,8 @@ class GlobalPoolOp : public Op {
     ir::Value *x = g.x(0), *y = g.y(0);
     ir::Value* full = g.expand(g.dy(0), g.shape(x));
     if (max_) return g.set_dx(0, g.where_or_zero(g.equal(x, y), full));
-    ir::Value* count = g.div(g.op("Cast", {g.size(x)}, {{"to", int64_t(x->dtype)}}),
-                             g.op("Cast", {g.size(y)}, {{"to", int64_t(x->dtype)}}));
+    ir::Value* count = g.div(g.cast(g.size(x), x->dtype),
+                             g.cast(g.size(y), x->dtype));
     g.set_dx(0, g.div(full, count));
   }
   void infer(InferCtx& ctx) const override {

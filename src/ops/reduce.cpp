@@ -54,15 +54,15 @@ void ReduceOp::grad(GradCtx& g) const {
     for (int64_t i = 0; i < r; ++i) axes.push_back(i);
   for (auto& a : axes) a = a < 0 ? a + r : a;
   // dy and y with the reduced dims kept, then broadcast back over x.
-  Value* dyk = attrs.keepdims || axes.empty() ? dy : g.op("Unsqueeze", {dy, g.ints(axes)});
-  Value* yk = attrs.keepdims || axes.empty() ? y : g.op("Unsqueeze", {y, g.ints(axes)});
+  Value* dyk = attrs.keepdims || axes.empty() ? dy : g.unsqueeze(dy, axes);
+  Value* yk = attrs.keepdims || axes.empty() ? y : g.unsqueeze(y, axes);
   Value* full = g.expand(dyk, g.shape(x));
   using K = ReduceAttrs::Kind;
   switch (attrs.kind) {
     case K::kSum: return g.set_dx(0, full);
     case K::kMean: {
-      Value* count = g.div(g.op("Cast", {g.size(x)}, {{"to", int64_t(x->dtype)}}),
-                           g.op("Cast", {g.size(y)}, {{"to", int64_t(x->dtype)}}));
+      Value* count = g.div(g.cast(g.size(x), x->dtype),
+                           g.cast(g.size(y), x->dtype));
       return g.set_dx(0, g.div(full, count));
     }
     case K::kMax:
