@@ -25,11 +25,13 @@ namespace onnxtrain {
 struct SessionOptions {
   bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
   bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
-  std::string memory_config;              // training: recompute plans, "ClusterId:Strategy:Count,..." or a JSON file
-  int memory_level = 0;                   // training: 0 config only, 1 transformer layer-wise, 2 also compromised plans
-  // training: "" none, a fraction of the stash to keep at most ("0.3"), or a size for the whole step's
-  // predicted peak ("6GiB": parameters, optimizer state, gradients, stash and transient buffers)
-  std::string memory_budget;
+  // Training, the memory optimizer's settings, parsed and checked where they come in (memory::parse_config,
+  // memory::parse_budget: bindings, CLI):
+  std::vector<memory::ConfigEntry> memory_config;  // recompute plans asked for by cluster
+  int memory_level = 0;                   // 0 config only, 1 transformer layer-wise, 2 also compromised plans
+  // none, a fraction of the stash to keep at most, or a size for the whole step's predicted peak (parameters,
+  // optimizer state, gradients, stash, transient buffers and scratch)
+  memory::Budget memory_budget;
   Bindings memory_dims;                   // the dims of the batch the budget is for
   double optimizer_state_factor = 0;      // training: optimizer state bytes per parameter byte (AdamW 2), if held here
   uint64_t seed = 0;                      // for random ops; each forward call draws the next

@@ -27,8 +27,8 @@ void init_session(py::module_& m) {
             autodiff::TrainingSpec spec{wrt, loss};
             SessionOptions options;
             options.memory_level = memory_level;
-            options.memory_config = memory_config;
-            options.memory_budget = memory_budget;
+            options.memory_config = memory::parse_config(memory_config);
+            options.memory_budget = memory::parse_budget(memory_budget);
             options.memory_dims = memory_dims;
             options.optimizer_state_factor = optimizer_state_factor;
             return Session(ir::load_model_bytes(std::string(b)), spec, options);

@@ -95,9 +95,9 @@ void Session::init() {
     unplanned_plan_ = memory::AllocationPlan::build(*unplanned_graph_, runtime::schedule(*unplanned_graph_).order,
                                                     options_.allow_inplace, alloc_->device());
     memory::RecomputeOptions ro;
-    ro.config = memory::parse_config(options_.memory_config);
+    ro.config = options_.memory_config;
     ro.level = options_.memory_level;
-    ro.budget = memory::parse_budget(options_.memory_budget);
+    ro.budget = options_.memory_budget;
     ro.budget.dims = options_.memory_dims;
     ro.step_peak = [this](const ir::Graph& g) {
       std::vector<const ir::Node*> order = runtime::schedule(g).order;
