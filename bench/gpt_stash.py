@@ -48,7 +48,8 @@ def main():
                                {"idx": {0: "b", 1: "t"}, "target": {0: "b", 1: "t"}}, ["loss"])
         model = onnx.load(path)
     names = dict(module.named_parameters())
-    session = onnxtrain.Session.for_training(model.SerializeToString(), [i.name for i in model.graph.initializer if i.name in names], "loss")
+    wrt = [i.name for i in model.graph.initializer if i.name in names]
+    session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss")
     _, state = session.run_forward({"idx": idx.numpy(), "target": target.numpy()})
     ours = state.stash_bytes
     theirs = torch_saved_bytes(module, (idx, target), {q.untyped_storage().data_ptr() for q in module.parameters()})

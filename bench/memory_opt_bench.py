@@ -23,7 +23,8 @@ from gpt import GPT  # noqa: E402
 from train_gpt import CharLM  # noqa: E402
 
 DIM, LAYERS, BATCH, BLOCK = 256, 6, 16, 128
-PEAK_BUDGET = "180MiB"  # the whole step's predicted peak (parameters, gradients, stash, transient): 263 MiB without plans
+# The whole step's predicted peak (parameters, gradients, stash, transient): 263 MiB without plans.
+PEAK_BUDGET = "180MiB"
 
 
 class Checkpointed(torch.nn.Module):

@@ -49,7 +49,8 @@ def main():
         print(*measure(impl, *map(int, dims)))
         return
     rounds = 3
-    print(f"GPT training step, AdamW, {torch.get_num_threads()} threads, median of 8 steps, each run in its own process; "
+    print(f"GPT training step, AdamW, {torch.get_num_threads()} threads, median of 8 steps, "
+          "each run in its own process; "
           f"eager and onnxtrain alternate, {rounds} runs each, medians")
     print(f"{'size':28}{'':12}{'ms/step':>10}{'peak RSS +MiB':>15}{'alloc peak MiB':>16}")
     for dims in [(128, 4, 16, 64), (256, 6, 16, 128)]:
@@ -59,7 +60,8 @@ def main():
                 out = subprocess.run([sys.executable, __file__, "--one", impl, *map(str, dims)], capture_output=True,
                                      text=True, check=True).stdout.split()
                 res[impl].append([float(x) for x in out[-3:]])
-        (t_e, r_e, _), (t_o, r_o, a_o) = ([statistics.median(col) for col in zip(*res[i])] for i in ("eager", "onnxtrain"))
+        medians = {i: [statistics.median(col) for col in zip(*res[i])] for i in res}
+        (t_e, r_e, _), (t_o, r_o, a_o) = medians["eager"], medians["onnxtrain"]
         label = f"dim {dims[0]}, {dims[1]} layers, {dims[2]}x{dims[3]}"
         print(f"{label:28}{'eager':12}{t_e:10.1f}{r_e:15.1f}{'':>16}")
         print(f"{'':28}{'onnxtrain':12}{t_o:10.1f}{r_o:15.1f}{a_o:16.1f}")

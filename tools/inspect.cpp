@@ -4,8 +4,8 @@
 #include <map>
 
 #include "ir/onnx_io.h"
-#include "onnxtrain/error.h"
 #include "kernels/shape_inference.h"
+#include "onnxtrain/error.h"
 #include "ops/bind.h"
 #include "tools/commands.h"
 
@@ -31,13 +31,15 @@ static void inspect(const std::string& path) {
   std::cout << "\ninputs:\n";
   for (auto* v : g->inputs) std::cout << "  " << v->name << ": " << v->type_str() << "\n";
   std::cout << "outputs:\n";
-  for (auto* v : g->outputs) std::cout << "  " << v->name << ": " << (inferred || v->has_shape ? v->type_str() : "?") << "\n";
+  for (auto* v : g->outputs)
+    std::cout << "  " << v->name << ": " << (inferred || v->has_shape ? v->type_str() : "?") << "\n";
   int64_t count = 0, bytes = 0;
   for (auto* v : g->initializers) {
     count += v->initializer->numel();
     bytes += int64_t(v->initializer->nbytes());
   }
-  std::cout << "parameters: " << g->initializers.size() << " tensors, " << count << " elements, " << bytes << " bytes\n";
+  std::cout << "parameters: " << g->initializers.size() << " tensors, " << count << " elements, " << bytes
+            << " bytes\n";
   std::map<std::string, int> hist;
   for (auto& n : g->nodes()) hist[n->op_type]++;
   std::cout << "ops (" << g->nodes().size() << " nodes):\n";

@@ -4,7 +4,8 @@
 namespace onnxtrain::cli {
 
 void add_memory_options(CLI::App* cmd, MemoryArgs& a) {
-  cmd->add_option("--level", a.level, "memory optimizer level: 0 (config only), 1 (transformer layer-wise), 2 (1 plus compromised plans)")
+  cmd->add_option("--level", a.level,
+                  "memory optimizer level: 0 (config only), 1 (transformer layer-wise), 2 (1 plus compromised plans)")
       ->check(CLI::Range(0, 2));
   cmd->add_option("--config", a.config, "recompute plans: ClusterId:Strategy:Count,... or a JSON file of them");
   cmd->add_option("--budget", a.budget,

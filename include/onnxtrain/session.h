@@ -23,12 +23,12 @@
 namespace onnxtrain {
 
 struct SessionOptions {
-  bool allow_inplace = true;              // let outputs reuse dying inputs' buffers
-  bool optimize = true;                   // run the graph passes (constant folding, CSE, dead code)
+  bool allow_inplace = true;  // let outputs reuse dying inputs' buffers
+  bool optimize = true;       // run the graph passes (constant folding, CSE, dead code)
   // Training, the memory optimizer's settings, parsed and checked where they come in (memory::parse_config,
   // memory::parse_budget: bindings, CLI):
   std::vector<memory::ConfigEntry> memory_config;  // recompute plans asked for by cluster
-  int memory_level = 0;                   // 0 config only, 1 transformer layer-wise, 2 also compromised plans
+  int memory_level = 0;                            // 0 config only, 1 transformer layer-wise, 2 also compromised plans
   // none, a fraction of the stash to keep at most, or a size for the whole step's predicted peak (parameters,
   // optimizer state, gradients, stash, transient buffers and scratch)
   memory::Budget memory_budget;
@@ -58,11 +58,11 @@ class RunState {
 
 // A training step's predicted memory for concrete dims, in bytes.
 struct MemoryPrediction {
-  int64_t parameters = 0;   // the `wrt` inputs (held by their owner)
+  int64_t parameters = 0;       // the `wrt` inputs (held by their owner)
   int64_t optimizer_state = 0;  // parameters times SessionOptions::optimizer_state_factor
-  int64_t gradients = 0;    // the gradients one step returns
-  int64_t stash = 0;        // activations kept from the forward part for the backward part
-  int64_t peak = 0;         // the allocator's peak above its level before the step (activations, stash, gradients)
+  int64_t gradients = 0;        // the gradients one step returns
+  int64_t stash = 0;            // activations kept from the forward part for the backward part
+  int64_t peak = 0;             // the allocator's peak above its level before the step (activations, stash, gradients)
   std::map<std::string, int64_t> at_peak;  // `peak` by category: stash, gradient, recompute, transient
   int64_t total() const { return parameters + optimizer_state + peak; }  // the whole step's peak
   std::string str() const;
@@ -117,10 +117,10 @@ class Session {
   const memory::RecomputeReport& memory_report() const { return report_; }
   bool is_training() const { return training_; }
   size_t boundary() const { return boundary_; }
-  std::vector<std::string> input_names() const;       // forward inputs
-  std::vector<std::string> output_names() const;      // forward outputs
-  std::vector<std::string> grad_names() const;        // training: the `wrt` inputs, in order
-  std::vector<std::string> output_grad_names() const; // output-gradient mode: forward outputs that take a gradient
+  std::vector<std::string> input_names() const;        // forward inputs
+  std::vector<std::string> output_names() const;       // forward outputs
+  std::vector<std::string> grad_names() const;         // training: the `wrt` inputs, in order
+  std::vector<std::string> output_grad_names() const;  // output-gradient mode: forward outputs that take a gradient
   // Training: whether the loss (or the outputs) depends on each `wrt` input (else its gradient is zeros).
   const std::vector<bool>& grads_reached() const { return reached_; }
   CachingAllocator& allocator() const { return *alloc_; }

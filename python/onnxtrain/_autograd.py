@@ -14,7 +14,8 @@ class Apply(torch.autograd.Function):
         outs, state = runner.forward(tensors)
         ctx.runner, ctx.state = runner, state
         results = tuple(torch.from_dlpack(outs[name]) for name in runner.output_names)
-        ctx.mark_non_differentiable(*[r for r, name in zip(results, runner.output_names) if name not in runner.grad_outputs])
+        names = runner.output_names
+        ctx.mark_non_differentiable(*[r for r, name in zip(results, names) if name not in runner.grad_outputs])
         return results
 
     @staticmethod

@@ -52,8 +52,8 @@ class _Runner:
                 logger.warning("onnxtrain memory optimizer (%s), sizes for the first batch:\n%s", type(module).__name__,
                                self.session.memory_report(dims))
             else:
-                logger.info("onnxtrain recompute candidates (%s), sizes for the first batch:\n%s", type(module).__name__,
-                            self.session.memory_report(dims))
+                logger.info("onnxtrain recompute candidates (%s), sizes for the first batch:\n%s",
+                            type(module).__name__, self.session.memory_report(dims))
             self.grad_outputs = set(self.session.output_grad_names)
         else:
             self.session = C.Session.from_bytes(model_bytes)
@@ -68,7 +68,8 @@ class _Runner:
         return feeds
 
     def forward(self, tensors):
-        self.last_dims = {f"{n}_dim{i}": int(d) for n, t in zip(self.exported.input_names, tensors) for i, d in enumerate(t.shape)}
+        names = self.exported.input_names
+        self.last_dims = {f"{n}_dim{i}": int(d) for n, t in zip(names, tensors) for i, d in enumerate(t.shape)}
         # Random ops draw from PyTorch's generator, so torch.manual_seed makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,)).item())
         if self.timeline_path:

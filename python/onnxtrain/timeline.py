@@ -1,5 +1,6 @@
 """The memory timeline of a training step: bytes over the execution order, stacked by category (parameters,
-gradients, stash, recompute, transient, kernel scratch), the forward/backward boundary marked, the predicted peak drawn."""
+gradients, stash, recompute, transient, kernel scratch), the forward/backward boundary marked, the predicted peak
+drawn."""
 
 import json
 import os

@@ -3,8 +3,8 @@
 #include <map>
 #include <set>
 
-#include "onnxtrain/error.h"
 #include "kernels/shape_inference.h"
+#include "onnxtrain/error.h"
 #include "ops/bind.h"
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -77,7 +77,9 @@ class Engine {
       throw UnsupportedError(where.where() + ": gradient shapes depend on data (not supported yet)");
     if (g->shape == x->shape) return g;
     size_t gr = g->shape.size(), xr = x->shape.size();
-    if (xr > gr) throw ShapeError(where.where() + ": gradient " + shape_str(g->shape) + " has lower rank than input " + shape_str(x->shape));
+    if (xr > gr)
+      throw ShapeError(where.where() + ": gradient " + shape_str(g->shape) + " has lower rank than input " +
+                       shape_str(x->shape));
     std::vector<int64_t> axes;
     for (size_t i = 0; i < gr; ++i) {
       if (i < gr - xr) {
@@ -107,11 +109,20 @@ class Engine {
   ir::Value* scalar(double c, DType dt) {
     Tensor t(dt, {});
     switch (dt) {
-      case DType::kFloat32: *t.data<float>() = float(c); break;
-      case DType::kFloat64: *t.data<double>() = c; break;
-      case DType::kInt64: *t.data<int64_t>() = int64_t(c); break;
-      case DType::kInt32: *t.data<int32_t>() = int32_t(c); break;
-      default: throw UnsupportedError("autodiff: constants of dtype " + dtype_name(dt) + " are not supported");
+      case DType::kFloat32:
+        *t.data<float>() = float(c);
+        break;
+      case DType::kFloat64:
+        *t.data<double>() = c;
+        break;
+      case DType::kInt64:
+        *t.data<int64_t>() = int64_t(c);
+        break;
+      case DType::kInt32:
+        *t.data<int32_t>() = int32_t(c);
+        break;
+      default:
+        throw UnsupportedError("autodiff: constants of dtype " + dtype_name(dt) + " are not supported");
     }
     std::vector<ir::Value*> outs;
     return add_node("Constant", {}, 1, {{"value", t}}, "", &outs);
@@ -145,7 +156,9 @@ bool NodeGrad::needs(size_t i) const {
 void NodeGrad::set_dx(size_t i, ir::Value* g) {
   if (!needs(i) || !g) return;
   ir::Value* x = n_.input(i);
-  if (g->dtype != x->dtype) throw Error(n_.where() + ": gradient rule produced " + dtype_name(g->dtype) + " for a " + dtype_name(x->dtype) + " input");
+  if (g->dtype != x->dtype)
+    throw Error(n_.where() + ": gradient rule produced " + dtype_name(g->dtype) + " for a " + dtype_name(x->dtype) +
+                " input");
   e_.contribute(x, e_.reduce_to(x, g, n_));
 }
 
@@ -172,8 +185,11 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
   std::vector<ir::Value*> wrt;
   for (auto& name : spec.wrt) {
     ir::Value* v = g.find(name);
-    if (!v || v->producer) throw InputError("gradient requested for '" + name + "', which is not a graph input or initializer");
-    if (!is_float(v)) throw InputError("gradient requested for '" + name + "' of dtype " + dtype_name(v->dtype) + "; only float inputs have gradients");
+    if (!v || v->producer)
+      throw InputError("gradient requested for '" + name + "', which is not a graph input or initializer");
+    if (!is_float(v))
+      throw InputError("gradient requested for '" + name + "' of dtype " + dtype_name(v->dtype) +
+                       "; only float inputs have gradients");
     wrt.push_back(v);
     e.needs_grad_.insert(v);
   }
@@ -193,10 +209,12 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
     bool is_output = std::find(g.outputs.begin(), g.outputs.end(), loss) != g.outputs.end();
     if (!loss || !is_output) throw InputError("loss '" + spec.loss + "' is not a graph output");
     if (!loss->has_shape || !shape_numel(loss->shape).is_const() || shape_numel(loss->shape).value() != 1)
-      throw InputError("loss '" + spec.loss + "' must be a scalar, its shape is " + (loss->has_shape ? shape_str(loss->shape) : "unknown"));
+      throw InputError("loss '" + spec.loss + "' must be a scalar, its shape is " +
+                       (loss->has_shape ? shape_str(loss->shape) : "unknown"));
     std::vector<ir::Value*> outs;
     ir::Value* one = e.scalar(1.0, loss->dtype);
-    if (!loss->shape.empty()) one = e.add_node("Reshape", {one, e.ints(std::vector<int64_t>(loss->shape.size(), 1))}, 1, {}, "", &outs);
+    if (!loss->shape.empty())
+      one = e.add_node("Reshape", {one, e.ints(std::vector<int64_t>(loss->shape.size(), 1))}, 1, {}, "", &outs);
     e.contribute(loss, one);
     tg.output_grads.assign(g.outputs.size(), nullptr);
   } else {

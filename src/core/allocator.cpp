@@ -7,7 +7,9 @@
 
 namespace onnxtrain {
 
-static std::string mib(int64_t b) { return std::to_string(b / (1024 * 1024)) + " MiB (" + std::to_string(b) + " bytes)"; }
+static std::string mib(int64_t b) {
+  return std::to_string(b / (1024 * 1024)) + " MiB (" + std::to_string(b) + " bytes)";
+}
 
 CachingAllocator::~CachingAllocator() {
   for (auto& [size, p] : free_blocks_) memory_.release(p);
@@ -33,7 +35,9 @@ void* CachingAllocator::allocate(size_t bytes) {
       release_free_blocks();
       p = memory_.reserve(rounded, kAlignment);
     }
-    if (!p) throw OutOfMemoryError("[allocator] the system refused " + mib(rounded) + " with " + mib(s_.allocated) + " allocated");
+    if (!p)
+      throw OutOfMemoryError("[allocator] the system refused " + mib(rounded) + " with " + mib(s_.allocated) +
+                             " allocated");
     s_.cached += rounded;
   }
   used_[p] = {block, rounded};

@@ -11,15 +11,15 @@
 namespace onnxtrain {
 
 struct MemoryStats {
-  int64_t allocated = 0;        // bytes handed out and not yet freed (requests, rounded)
+  int64_t allocated = 0;  // bytes handed out and not yet freed (requests, rounded)
   int64_t peak_allocated = 0;
-  int64_t cached = 0;           // bytes reserved from the system, in use or not
+  int64_t cached = 0;  // bytes reserved from the system, in use or not
   int64_t peak_cached = 0;
-  int64_t inactive = 0;         // cached - allocated: reserved but not handed out
+  int64_t inactive = 0;  // cached - allocated: reserved but not handed out
   int64_t peak_inactive = 0;
-  int64_t num_allocs = 0;       // allocations served since creation
+  int64_t num_allocs = 0;  // allocations served since creation
   int64_t num_frees = 0;
-  int64_t limit = 0;            // 0: no limit
+  int64_t limit = 0;  // 0: no limit
 };
 
 class CachingAllocator {
@@ -29,7 +29,8 @@ class CachingAllocator {
   static size_t round_size(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
   // Blocks of `device`'s memory (the host's by default).
-  explicit CachingAllocator(Device device = kCpu, DeviceMemory& memory = host_memory()) : device_(device), memory_(memory) {}
+  explicit CachingAllocator(Device device = kCpu, DeviceMemory& memory = host_memory())
+      : device_(device), memory_(memory) {}
   ~CachingAllocator();
   Device device() const { return device_; }
   DeviceMemory& memory() const { return memory_; }
@@ -58,7 +59,7 @@ class CachingAllocator {
   Device device_;
   DeviceMemory& memory_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_blocks_;  // block size -> block
+  std::multimap<size_t, void*> free_blocks_;         // block size -> block
   std::map<void*, std::pair<size_t, size_t>> used_;  // block -> (block size, rounded request)
   MemoryStats s_;
   Observer observer_;

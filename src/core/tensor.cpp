@@ -74,15 +74,33 @@ template <typename F>
 static void for_each_value(const Tensor& t, F f) {
   int64_t n = t.numel();
   switch (t.dtype()) {
-    case DType::kInt64: for (int64_t i = 0; i < n; ++i) f(t.data<int64_t>()[i]); break;
-    case DType::kInt32: for (int64_t i = 0; i < n; ++i) f(t.data<int32_t>()[i]); break;
-    case DType::kInt8: for (int64_t i = 0; i < n; ++i) f(t.data<int8_t>()[i]); break;
-    case DType::kUInt8: case DType::kBool: for (int64_t i = 0; i < n; ++i) f(t.data<uint8_t>()[i]); break;
-    case DType::kFloat32: for (int64_t i = 0; i < n; ++i) f(t.data<float>()[i]); break;
-    case DType::kFloat64: for (int64_t i = 0; i < n; ++i) f(t.data<double>()[i]); break;
-    case DType::kFloat16: for (int64_t i = 0; i < n; ++i) f(half_to_float(t.data<Half>()[i])); break;
-    case DType::kBFloat16: for (int64_t i = 0; i < n; ++i) f(bf16_to_float(t.data<BFloat16>()[i])); break;
-    default: break;
+    case DType::kInt64:
+      for (int64_t i = 0; i < n; ++i) f(t.data<int64_t>()[i]);
+      break;
+    case DType::kInt32:
+      for (int64_t i = 0; i < n; ++i) f(t.data<int32_t>()[i]);
+      break;
+    case DType::kInt8:
+      for (int64_t i = 0; i < n; ++i) f(t.data<int8_t>()[i]);
+      break;
+    case DType::kUInt8:
+    case DType::kBool:
+      for (int64_t i = 0; i < n; ++i) f(t.data<uint8_t>()[i]);
+      break;
+    case DType::kFloat32:
+      for (int64_t i = 0; i < n; ++i) f(t.data<float>()[i]);
+      break;
+    case DType::kFloat64:
+      for (int64_t i = 0; i < n; ++i) f(t.data<double>()[i]);
+      break;
+    case DType::kFloat16:
+      for (int64_t i = 0; i < n; ++i) f(half_to_float(t.data<Half>()[i]));
+      break;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < n; ++i) f(bf16_to_float(t.data<BFloat16>()[i]));
+      break;
+    default:
+      break;
   }
 }
 

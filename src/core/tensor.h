@@ -51,7 +51,9 @@ class Tensor {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   void* raw() const { return storage_ ? storage_->data() : nullptr; }
   template <typename T>
-  T* data() const { return static_cast<T*>(raw()); }
+  T* data() const {
+    return static_cast<T*>(raw());
+  }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   Device device() const { return storage_ ? storage_->device() : kCpu; }
   // Same storage, other dims (same element count).

@@ -11,9 +11,7 @@ const char* attribute_kind_name(const Attribute& a) {
   return names[a.index()];
 }
 
-std::string Value::type_str() const {
-  return dtype_name(dtype) + (has_shape ? shape_str(shape) : std::string("[?]"));
-}
+std::string Value::type_str() const { return dtype_name(dtype) + (has_shape ? shape_str(shape) : std::string("[?]")); }
 
 std::string Node::where() const { return "node '" + name + "' (" + op_type + ")"; }
 
@@ -136,7 +134,8 @@ void Graph::remove_nodes(const std::function<bool(const Node&)>& drop) {
     for (Value* v : n->outputs)
       if (v) v->producer = nullptr;
   }
-  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return is_dropped(n.get()); }), nodes_.end());
+  nodes_.erase(std::remove_if(nodes_.begin(), nodes_.end(), [&](auto& n) { return is_dropped(n.get()); }),
+               nodes_.end());
 }
 
 void Graph::sort_nodes() {

@@ -27,17 +27,17 @@ struct Value {
   bool has_shape = false;
   Node* producer = nullptr;
   std::vector<Node*> consumers;
-  std::optional<Tensor> initializer;       // constant data (initializer or folded constant)
-  bool trainable = false;                  // an initializer that training updates: never folded
+  std::optional<Tensor> initializer;          // constant data (initializer or folded constant)
+  bool trainable = false;                     // an initializer that training updates: never folded
   std::optional<std::vector<Dim>> sym_value;  // elements of a small integer tensor, symbolically
-  std::string type_str() const;           // "float32[batch, 4]"
+  std::string type_str() const;               // "float32[batch, 4]"
 };
 
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;  // "" for the default ONNX domain
-  int64_t opset = 0;   // the opset of its domain in the model
+  std::string domain;           // "" for the default ONNX domain
+  int64_t opset = 0;            // the opset of its domain in the model
   std::vector<Value*> inputs;   // nullptr for an omitted optional input
   std::vector<Value*> outputs;  // nullptr for an omitted optional output
   Attributes attrs;
@@ -82,7 +82,7 @@ class Graph {
 
   std::vector<std::unique_ptr<Node>>& nodes() { return nodes_; }
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
-  std::vector<Value*> inputs;   // graph inputs that are not initializers
+  std::vector<Value*> inputs;  // graph inputs that are not initializers
   std::vector<Value*> outputs;
   std::vector<Value*> initializers;
   std::map<std::string, int64_t> opsets;  // domain -> version

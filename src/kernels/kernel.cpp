@@ -6,18 +6,21 @@
 
 namespace onnxtrain::kernels {
 
-// (device, domain, op) -> kernel; "ai.onnx" is the default domain "".
-static std::unordered_map<std::string, Kernel>& table() {
-  static std::unordered_map<std::string, Kernel> t;
+// device -> domain -> op -> kernel, looked up with the node's own strings (no key built per run of a node);
+// "ai.onnx" is the default domain "".
+using OpKernels = std::unordered_map<std::string, std::unordered_map<std::string, Kernel>>;
+static std::unordered_map<int, OpKernels>& table() {
+  static std::unordered_map<int, OpKernels> t;
   return t;
 }
 
-static std::string key(Device device, const std::string& domain, const std::string& name) {
-  return std::to_string(device.id) + ":" + (domain == "ai.onnx" ? std::string() : domain) + ":" + name;
+static const std::string& domain_of(const std::string& domain) {
+  static const std::string kDefault;
+  return domain == "ai.onnx" ? kDefault : domain;
 }
 
 bool register_kernels(Device device, std::vector<KernelDef> defs) {
-  for (auto& d : defs) table()[key(device, d.domain, d.name)] = Kernel{std::move(d.fn), std::move(d.scratch)};
+  for (auto& d : defs) table()[device.id][domain_of(d.domain)][d.name] = Kernel{std::move(d.fn), std::move(d.scratch)};
   return true;
 }
 
@@ -26,16 +29,20 @@ void attributes_mismatch() {
 }
 
 const Kernel* lookup_kernel(Device device, const std::string& domain, const std::string& name) {
-  auto it = table().find(key(device, domain, name));
-  return it == table().end() ? nullptr : &it->second;
+  auto d = table().find(device.id);
+  if (d == table().end()) return nullptr;
+  auto ops = d->second.find(domain_of(domain));
+  if (ops == d->second.end()) return nullptr;
+  auto k = ops->second.find(name);
+  return k == ops->second.end() ? nullptr : &k->second;
 }
 
 const Kernel& find_kernel(Device device, const ir::Node& n) {
-  auto it = table().find(key(device, n.domain, n.op_type));
-  if (it == table().end())
+  const Kernel* k = lookup_kernel(device, n.domain, n.op_type);
+  if (!k)
     throw UnsupportedError(n.where() + ": op " + (n.domain.empty() ? "" : n.domain + ".") + n.op_type +
                            " has no kernel on " + device.str());
-  return it->second;
+  return *k;
 }
 
 Dim scratch_bytes(Device device, const ir::Node& n) {

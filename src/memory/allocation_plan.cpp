@@ -85,7 +85,8 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
       if (v && p.values_.at(v).last_use == int(s)) p.steps_[s].release.push_back(v);
   }
   for (auto& [root, death] : root_death)
-    if (death != INT_MAX && p.values_.at(root).kind == AllocKind::kAllocate) p.steps_[size_t(death)].frees.push_back(root);
+    if (death != INT_MAX && p.values_.at(root).kind == AllocKind::kAllocate)
+      p.steps_[size_t(death)].frees.push_back(root);
   return p;
 }
 
@@ -124,10 +125,17 @@ std::string AllocationPlan::str() const {
       if (!v) continue;
       const ValuePlan& vp = values_.at(v);
       switch (vp.kind) {
-        case AllocKind::kAllocate: os << " | alloc " << v->name << " (" << vp.bytes.str() << " bytes)"; break;
-        case AllocKind::kInPlace: os << " | " << v->name << " in place of " << vp.source->name; break;
-        case AllocKind::kView: os << " | " << v->name << " views " << vp.source->name; break;
-        case AllocKind::kExternal: break;
+        case AllocKind::kAllocate:
+          os << " | alloc " << v->name << " (" << vp.bytes.str() << " bytes)";
+          break;
+        case AllocKind::kInPlace:
+          os << " | " << v->name << " in place of " << vp.source->name;
+          break;
+        case AllocKind::kView:
+          os << " | " << v->name << " views " << vp.source->name;
+          break;
+        case AllocKind::kExternal:
+          break;
       }
     }
     if (!(scratch_[s] == Dim(0))) os << " | scratch " << scratch_[s].str() << " bytes";

@@ -28,11 +28,13 @@ std::vector<const ir::Value*> stashed_values(const ir::Graph& g) {
 }
 
 static Dim bytes_of(const ir::Value* v) {
-  return v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("bytes(" + v->name + ")");
+  return v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype)))
+                      : Dim::symbol("bytes(" + v->name + ")");
 }
 
 static bool is_upcast(const ir::Node* n) {
-  return n->op_type == "Cast" && n->inputs[0] && n->outputs[0] && dtype_size(n->outputs[0]->dtype) > dtype_size(n->inputs[0]->dtype);
+  return n->op_type == "Cast" && n->inputs[0] && n->outputs[0] &&
+         dtype_size(n->outputs[0]->dtype) > dtype_size(n->inputs[0]->dtype);
 }
 
 // A shape or index list: an integer tensor of at most 64 elements. Stashing it costs nothing worth saving, so a
@@ -44,7 +46,8 @@ static bool small_integers(const ir::Value* u) {
 }
 
 // The nodes recomputing `target` from values free in backward (graph inputs, parameters, constants, values
-// stashed anyway, small integer tensors), or false. With `compromise`, a walk stops at up-casts, the narrower inputs going to `kept`.
+// stashed anyway, small integer tensors), or false. With `compromise`, a walk stops at up-casts, the narrower inputs
+// going to `kept`.
 static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std::set<const ir::Node*>* chosen,
                  std::vector<const ir::Value*>* kept) {
   std::vector<const ir::Node*> todo = {target->producer};
@@ -292,7 +295,8 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
     }
     bool switched_off = e != o.config.end() && e->strategy == 0;  // the config overrides the level
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
-    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !layers.checkpoints.count(c.target)) {
+    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) &&
+        !layers.checkpoints.count(c.target)) {
       items.push_back({eval_or_default(c.bytes, o.budget.dims), eval_or_default(c.cost, o.budget.dims)});
       index.push_back(i);
     }
@@ -322,8 +326,8 @@ static int64_t eval_or_throw(const Dim& d, const Bindings& dims, const std::stri
 }
 
 // Adds to `pick` the cheapest further plans that meet the budget; returns what the report says of it.
-static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candidates, const RecomputeOptions& o,
-                                     std::vector<bool>* pick) {
+static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candidates,
+                                     const RecomputeOptions& o, std::vector<bool>* pick) {
   const Budget& b = o.budget;
   std::vector<Item> items;
   std::vector<size_t> index;  // items -> candidates
@@ -350,8 +354,8 @@ static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candi
     int64_t need = std::max<int64_t>(0, stash - int64_t(b.stash_fraction * double(stash)));
     Choice c = choose_cheapest(items, need - saved_anyway);
     *pick = with(c);
-    os << "of a " << mib(stash) << " stash, save " << mib(need) << "; the plans chosen save " << mib(c.saved + saved_anyway)
-       << (c.met ? "" : " (missed by " + mib(need - saved_anyway - c.saved) + ")");
+    os << "of a " << mib(stash) << " stash, save " << mib(need) << "; the plans chosen save "
+       << mib(c.saved + saved_anyway) << (c.met ? "" : " (missed by " + mib(need - saved_anyway - c.saved) + ")");
     return os.str();
   }
   // A budget on the step's peak: the least stash to save whose cheapest plans bring the rewritten graph's
@@ -376,8 +380,10 @@ static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candi
     if (peak <= b.peak_bytes) {
       for (int round = 0; round < 12 && need - lo > 1; ++round) {  // the least need that still fits
         int64_t mid = lo + (need - lo) / 2, p = peak_with(mid, &c);
-        if (p <= b.peak_bytes) need = mid, peak = p, best = c;
-        else lo = mid;
+        if (p <= b.peak_bytes)
+          need = mid, peak = p, best = c;
+        else
+          lo = mid;
       }
     }
   }
@@ -390,10 +396,11 @@ static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candi
 RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   if (o.level < 0 || o.level > 2)
     throw ConfigError("memory optimizer level " + std::to_string(o.level) + " is not 0, 1 or 2");
-  if (o.budget.peak_bytes && !o.step_peak) throw ConfigError("memory budget: a budget on the step's peak needs a session to plan it");
+  if (o.budget.peak_bytes && !o.step_peak)
+    throw ConfigError("memory budget: a budget on the step's peak needs a session to plan it");
   auto candidates = find_candidates(g);
   RecomputeReport report;
-  std::vector<size_t> row_of;  // candidate -> report row
+  std::vector<size_t> row_of;         // candidate -> report row
   std::map<std::string, size_t> row;  // cluster + shape + kind -> report row
   for (auto& c : candidates) {
     std::string shape = c.target->has_shape ? shape_str(c.target->shape) : "?";
@@ -406,9 +413,10 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   if (o.level > 0) {
     layers = find_layers(g);
     std::ostringstream os;
-    os << "level " << o.level << ": " << layers.count << " transformer layers; inside them the cheapest plans that keep "
-       << kLevelKeep * 100 << "% of their stash";
-    if (!layers.count) os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
+    os << "level " << o.level << ": " << layers.count
+       << " transformer layers; inside them the cheapest plans that keep " << kLevelKeep * 100 << "% of their stash";
+    if (!layers.count)
+      os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
     report.level = os.str();
   }
   std::vector<bool> by_config;
@@ -440,7 +448,8 @@ std::string RecomputeReport::str(const Bindings& dims) const {
   for (auto& c : clusters)
     os << c.cluster << " | " << c.shape << " | " << c.frequency << " | " << (c.applied ? "ON" : "OFF") << " ("
        << c.applied << "/" << c.requested << ") | " << c.bytes.str() << " = " << evaluated(c.bytes, dims) << " | "
-       << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.config() << (c.compromise ? " (compromise)" : "") << "\n";
+       << c.flops.str() << " = " << evaluated(c.flops, dims) << " | " << c.config()
+       << (c.compromise ? " (compromise)" : "") << "\n";
   if (!level.empty()) os << level << "\n";
   if (!budget.empty()) os << budget << "\n";
   return os.str();
@@ -450,10 +459,17 @@ std::string RecomputeReport::json(const Bindings& dims) const {
   nlohmann::json rows = nlohmann::json::array();
   for (auto& c : clusters) {
     auto b = c.bytes.eval(dims), f = c.flops.eval(dims);
-    rows.push_back({{"cluster", c.cluster}, {"shape", c.shape}, {"frequency", c.frequency}, {"requested", c.requested},
-                    {"applied", c.applied}, {"bytes", c.bytes.str()}, {"bytes_evaluated", b ? nlohmann::json(*b) : nullptr},
-                    {"flops", c.flops.str()}, {"flops_evaluated", f ? nlohmann::json(*f) : nullptr},
-                    {"config", c.config()}, {"compromise", c.compromise}});
+    rows.push_back({{"cluster", c.cluster},
+                    {"shape", c.shape},
+                    {"frequency", c.frequency},
+                    {"requested", c.requested},
+                    {"applied", c.applied},
+                    {"bytes", c.bytes.str()},
+                    {"bytes_evaluated", b ? nlohmann::json(*b) : nullptr},
+                    {"flops", c.flops.str()},
+                    {"flops_evaluated", f ? nlohmann::json(*f) : nullptr},
+                    {"config", c.config()},
+                    {"compromise", c.compromise}});
   }
   return nlohmann::json{{"clusters", rows}, {"budget", budget}, {"level", level}}.dump(2);
 }

@@ -3,13 +3,13 @@
 #include <set>
 
 #include "core/tensor.h"
-
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 
 static std::string op_label(const ir::Node& n) {
-  return (n.domain.empty() ? std::string("ai.onnx") : n.domain) + "." + n.op_type + " (opset " + std::to_string(n.opset) + ")";
+  return (n.domain.empty() ? std::string("ai.onnx") : n.domain) + "." + n.op_type + " (opset " +
+         std::to_string(n.opset) + ")";
 }
 
 void bind_graph(ir::Graph& g) {
@@ -24,11 +24,9 @@ std::vector<std::string> unsupported_ops(const ir::Graph& g) {
 }
 
 bool infer_symbolic(ir::Graph& g, ir::Node& n) {
-  std::vector<InputInfo> ins;
   bool known = true;
   for (const ir::Value* v : n.inputs) known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
-  ins = symbolic_inputs(n);
-  InferCtx ctx(n, std::move(ins), &g);
+  InferCtx ctx(n, symbolic_inputs(n), &g);
   try {
     if (!known) throw ShapeUnknown{"an input's shape"};
     n.op->infer(ctx);
@@ -48,7 +46,8 @@ bool infer_symbolic(ir::Graph& g, ir::Node& n) {
     ir::Value* v = n.outputs[i];
     if (!v) continue;
     auto& o = ctx.outputs()[i];
-    if (o.dtype == DType::kUndefined) throw ShapeError(n.where() + ": output " + std::to_string(i) + " was not inferred");
+    if (o.dtype == DType::kUndefined)
+      throw ShapeError(n.where() + ": output " + std::to_string(i) + " was not inferred");
     v->dtype = o.dtype;
     v->shape = o.shape;
     v->has_shape = true;

@@ -1,7 +1,7 @@
 // Cast and CastLike between every held dtype (float16/bfloat16 as storage).
+#include "onnxtrain/error.h"
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {

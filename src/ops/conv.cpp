@@ -3,6 +3,7 @@
 // built from ordinary ops the gradient would need a transposed convolution and
 // copies of X per kernel offset, so it gets its own kernel.
 #include "ops/conv.h"
+
 #include "ops/grad.h"
 #include "ops/op.h"
 
@@ -23,7 +24,8 @@ class ConvOp : public ConvBase {
       ctx.fail("X " + shape_str(x) + " and W " + shape_str(w) + " must be (N, C, ...) and (M, C/group, ...)");
     Dim cin = w[1] * Dim(attrs.group);
     if (x[1].is_const() && cin.is_const() && x[1] != cin)
-      ctx.fail("X has " + x[1].str() + " channels, W expects " + cin.str() + " (group " + std::to_string(attrs.group) + ")");
+      ctx.fail("X has " + x[1].str() + " channels, W expects " + cin.str() + " (group " + std::to_string(attrs.group) +
+               ")");
     std::vector<int64_t> wd;
     for (auto& d : w) {
       if (!d.is_const()) ctx.unknown("the kernel size");
@@ -51,7 +53,8 @@ class ConvGradOp : public ConvBase {
     ctx.set(2, ctx.dtype(2), {ctx.shape(2)[0]});
   }
 };
-const bool kRegistered = register_ops({{"", "Conv", factory<ConvOp>()}, {"com.onnxtrain", "ConvGrad", factory<ConvGradOp>()}});
+const bool kRegistered =
+    register_ops({{"", "Conv", factory<ConvOp>()}, {"com.onnxtrain", "ConvGrad", factory<ConvGradOp>()}});
 
 }  // namespace
 

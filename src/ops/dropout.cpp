@@ -1,6 +1,7 @@
 // Dropout: identity in inference; in training mode a counter-based random mask (kernels/cpu/dropout.cpp), so
 // rerunning with the same seed gives a bit-identical mask.
 #include "ops/dropout.h"
+
 #include "ops/grad.h"
 #include "ops/op.h"
 

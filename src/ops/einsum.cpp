@@ -1,12 +1,13 @@
 // Einsum: any equation with ellipsis and implicit output (its kernel: kernels/cpu/einsum.cpp).
+#include "ops/einsum.h"
+
 #include <map>
 #include <set>
 
-#include "ops/einsum.h"
+#include "onnxtrain/error.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
-#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -27,7 +28,8 @@ class EinsumOp : public OpWith<EinsumAttrs> {
   // appears in the output or in the other operand.
   void grad(GradCtx& g) const override {
     size_t arrow = attrs.equation.find("->");
-    if (g.node().inputs.size() != 2 || arrow == std::string::npos || attrs.equation.find("...") != std::string::npos) no_gradient(g);
+    if (g.node().inputs.size() != 2 || arrow == std::string::npos || attrs.equation.find("...") != std::string::npos)
+      no_gradient(g);
     std::string lhs = attrs.equation.substr(0, arrow), out = attrs.equation.substr(arrow + 2);
     size_t comma = lhs.find(',');
     std::string terms[2] = {lhs.substr(0, comma), lhs.substr(comma + 1)};
@@ -49,7 +51,8 @@ class EinsumOp : public OpWith<EinsumAttrs> {
         char ch = e.inputs[k][j];
         const Dim& d = ctx.shape(k)[j];
         auto it = size.find(ch);
-        if (it == size.end() || it->second == Dim(1)) size[ch] = d;
+        if (it == size.end() || it->second == Dim(1))
+          size[ch] = d;
         else if (d != Dim(1) && d.is_const() && it->second.is_const() && d != it->second)
           ctx.fail("label '" + std::string(1, ch) + "' has sizes " + it->second.str() + " and " + d.str());
       }
@@ -60,7 +63,6 @@ class EinsumOp : public OpWith<EinsumAttrs> {
     }
     ctx.set(0, ctx.dtype(0), out);
   }
-
 };
 
 const bool kRegistered = register_ops({{"", "Einsum", factory<EinsumOp>()}});
@@ -88,7 +90,8 @@ EinsumAttrs::Equation EinsumAttrs::parse(InferCtx& ctx) const {
         term = term.substr(0, dots) + ell + term.substr(dots + 3);
       }
       if (int64_t(term.size()) != ctx.rank(k))
-        ctx.fail("operand " + std::to_string(k) + " has rank " + std::to_string(ctx.rank(k)) + " but '" + term + "' labels");
+        ctx.fail("operand " + std::to_string(k) + " has rank " + std::to_string(ctx.rank(k)) + " but '" + term +
+                 "' labels");
       e.inputs.push_back(term);
       start = i + 1;
     }

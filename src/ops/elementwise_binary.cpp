@@ -167,9 +167,12 @@ class VariadicOp : public Op {
     size_t n = g.node().inputs.size();
     for (size_t i = 0; i < n; ++i) {
       if (!g.needs(i)) continue;
-      if (kind_ == "Sum") g.set_dx(i, dy);
-      else if (kind_ == "Mean") g.set_dx(i, g.div(dy, g.like(double(n), dy)));
-      else g.set_dx(i, g.where_or_zero(g.equal(g.x(i), g.y(0)), dy));  // Max/Min: where x_i is the result
+      if (kind_ == "Sum")
+        g.set_dx(i, dy);
+      else if (kind_ == "Mean")
+        g.set_dx(i, g.div(dy, g.like(double(n), dy)));
+      else
+        g.set_dx(i, g.where_or_zero(g.equal(g.x(i), g.y(0)), dy));  // Max/Min: where x_i is the result
     }
   }
 
@@ -196,8 +199,10 @@ class WhereOp : public Op {
       value.emplace();
       for (size_t i = 0; i < n && value; ++i) {
         const Dim& ci = (*c)[c->size() == 1 ? 0 : i];
-        if (!ci.is_const()) value.reset();
-        else value->push_back(ci.value() ? (*x)[x->size() == 1 ? 0 : i] : (*y)[y->size() == 1 ? 0 : i]);
+        if (!ci.is_const())
+          value.reset();
+        else
+          value->push_back(ci.value() ? (*x)[x->size() == 1 ? 0 : i] : (*y)[y->size() == 1 ? 0 : i]);
       }
     }
     ctx.set(0, ctx.dtype(1), s, value);
@@ -226,26 +231,16 @@ class ClipOp : public OpWith<ClipAttrs> {
 };
 
 const bool kRegistered = register_ops({
-    {"", "Add", factory<AddOp>()},
-    {"", "Sub", factory<SubOp>()},
-    {"", "Mul", factory<MulOp>()},
-    {"", "Div", factory<DivOp>()},
-    {"", "Mod", factory<ModOp>()},
-    {"", "PRelu", factory<PReluOp>()},
-    {"", "And", factory<AndOp>()},
-    {"", "Or", factory<OrOp>()},
-    {"", "Xor", factory<XorOp>()},
-    {"", "Equal", factory<EqualOp>()},
-    {"", "Less", factory<LessOp>()},
-    {"", "LessOrEqual", factory<LessOrEqualOp>()},
-    {"", "Greater", factory<GreaterOp>()},
-    {"", "GreaterOrEqual", factory<GreaterOrEqualOp>()},
-    {"", "Pow", factory<PowOp>()},
-    {"", "Max", factory<VariadicOp>()},
-    {"", "Min", factory<VariadicOp>()},
-    {"", "Sum", factory<VariadicOp>()},
-    {"", "Mean", factory<VariadicOp>()},
-    {"", "Where", factory<WhereOp>()},
+    {"", "Add", factory<AddOp>()},         {"", "Sub", factory<SubOp>()},
+    {"", "Mul", factory<MulOp>()},         {"", "Div", factory<DivOp>()},
+    {"", "Mod", factory<ModOp>()},         {"", "PRelu", factory<PReluOp>()},
+    {"", "And", factory<AndOp>()},         {"", "Or", factory<OrOp>()},
+    {"", "Xor", factory<XorOp>()},         {"", "Equal", factory<EqualOp>()},
+    {"", "Less", factory<LessOp>()},       {"", "LessOrEqual", factory<LessOrEqualOp>()},
+    {"", "Greater", factory<GreaterOp>()}, {"", "GreaterOrEqual", factory<GreaterOrEqualOp>()},
+    {"", "Pow", factory<PowOp>()},         {"", "Max", factory<VariadicOp>()},
+    {"", "Min", factory<VariadicOp>()},    {"", "Sum", factory<VariadicOp>()},
+    {"", "Mean", factory<VariadicOp>()},   {"", "Where", factory<WhereOp>()},
     {"", "Clip", factory<ClipOp>()},
 });
 

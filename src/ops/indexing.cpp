@@ -1,11 +1,12 @@
 // Indexing ops: Gather, GatherElements, GatherND, ScatterND, ScatterElements,
 // OneHot. Negative indices count from the end; out-of-range ones are errors.
+#include "ops/indexing.h"
+
 #include <map>
 
-#include "ops/grad.h"
-#include "ops/indexing.h"
-#include "ops/op.h"
 #include "onnxtrain/error.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -42,7 +43,8 @@ class GatherOp : public IndexOp {
       v.emplace();
       for (int64_t i : *idx) {
         int64_t n = int64_t(data->size());
-        if (i < -n || i >= n) ctx.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
+        if (i < -n || i >= n)
+          ctx.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
         v->push_back((*data)[size_t(i < 0 ? i + n : i)]);
       }
     }
@@ -66,7 +68,6 @@ class GatherOp : public IndexOp {
     ir::Value* ind = g.expand(g.reshape(idx, g.ints(one)), g.shape(dyr));
     g.set_dx(0, g.op("ScatterElements", {zeros, ind, dyr}, {{"axis", a}, {"reduction", std::string("add")}}));
   }
-
 };
 
 // Element offsets of every position of `dims` (row-major), with dim `axis` replaced by index values.
@@ -75,14 +76,15 @@ class GatherElementsOp : public IndexOp {
   using IndexOp::IndexOp;
   void infer(InferCtx& ctx) const override {
     ctx.axis(attrs.axis, ctx.rank(0));
-    if (ctx.rank(1) != ctx.rank(0)) ctx.fail("indices rank " + std::to_string(ctx.rank(1)) + " differs from data rank " + std::to_string(ctx.rank(0)));
+    if (ctx.rank(1) != ctx.rank(0))
+      ctx.fail("indices rank " + std::to_string(ctx.rank(1)) + " differs from data rank " +
+               std::to_string(ctx.rank(0)));
     ctx.set(0, ctx.dtype(0), ctx.shape(1));
   }
   void grad(GradCtx& g) const override {
     g.set_dx(0, g.op("ScatterElements", {g.zeros_like(g.x(0)), g.x(1), g.dy(0)},
                      {{"axis", attrs.axis}, {"reduction", std::string("add")}}));
   }
-
 };
 
 // ScatterElements (and the deprecated Scatter): data with updates written at indices along an axis.
@@ -103,7 +105,6 @@ class ScatterElementsOp : public IndexOp {
   }
 };
 
-
 class GatherNDOp : public IndexOp {
  public:
   using IndexOp::IndexOp;
@@ -120,7 +121,6 @@ class GatherNDOp : public IndexOp {
     out.insert(out.end(), d.begin() + attrs.batch_dims + k, d.end());
     ctx.set(0, ctx.dtype(0), out);
   }
-
 };
 
 class OneHotOp : public IndexOp {
@@ -130,15 +130,17 @@ class OneHotOp : public IndexOp {
   void infer(InferCtx& ctx) const override {
     auto* depth = ctx.value(1);
     Dim d;
-    if (depth && depth->size() == 1) d = (*depth)[0];
-    else if (ctx.tensor(1)) d = Dim(int64_t(ctx.tensor(1)->to_double()[0]));
-    else ctx.unknown("depth");
+    if (depth && depth->size() == 1)
+      d = (*depth)[0];
+    else if (ctx.tensor(1))
+      d = Dim(int64_t(ctx.tensor(1)->to_double()[0]));
+    else
+      ctx.unknown("depth");
     Shape out = ctx.shape(0);
     int64_t a = ctx.axis(attrs.axis, ctx.rank(0) + 1);
     out.insert(out.begin() + a, d);
     ctx.set(0, ctx.dtype(2), out);
   }
-
 };
 
 const bool kRegistered = register_ops({

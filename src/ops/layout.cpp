@@ -1,12 +1,13 @@
 // Ops that move data into a new layout: Transpose, Concat, Split, Slice,
 // Expand, Tile, Pad, Trilu.
+#include "ops/layout.h"
+
 #include <map>
 
+#include "onnxtrain/error.h"
 #include "ops/grad.h"
-#include "ops/layout.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
-#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -17,7 +18,8 @@ class TransposeOp : public OpWith<TransposeAttrs> {
   bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     auto p = attrs.resolved(ctx.rank(0));
-    if (int64_t(p.size()) != ctx.rank(0)) ctx.fail("perm has " + std::to_string(p.size()) + " entries for rank " + std::to_string(ctx.rank(0)));
+    if (int64_t(p.size()) != ctx.rank(0))
+      ctx.fail("perm has " + std::to_string(p.size()) + " entries for rank " + std::to_string(ctx.rank(0)));
     Shape out;
     for (auto a : p) out.push_back(ctx.shape(0).at(size_t(ctx.axis(a, ctx.rank(0)))));
     ctx.set(0, ctx.dtype(0), out);
@@ -43,18 +45,23 @@ class ConcatOp : public OpWith<AxisAttrs> {
     std::vector<Dim> values;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
       if (!ctx.has(i)) continue;
-      if (ctx.rank(i) != r) ctx.fail("input " + std::to_string(i) + " has rank " + std::to_string(ctx.rank(i)) + ", expected " + std::to_string(r));
+      if (ctx.rank(i) != r)
+        ctx.fail("input " + std::to_string(i) + " has rank " + std::to_string(ctx.rank(i)) + ", expected " +
+                 std::to_string(r));
       for (int64_t d = 0; d < r; ++d) {
         if (d == a) continue;
         const Dim &x = out[size_t(d)], &y = ctx.shape(i)[size_t(d)];
         if (x.is_const() && y.is_const() && x != y)
-          ctx.fail("input " + std::to_string(i) + " shape " + shape_str(ctx.shape(i)) + " does not match " + shape_str(ctx.shape(0)) + " outside axis " + std::to_string(a));
+          ctx.fail("input " + std::to_string(i) + " shape " + shape_str(ctx.shape(i)) + " does not match " +
+                   shape_str(ctx.shape(0)) + " outside axis " + std::to_string(a));
         if (!x.is_const() && y.is_const()) out[size_t(d)] = y;
       }
       out[size_t(a)] = out[size_t(a)] + ctx.shape(i)[size_t(a)];
       auto* v = ctx.value(i);
-      if (v) values.insert(values.end(), v->begin(), v->end());
-      else have_values = false;
+      if (v)
+        values.insert(values.end(), v->begin(), v->end());
+      else
+        have_values = false;
     }
     ctx.set(0, ctx.dtype(0), out, have_values ? std::optional(values) : std::nullopt);
   }
@@ -77,7 +84,8 @@ class SplitOp : public OpWith<SplitAttrs> {
     Dim total = ctx.shape(0)[size_t(a)];
     size_t n = ctx.num_outputs();
     std::vector<Dim> s;
-    if (!attrs.split.empty()) s.assign(attrs.split.begin(), attrs.split.end());
+    if (!attrs.split.empty())
+      s.assign(attrs.split.begin(), attrs.split.end());
     else if (ctx.has(1)) {
       auto* v = ctx.value(1);
       if (!v) ctx.unknown("split sizes");
@@ -88,7 +96,8 @@ class SplitOp : public OpWith<SplitAttrs> {
     } else {
       for (size_t i = 0; i < n; ++i) s.push_back(Dim::floor_div(total, Dim(int64_t(n))));
     }
-    if (s.size() != n) ctx.fail("split has " + std::to_string(s.size()) + " sizes for " + std::to_string(n) + " outputs");
+    if (s.size() != n)
+      ctx.fail("split has " + std::to_string(s.size()) + " sizes for " + std::to_string(n) + " outputs");
     Dim sum(0);
     for (auto& d : s) sum = sum + d;
     if (sum.is_const() && total.is_const() && sum != total)
@@ -140,8 +149,7 @@ class SliceOp : public OpWith<SliceAttrs> {
   void grad(GradCtx& g) const override {
     ir::Value* x = g.x(0);
     std::vector<ir::Value*> in = g.node().inputs;
-    in[0] = g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}),
-                             g.shape(x));
+    in[0] = g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}), g.shape(x));
     ir::Value* picked = g.op("Slice", in, g.node().attrs);
     g.set_dx(0, g.scatter_add_flat(x, picked, g.dy(0)));
   }
@@ -165,15 +173,16 @@ class TileOp : public Op {
   void infer(InferCtx& ctx) const override {
     auto* v = ctx.value(1);
     if (!v) ctx.unknown("repeats");
-    if (int64_t(v->size()) != ctx.rank(0)) ctx.fail("repeats has " + std::to_string(v->size()) + " entries for rank " + std::to_string(ctx.rank(0)));
+    if (int64_t(v->size()) != ctx.rank(0))
+      ctx.fail("repeats has " + std::to_string(v->size()) + " entries for rank " + std::to_string(ctx.rank(0)));
     Shape out;
     for (size_t i = 0; i < v->size(); ++i) out.push_back(ctx.shape(0)[i] * (*v)[i]);
     ctx.set(0, ctx.dtype(0), out);
   }
   void grad(GradCtx& g) const override {  // every copy adds back to its source: tile the source positions
     ir::Value* x = g.x(0);
-    ir::Value* positions = g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}),
-                                            g.shape(x));
+    ir::Value* positions =
+        g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}), g.shape(x));
     g.set_dx(0, g.scatter_add_flat(x, g.op("Tile", {positions, g.x(1)}), g.dy(0)));
   }
 };
@@ -225,9 +234,14 @@ class TriluOp : public OpWith<TriluAttrs> {
 };
 
 const bool kRegistered = register_ops({
-    {"", "Transpose", factory<TransposeOp>()}, {"", "Concat", factory<ConcatOp>()}, {"", "Split", factory<SplitOp>()},
-    {"", "Slice", factory<SliceOp>()}, {"", "Expand", factory<ExpandOp>()}, {"", "Tile", factory<TileOp>()},
-    {"", "Pad", factory<PadOp>()}, {"", "Trilu", factory<TriluOp>()},
+    {"", "Transpose", factory<TransposeOp>()},
+    {"", "Concat", factory<ConcatOp>()},
+    {"", "Split", factory<SplitOp>()},
+    {"", "Slice", factory<SliceOp>()},
+    {"", "Expand", factory<ExpandOp>()},
+    {"", "Tile", factory<TileOp>()},
+    {"", "Pad", factory<PadOp>()},
+    {"", "Trilu", factory<TriluOp>()},
 });
 
 }  // namespace
@@ -310,7 +324,8 @@ SliceAttrs::Plan SliceAttrs::plan(InferCtx& ctx) const {
 std::vector<Dim> PadAttrs::resolved(InferCtx& ctx) const {
   int64_t r = ctx.rank(0);
   std::vector<Dim> p;
-  if (from_attr) p.assign(pads.begin(), pads.end());
+  if (from_attr)
+    p.assign(pads.begin(), pads.end());
   else {
     auto* v = ctx.value(1);
     if (!v) ctx.unknown("pads");
@@ -321,7 +336,8 @@ std::vector<Dim> PadAttrs::resolved(InferCtx& ctx) const {
     if (!axes) ctx.unknown("axes");
     std::vector<Dim> full(size_t(2 * r), Dim(0));
     size_t k = axes->size();
-    if (p.size() != 2 * k) ctx.fail("pads has " + std::to_string(p.size()) + " entries for " + std::to_string(k) + " axes");
+    if (p.size() != 2 * k)
+      ctx.fail("pads has " + std::to_string(p.size()) + " entries for " + std::to_string(k) + " axes");
     for (size_t i = 0; i < k; ++i) {
       int64_t a = ctx.axis((*axes)[i], r);
       full[size_t(a)] = p[i];
@@ -329,7 +345,8 @@ std::vector<Dim> PadAttrs::resolved(InferCtx& ctx) const {
     }
     p = full;
   }
-  if (int64_t(p.size()) != 2 * r) ctx.fail("pads has " + std::to_string(p.size()) + " entries for rank " + std::to_string(r));
+  if (int64_t(p.size()) != 2 * r)
+    ctx.fail("pads has " + std::to_string(p.size()) + " entries for rank " + std::to_string(r));
   return p;
 }
 

@@ -1,18 +1,22 @@
 // NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (weights, ignore_index,
 // reductions none/sum/mean; the optional log-prob output).
-#include "ops/grad.h"
 #include "ops/loss.h"
-#include "ops/op.h"
+
 #include "onnxtrain/error.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 namespace onnxtrain::ops {
 namespace {
 
 LossAttrs loss_attrs(const ir::Node& n) {
   std::string r = n.attr_string("reduction", "mean");
-  if (r != "none" && r != "sum" && r != "mean") throw ModelError(n.where() + ": reduction '" + r + "' is not none, sum or mean");
+  if (r != "none" && r != "sum" && r != "mean")
+    throw ModelError(n.where() + ": reduction '" + r + "' is not none, sum or mean");
   return {n.op_type == "SoftmaxCrossEntropyLoss",
-          r == "none" ? LossAttrs::kNone : r == "sum" ? LossAttrs::kSum : LossAttrs::kMean,
+          r == "none"  ? LossAttrs::kNone
+          : r == "sum" ? LossAttrs::kSum
+                       : LossAttrs::kMean,
           n.attr_int("ignore_index", INT64_MIN), n.has_attr("ignore_index")};
 }
 
@@ -40,14 +44,12 @@ class LossOp : public OpWith<LossAttrs> {
       }
       Value* per = dy;
       if (attrs.reduction == LossAttrs::kMean) {
-        Value* denom = coef ? g.op("ReduceSum", {coef}, {{"keepdims", int64_t(0)}})
-                            : g.cast(g.size(t), x->dtype);
+        Value* denom = coef ? g.op("ReduceSum", {coef}, {{"keepdims", int64_t(0)}}) : g.cast(g.size(t), x->dtype);
         per = g.div(dy, denom);
       }
       if (coef) per = g.mul(per, coef);
       if (attrs.reduction != LossAttrs::kNone && !coef) per = g.expand(per, g.shape(t));
-      dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.unsqueeze(ts, {1}),
-                                       g.unsqueeze(g.neg(per), {1})},
+      dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.unsqueeze(ts, {1}), g.unsqueeze(g.neg(per), {1})},
                    {{"axis", int64_t(1)}});
     }
     if (attrs.softmax && g.dy(1)) dlogp = dlogp ? g.add(dlogp, g.dy(1)) : g.dy(1);
@@ -64,7 +66,6 @@ class LossOp : public OpWith<LossAttrs> {
     ctx.set(0, ctx.dtype(0), attrs.reduction == LossAttrs::kNone ? per : Shape{});
     ctx.set(1, ctx.dtype(0), x);
   }
-
 };
 const bool kRegistered = register_ops(
     {{"", "NegativeLogLikelihoodLoss", factory<LossOp>()}, {"", "SoftmaxCrossEntropyLoss", factory<LossOp>()}});

@@ -27,7 +27,8 @@ class MaskedSoftmaxOp : public Op {
   }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) < 1) ctx.fail("X must have a rank of at least 1");
-    if (ctx.rank(2) > ctx.rank(0)) ctx.fail("cond " + shape_str(ctx.shape(2)) + " has a higher rank than X " + shape_str(ctx.shape(0)));
+    if (ctx.rank(2) > ctx.rank(0))
+      ctx.fail("cond " + shape_str(ctx.shape(2)) + " has a higher rank than X " + shape_str(ctx.shape(0)));
     ctx.set(0, ctx.dtype(0), ctx.shape(0));
   }
   void grad(GradCtx& g) const override {
@@ -43,7 +44,8 @@ class MaskedSoftmaxGradOp : public Op {
   explicit MaskedSoftmaxGradOp(const ir::Node&) {}
   int inplace_input() const override { return 0; }
   void infer(InferCtx& ctx) const override {
-    if (ctx.shape(0).size() != ctx.shape(1).size()) ctx.fail("dY " + shape_str(ctx.shape(0)) + " and Y " + shape_str(ctx.shape(1)) + " differ");
+    if (ctx.shape(0).size() != ctx.shape(1).size())
+      ctx.fail("dY " + shape_str(ctx.shape(0)) + " and Y " + shape_str(ctx.shape(1)) + " differ");
     ctx.set(0, ctx.dtype(1), ctx.shape(1));
   }
 };
@@ -59,13 +61,16 @@ class AttentionSoftmaxOp : public Op {
   }
   void infer(InferCtx& ctx) const override {
     const Shape &a = ctx.shape(0), &b = ctx.shape(1);
-    if (a.size() < 2 || b.size() < 2) ctx.fail("A and B must have rank >= 2, got " + shape_str(a) + " and " + shape_str(b));
+    if (a.size() < 2 || b.size() < 2)
+      ctx.fail("A and B must have rank >= 2, got " + shape_str(a) + " and " + shape_str(b));
     const Dim &ka = a.back(), &kb = b[b.size() - 2];
-    if (ka.is_const() && kb.is_const() && ka != kb) ctx.fail("inner dims differ: " + shape_str(a) + " x " + shape_str(b));
+    if (ka.is_const() && kb.is_const() && ka != kb)
+      ctx.fail("inner dims differ: " + shape_str(a) + " x " + shape_str(b));
     Shape out = broadcast_shapes(ctx, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
     out.push_back(a[a.size() - 2]);
     out.push_back(b.back());
-    if (ctx.rank(3) > int64_t(out.size())) ctx.fail("cond " + shape_str(ctx.shape(3)) + " has a higher rank than the scores " + shape_str(out));
+    if (ctx.rank(3) > int64_t(out.size()))
+      ctx.fail("cond " + shape_str(ctx.shape(3)) + " has a higher rank than the scores " + shape_str(out));
     ctx.set(0, ctx.dtype(0), out);
   }
   // dS = the masked softmax's gradient; dA = dS B^T, dB = A^T dS.

@@ -1,6 +1,7 @@
 // MatMul (NumPy semantics, batched with broadcasting) and Gemm.
-#include "ops/grad.h"
 #include "ops/matmul.h"
+
+#include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -28,7 +29,8 @@ class MatMulOp : public OpWith<MatMulAttrs> {
   void infer(InferCtx& ctx) const override {
     Shape a = ctx.shape(0), b = ctx.shape(1);
     if (a.empty() || b.empty()) ctx.fail("inputs must have rank >= 1, got " + shape_str(a) + " and " + shape_str(b));
-    if (attrs.fused && (a.size() < 2 || b.size() < 2)) ctx.fail("inputs must have rank >= 2, got " + shape_str(a) + " and " + shape_str(b));
+    if (attrs.fused && (a.size() < 2 || b.size() < 2))
+      ctx.fail("inputs must have rank >= 2, got " + shape_str(a) + " and " + shape_str(b));
     if (attrs.ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
     if (attrs.tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
     bool a1 = a.size() == 1, b1 = b.size() == 1;
@@ -60,8 +62,10 @@ class GemmOp : public OpWith<GemmAttrs> {
     if (ctx.rank(0) != 2 || ctx.rank(1) != 2)
       ctx.fail("A and B must be 2-D, got " + shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(1)));
     const Shape &a = ctx.shape(0), &b = ctx.shape(1);
-    Dim m = attrs.ta ? a[1] : a[0], ka = attrs.ta ? a[0] : a[1], kb = attrs.tb ? b[1] : b[0], n = attrs.tb ? b[0] : b[1];
-    if (ka.is_const() && kb.is_const() && ka != kb) ctx.fail("inner dims differ: " + shape_str(a) + " x " + shape_str(b));
+    Dim m = attrs.ta ? a[1] : a[0], ka = attrs.ta ? a[0] : a[1], kb = attrs.tb ? b[1] : b[0],
+        n = attrs.tb ? b[0] : b[1];
+    if (ka.is_const() && kb.is_const() && ka != kb)
+      ctx.fail("inner dims differ: " + shape_str(a) + " x " + shape_str(b));
     ctx.set(0, ctx.dtype(0), {m, n});
   }
 };
@@ -113,7 +117,10 @@ void MatMulOp::grad(GradCtx& g) const {
       const ir::Node* t = b->producer;
       bool of_weight = t && t->op_type == "Transpose" && t->inputs[0]->shape.size() == 2;
       Value* da = of_weight ? g.op("Gemm", {dy2, t->inputs[0]}) : g.op("Gemm", {dy2, b}, {{"transB", int64_t(1)}});
-      g.set_dx(0, ra == 2 ? da : g.reshape(da, g.concat({g.op("Slice", {g.shape(dy), g.ints({0}), g.ints({-1})}), g.gather(g.shape(b), g.ints({0}))}, 0)));
+      g.set_dx(0, ra == 2 ? da
+                          : g.reshape(da, g.concat({g.op("Slice", {g.shape(dy), g.ints({0}), g.ints({-1})}),
+                                                    g.gather(g.shape(b), g.ints({0}))},
+                                                   0)));
     }
     if (g.needs(1)) {
       Value* a2 = ra == 2 ? a : g.reshape(a, g.concat({g.ints({-1}), g.gather(g.shape(a), g.ints({-1}))}, 0));
@@ -135,8 +142,10 @@ void GemmOp::grad(GradCtx& g) const {
     at["transB"] = tb;
     return at;
   };
-  if (g.needs(0)) g.set_dx(0, attrs.ta ? g.op("Gemm", {b, dy}, with(attrs.tb, 1)) : g.op("Gemm", {dy, b}, with(0, !attrs.tb)));
-  if (g.needs(1)) g.set_dx(1, attrs.tb ? g.op("Gemm", {dy, a}, with(1, attrs.ta)) : g.op("Gemm", {a, dy}, with(!attrs.ta, 0)));
+  if (g.needs(0))
+    g.set_dx(0, attrs.ta ? g.op("Gemm", {b, dy}, with(attrs.tb, 1)) : g.op("Gemm", {dy, b}, with(0, !attrs.tb)));
+  if (g.needs(1))
+    g.set_dx(1, attrs.tb ? g.op("Gemm", {dy, a}, with(1, attrs.ta)) : g.op("Gemm", {a, dy}, with(!attrs.ta, 0)));
   if (g.needs(2)) g.set_dx(2, attrs.beta == 1.0f ? dy : g.mul(dy, g.like(attrs.beta, dy)));
 }
 

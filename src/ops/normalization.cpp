@@ -1,9 +1,10 @@
 // LayerNormalization, BatchNormalization (inference and training mode) and
 // InstanceNormalization. Statistics are accumulated in double.
-#include "ops/grad.h"
 #include "ops/normalization.h"
-#include "ops/op.h"
+
 #include "onnxtrain/error.h"
+#include "ops/grad.h"
+#include "ops/op.h"
 
 namespace onnxtrain::ops {
 namespace {

@@ -1,9 +1,10 @@
 // ONNX's training optimizers (domain ai.onnx.preview.training): Adam, Adagrad,
 // Momentum. Each updates any number of tensors: inputs R, T, then per tensor
 // group X..., G..., state...; outputs the new X... and state....
-#include "ops/op.h"
 #include "ops/optimizers.h"
+
 #include "onnxtrain/error.h"
+#include "ops/op.h"
 
 namespace onnxtrain::ops {
 namespace {

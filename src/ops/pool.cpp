@@ -1,7 +1,8 @@
 // MaxPool (with indices), AveragePool and its gradient, GlobalAveragePool, GlobalMaxPool.
+#include "ops/pool.h"
+
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "ops/pool.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -47,8 +48,8 @@ class AveragePoolGradOp : public OpWith<PoolAttrs> {
     const std::vector<Dim>* v = ctx.value(1);
     if (!v) ctx.fail("the shape of X must be known when the graph is built");
     if (v->size() != attrs.win.kernel.size() + 2 || ctx.rank(0) != int64_t(v->size()))
-      ctx.fail("dY " + shape_str(ctx.shape(0)) + " and X " + shape_str(Shape(v->begin(), v->end())) + " do not match a " +
-               std::to_string(attrs.win.kernel.size()) + "-d kernel");
+      ctx.fail("dY " + shape_str(ctx.shape(0)) + " and X " + shape_str(Shape(v->begin(), v->end())) +
+               " do not match a " + std::to_string(attrs.win.kernel.size()) + "-d kernel");
     ctx.set(0, ctx.dtype(0), Shape(v->begin(), v->end()));
   }
 };
@@ -60,8 +61,7 @@ class GlobalPoolOp : public Op {
     ir::Value *x = g.x(0), *y = g.y(0);
     ir::Value* full = g.expand(g.dy(0), g.shape(x));
     if (max_) return g.set_dx(0, g.where_or_zero(g.equal(x, y), full));
-    ir::Value* count = g.div(g.cast(g.size(x), x->dtype),
-                             g.cast(g.size(y), x->dtype));
+    ir::Value* count = g.div(g.cast(g.size(x), x->dtype), g.cast(g.size(y), x->dtype));
     g.set_dx(0, g.div(full, count));
   }
   void infer(InferCtx& ctx) const override {

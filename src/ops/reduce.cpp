@@ -1,20 +1,22 @@
 // Reductions over a set of axes (ReduceSum, ReduceMean, ...) and over one axis
 // (ArgMax, ArgMin). Axes come from an attribute or, in newer opsets, input 1.
+#include "ops/reduce.h"
+
 #include <map>
 
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "ops/reduce.h"
 
 namespace onnxtrain::ops {
 namespace {
 
 ReduceAttrs::Kind reduce_kind(const std::string& op) {
   using K = ReduceAttrs::Kind;
-  static const std::map<std::string, K> kinds = {
-      {"ReduceSum", K::kSum}, {"ReduceMean", K::kMean}, {"ReduceMax", K::kMax}, {"ReduceMin", K::kMin},
-      {"ReduceProd", K::kProd}, {"ReduceL1", K::kL1}, {"ReduceL2", K::kL2}, {"ReduceSumSquare", K::kSumSquare},
-      {"ReduceLogSum", K::kLogSum}, {"ReduceLogSumExp", K::kLogSumExp}};
+  static const std::map<std::string, K> kinds = {{"ReduceSum", K::kSum},       {"ReduceMean", K::kMean},
+                                                 {"ReduceMax", K::kMax},       {"ReduceMin", K::kMin},
+                                                 {"ReduceProd", K::kProd},     {"ReduceL1", K::kL1},
+                                                 {"ReduceL2", K::kL2},         {"ReduceSumSquare", K::kSumSquare},
+                                                 {"ReduceLogSum", K::kLogSum}, {"ReduceLogSumExp", K::kLogSumExp}};
   return kinds.at(op);
 }
 
@@ -29,12 +31,13 @@ class ReduceOp : public OpWith<ReduceAttrs> {
     auto m = attrs.mask(ctx);
     Shape out;
     for (size_t i = 0; i < m.size(); ++i) {
-      if (!m[i]) out.push_back(ctx.shape(0)[i]);
-      else if (attrs.keepdims) out.push_back(Dim(1));
+      if (!m[i])
+        out.push_back(ctx.shape(0)[i]);
+      else if (attrs.keepdims)
+        out.push_back(Dim(1));
     }
     ctx.set(0, ctx.dtype(0), out);
   }
-
 };
 using ir::Value;
 
@@ -59,23 +62,29 @@ void ReduceOp::grad(GradCtx& g) const {
   Value* full = g.expand(dyk, g.shape(x));
   using K = ReduceAttrs::Kind;
   switch (attrs.kind) {
-    case K::kSum: return g.set_dx(0, full);
+    case K::kSum:
+      return g.set_dx(0, full);
     case K::kMean: {
-      Value* count = g.div(g.cast(g.size(x), x->dtype),
-                           g.cast(g.size(y), x->dtype));
+      Value* count = g.div(g.cast(g.size(x), x->dtype), g.cast(g.size(y), x->dtype));
       return g.set_dx(0, g.div(full, count));
     }
     case K::kMax:
-    case K::kMin: return g.set_dx(0, g.where_or_zero(g.equal(x, yk), full));
-    case K::kProd: return g.set_dx(0, g.div(g.mul(full, yk), x));
-    case K::kL1: return g.set_dx(0, g.mul(full, g.sign(x)));
-    case K::kL2: return g.set_dx(0, g.div(g.mul(full, x), yk));
-    case K::kSumSquare: return g.set_dx(0, g.mul(full, g.mul(g.like(2, x), x)));
-    case K::kLogSum: return g.set_dx(0, g.div(full, g.exp(yk)));
-    case K::kLogSumExp: return g.set_dx(0, g.mul(full, g.exp(g.sub(x, yk))));
+    case K::kMin:
+      return g.set_dx(0, g.where_or_zero(g.equal(x, yk), full));
+    case K::kProd:
+      return g.set_dx(0, g.div(g.mul(full, yk), x));
+    case K::kL1:
+      return g.set_dx(0, g.mul(full, g.sign(x)));
+    case K::kL2:
+      return g.set_dx(0, g.div(g.mul(full, x), yk));
+    case K::kSumSquare:
+      return g.set_dx(0, g.mul(full, g.mul(g.like(2, x), x)));
+    case K::kLogSum:
+      return g.set_dx(0, g.div(full, g.exp(yk)));
+    case K::kLogSumExp:
+      return g.set_dx(0, g.mul(full, g.exp(g.sub(x, yk))));
   }
 }
-
 
 class ArgReduceOp : public OpWith<ArgReduceAttrs> {
  public:
@@ -86,19 +95,27 @@ class ArgReduceOp : public OpWith<ArgReduceAttrs> {
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(attrs.axis, ctx.rank(0));
     Shape out = ctx.shape(0);
-    if (attrs.keepdims) out[size_t(a)] = Dim(1);
-    else out.erase(out.begin() + a);
+    if (attrs.keepdims)
+      out[size_t(a)] = Dim(1);
+    else
+      out.erase(out.begin() + a);
     ctx.set(0, DType::kInt64, out);
   }
 };
 
 const bool kRegistered = register_ops({
-    {"", "ReduceSum", factory<ReduceOp>()}, {"", "ReduceMean", factory<ReduceOp>()},
-    {"", "ReduceMax", factory<ReduceOp>()}, {"", "ReduceMin", factory<ReduceOp>()},
-    {"", "ReduceProd", factory<ReduceOp>()}, {"", "ReduceL1", factory<ReduceOp>()},
-    {"", "ReduceL2", factory<ReduceOp>()}, {"", "ReduceSumSquare", factory<ReduceOp>()},
-    {"", "ReduceLogSum", factory<ReduceOp>()}, {"", "ReduceLogSumExp", factory<ReduceOp>()},
-    {"", "ArgMax", factory<ArgReduceOp>()}, {"", "ArgMin", factory<ArgReduceOp>()},
+    {"", "ReduceSum", factory<ReduceOp>()},
+    {"", "ReduceMean", factory<ReduceOp>()},
+    {"", "ReduceMax", factory<ReduceOp>()},
+    {"", "ReduceMin", factory<ReduceOp>()},
+    {"", "ReduceProd", factory<ReduceOp>()},
+    {"", "ReduceL1", factory<ReduceOp>()},
+    {"", "ReduceL2", factory<ReduceOp>()},
+    {"", "ReduceSumSquare", factory<ReduceOp>()},
+    {"", "ReduceLogSum", factory<ReduceOp>()},
+    {"", "ReduceLogSumExp", factory<ReduceOp>()},
+    {"", "ArgMax", factory<ArgReduceOp>()},
+    {"", "ArgMin", factory<ArgReduceOp>()},
 });
 
 }  // namespace

@@ -1,13 +1,14 @@
 // Resize: nearest, linear and cubic, every coordinate transformation mode,
 // scales or sizes (with axes and keep_aspect_ratio_policy). Separable: each
 // resized axis is resampled in turn, innermost first.
+#include "ops/resize.h"
+
 #include <cmath>
 
+#include "onnxtrain/error.h"
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "ops/resize.h"
 #include "ops/shape_util.h"
-#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -33,7 +34,6 @@ class ResizeOp : public OpWith<ResizeAttrs> {
  public:
   explicit ResizeOp(const ir::Node& n) : OpWith(resize_attrs(n)) {}
 
-
   // Symbolic input dims (a dynamic batch, say) stay symbolic where the axis is not resized, and scale by an
   // integer factor; other resized symbolic dims get a fresh symbol.
   void infer(InferCtx& ctx) const override {
@@ -44,14 +44,16 @@ class ResizeOp : public OpWith<ResizeAttrs> {
       symbolic = symbolic || !d.is_const();
       in.push_back(d.is_const() ? d.value() : 1);  // (a stand-in: the scales and sizes do not depend on it)
     }
-    if (symbolic && attrs.policy != "stretch") ctx.unknown("the output size of a symbolic dim under keep_aspect_ratio_policy");
+    if (symbolic && attrs.policy != "stretch")
+      ctx.unknown("the output size of a symbolic dim under keep_aspect_ratio_policy");
     const Tensor* scales = ctx.tensor(attrs.opset10 ? 1 : 2);
     bool by_sizes = !attrs.opset10 && ctx.has(3) && (!scales || scales->numel() == 0);
     const std::vector<Dim>* sizes = by_sizes ? ctx.value(3) : nullptr;
     if (sizes && attrs.policy == "stretch") {  // sizes known symbolically (another tensor's shape, say)
       std::vector<int64_t> axes = attrs.resized_axes(ctx, x.size());
       if (sizes->size() != axes.size())
-        ctx.fail("sizes has " + std::to_string(sizes->size()) + " entries for " + std::to_string(axes.size()) + " axes");
+        ctx.fail("sizes has " + std::to_string(sizes->size()) + " entries for " + std::to_string(axes.size()) +
+                 " axes");
       Shape out = x;
       for (size_t i = 0; i < axes.size(); ++i) out[size_t(axes[i])] = (*sizes)[i];
       return ctx.set(0, ctx.dtype(0), out);
@@ -61,10 +63,14 @@ class ResizeOp : public OpWith<ResizeAttrs> {
     Shape out;  // from scales
     for (size_t a = 0; a < x.size(); ++a) {
       double s = g->scale[a];
-      if (x[a].is_const()) out.push_back(Dim(g->out[a]));
-      else if (attrs.unchanged(*g, int64_t(a), in[a])) out.push_back(x[a]);
-      else if (attrs.coord != "tf_crop_and_resize" && s >= 1 && s == std::floor(s)) out.push_back(x[a] * Dim(int64_t(s)));
-      else out.push_back(ctx.fresh("resized"));
+      if (x[a].is_const())
+        out.push_back(Dim(g->out[a]));
+      else if (attrs.unchanged(*g, int64_t(a), in[a]))
+        out.push_back(x[a]);
+      else if (attrs.coord != "tf_crop_and_resize" && s >= 1 && s == std::floor(s))
+        out.push_back(x[a] * Dim(int64_t(s)));
+      else
+        out.push_back(ctx.fresh("resized"));
     }
     ctx.set(0, ctx.dtype(0), out);
   }
@@ -75,16 +81,10 @@ class ResizeOp : public OpWith<ResizeAttrs> {
     if (!g.needs(0)) return;
     ir::Attributes a = attrs.node->attrs;
     a["coordinate_transformation_mode"] = attrs.coord;  // (its default depends on the opset)
-    ir::Value *roi = attrs.opset10 ? nullptr : g.x(1), *scales = g.x(attrs.opset10 ? 1 : 2), *sizes = attrs.opset10 ? nullptr : g.x(3);
+    ir::Value *roi = attrs.opset10 ? nullptr : g.x(1), *scales = g.x(attrs.opset10 ? 1 : 2),
+              *sizes = attrs.opset10 ? nullptr : g.x(3);
     g.set_dx(0, g.ops("ResizeGrad", {g.shape(g.x(0)), roi, scales, sizes, g.dy(0)}, 1, a, "com.onnxtrain")[0]);
   }
-
-
-
-
-
-
-
 };
 
 // com.onnxtrain.ResizeGrad(shape of X, roi, scales, sizes, dY) with Resize's attributes: dX, each output's
@@ -97,7 +97,8 @@ class ResizeGradOp : public ResizeOp {
     const std::vector<Dim>* v = ctx.value(0);
     if (!v) ctx.fail("the shape of X must be known when the graph is built");
     if (ctx.rank(4) != int64_t(v->size()))
-      ctx.fail("dY " + shape_str(ctx.shape(4)) + " and X " + shape_str(Shape(v->begin(), v->end())) + " differ in rank");
+      ctx.fail("dY " + shape_str(ctx.shape(4)) + " and X " + shape_str(Shape(v->begin(), v->end())) +
+               " differ in rank");
     ctx.set(0, ctx.dtype(4), Shape(v->begin(), v->end()));
   }
 };
@@ -123,7 +124,8 @@ std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const 
   if (ctx.has(sizes_at) && (!scales || scales->numel() == 0)) {
     auto sizes = ctx.int_values(sizes_at);
     if (!sizes) return std::nullopt;
-    if (sizes->size() != axes.size()) ctx.fail("sizes has " + std::to_string(sizes->size()) + " entries for " + std::to_string(axes.size()) + " axes");
+    if (sizes->size() != axes.size())
+      ctx.fail("sizes has " + std::to_string(sizes->size()) + " entries for " + std::to_string(axes.size()) + " axes");
     if (policy == "stretch") {
       for (size_t i = 0; i < axes.size(); ++i) {
         size_t a = size_t(axes[i]);
@@ -145,7 +147,8 @@ std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const 
   }
   if (!scales) return std::nullopt;
   auto sv = scales->to_double();
-  if (sv.size() != axes.size()) ctx.fail("scales has " + std::to_string(sv.size()) + " entries for " + std::to_string(axes.size()) + " axes");
+  if (sv.size() != axes.size())
+    ctx.fail("scales has " + std::to_string(sv.size()) + " entries for " + std::to_string(axes.size()) + " axes");
   for (size_t i = 0; i < axes.size(); ++i) {
     size_t a = size_t(axes[i]);
     g.scale[a] = sv[i];

@@ -1,7 +1,8 @@
 // Ops that scan or sort along one axis: CumSum and TopK.
+#include "ops/scan.h"
+
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "ops/scan.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -17,18 +18,21 @@ class CumSumOp : public OpWith<CumSumAttrs> {
     return in[0] == DType::kBool ? DType::kInt64 : in[0];
   }
   void grad(GradCtx& g) const override {  // a cumulative sum in the other direction
-    g.set_dx(0, g.op("CumSum", {g.dy(0), g.x(1)}, {{"exclusive", int64_t(attrs.exclusive)}, {"reverse", int64_t(!attrs.reverse)}}));
+    g.set_dx(0, g.op("CumSum", {g.dy(0), g.x(1)},
+                     {{"exclusive", int64_t(attrs.exclusive)}, {"reverse", int64_t(!attrs.reverse)}}));
   }
 };
 
 class TopKOp : public OpWith<TopKAttrs> {
  public:
-  explicit TopKOp(const ir::Node& n) : OpWith({n.attr_int("axis", -1), n.attr_int("largest", 1) != 0, n.attr_int("k", -1)}) {}
+  explicit TopKOp(const ir::Node& n)
+      : OpWith({n.attr_int("axis", -1), n.attr_int("largest", 1) != 0, n.attr_int("k", -1)}) {}
   DType output_dtype(size_t i, const std::vector<DType>& in) const override { return i == 1 ? DType::kInt64 : in[0]; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(attrs.axis, ctx.rank(0));
     Dim k;
-    if (attrs.k >= 0) k = Dim(attrs.k);
+    if (attrs.k >= 0)
+      k = Dim(attrs.k);
     else {
       auto* v = ctx.value(1);
       if (!v || v->size() != 1) ctx.unknown("k");

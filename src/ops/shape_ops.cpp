@@ -3,14 +3,15 @@
 // Their shape functions propagate the values of small integer tensors
 // symbolically, which is what keeps PyTorch's Shape/Gather/Concat/Reshape
 // chains exact.
+#include "ops/shape_ops.h"
+
 #include <cmath>
 #include <cstring>
 
+#include "onnxtrain/error.h"
 #include "ops/grad.h"
 #include "ops/op.h"
-#include "ops/shape_ops.h"
 #include "ops/shape_util.h"
-#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -32,7 +33,9 @@ class SizeOp : public Op {
  public:
   explicit SizeOp(const ir::Node&) {}
   DType output_dtype(size_t, const std::vector<DType>&) const override { return DType::kInt64; }
-  void infer(InferCtx& ctx) const override { ctx.set(0, DType::kInt64, {}, std::vector<Dim>{shape_numel(ctx.shape(0))}); }
+  void infer(InferCtx& ctx) const override {
+    ctx.set(0, DType::kInt64, {}, std::vector<Dim>{shape_numel(ctx.shape(0))});
+  }
 };
 
 // Base of the view ops: the output shape is all that differs, so the gradient
@@ -94,7 +97,8 @@ class FlattenOp : public ViewOp {
   explicit FlattenOp(const ir::Node& n) : axis_(n.attr_int("axis", 1)) {}
   void infer(InferCtx& ctx) const override {
     int64_t r = ctx.rank(0);
-    if (axis_ < -r || axis_ > r) ctx.fail("axis " + std::to_string(axis_) + " out of range for rank " + std::to_string(r));
+    if (axis_ < -r || axis_ > r)
+      ctx.fail("axis " + std::to_string(axis_) + " out of range for rank " + std::to_string(r));
     int64_t a = axis_ < 0 ? axis_ + r : axis_;
     Dim outer(1), inner(1);
     for (int64_t i = 0; i < r; ++i) (i < a ? outer : inner) = (i < a ? outer : inner) * ctx.shape(0)[size_t(i)];
@@ -149,7 +153,8 @@ class SqueezeOp : public ViewOp {
       for (int64_t a : *axes) {
         int64_t x = ctx.axis(a, r);
         const Dim& d = ctx.shape(0)[size_t(x)];
-        if (d.is_const() && d.value() != 1) ctx.fail("cannot squeeze axis " + std::to_string(a) + " of size " + d.str());
+        if (d.is_const() && d.value() != 1)
+          ctx.fail("cannot squeeze axis " + std::to_string(a) + " of size " + d.str());
         drop[size_t(x)] = true;
       }
     } else {
@@ -175,9 +180,12 @@ Tensor scalar(DType t, T v, std::vector<int64_t> dims) {
 
 Tensor constant_value(const ir::Node& n) {
   Tensor value;
-  if (const Tensor* t = n.attr_tensor("value")) value = *t;
-  else if (n.has_attr("value_float")) value = scalar<float>(DType::kFloat32, n.attr_float("value_float", 0), {});
-  else if (n.has_attr("value_int")) value = scalar<int64_t>(DType::kInt64, n.attr_int("value_int"), {});
+  if (const Tensor* t = n.attr_tensor("value"))
+    value = *t;
+  else if (n.has_attr("value_float"))
+    value = scalar<float>(DType::kFloat32, n.attr_float("value_float", 0), {});
+  else if (n.has_attr("value_int"))
+    value = scalar<int64_t>(DType::kInt64, n.attr_int("value_int"), {});
   else if (n.has_attr("value_floats")) {
     auto v = n.attr_floats("value_floats");
     value = Tensor(DType::kFloat32, {int64_t(v.size())});
@@ -213,10 +221,12 @@ class ConstantOfShapeOp : public OpWith<ValueAttrs> {
   void infer(InferCtx& ctx) const override {
     const std::vector<Dim>* v = ctx.value(0);
     Shape s;
-    if (v) s.assign(v->begin(), v->end());
+    if (v)
+      s.assign(v->begin(), v->end());
     else if (ctx.rank(0) == 1 && ctx.shape(0)[0].is_const())
       for (int64_t i = 0; i < ctx.shape(0)[0].value(); ++i) s.push_back(ctx.fresh("cos"));
-    else ctx.fail("the shape input has unknown length");
+    else
+      ctx.fail("the shape input has unknown length");
     std::optional<std::vector<Dim>> val;
     if (attrs.value.dtype() == DType::kInt64 && s.size() == 1 && s[0].is_const() && s[0].value() <= 64)
       val = std::vector<Dim>(size_t(s[0].value()), Dim(attrs.value.to_int64()[0]));

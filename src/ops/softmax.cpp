@@ -1,17 +1,19 @@
 // Softmax, LogSoftmax (and Hardmax): along one axis from opset 13, over the
 // flattened trailing dims before it.
+#include "ops/softmax.h"
+
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
-#include "ops/softmax.h"
 
 namespace onnxtrain::ops {
 namespace {
 
 SoftmaxAttrs softmax_attrs(const ir::Node& n) {
   SoftmaxAttrs a;
-  a.kind = n.op_type == "Softmax" ? SoftmaxAttrs::kSoftmax
-           : n.op_type == "LogSoftmax" ? SoftmaxAttrs::kLogSoftmax : SoftmaxAttrs::kHardmax;
+  a.kind = n.op_type == "Softmax"      ? SoftmaxAttrs::kSoftmax
+           : n.op_type == "LogSoftmax" ? SoftmaxAttrs::kLogSoftmax
+                                       : SoftmaxAttrs::kHardmax;
   a.flatten = n.opset > 0 && n.opset < 13;
   a.axis = n.attr_int("axis", a.flatten ? 1 : -1);
   return a;
@@ -37,10 +39,10 @@ class SoftmaxOp : public OpWith<SoftmaxAttrs> {
     else  // dy - exp(y) sum(dy)
       g.set_dx(0, g.sub(dy, g.mul(g.exp(y), g.op("ReduceSum", {dy, axes}, keep))));
   }
-
 };
-const bool kRegistered = register_ops({
-    {"", "Softmax", factory<SoftmaxOp>()}, {"", "LogSoftmax", factory<SoftmaxOp>()}, {"", "Hardmax", factory<SoftmaxOp>()}});
+const bool kRegistered = register_ops({{"", "Softmax", factory<SoftmaxOp>()},
+                                       {"", "LogSoftmax", factory<SoftmaxOp>()},
+                                       {"", "Hardmax", factory<SoftmaxOp>()}});
 
 }  // namespace
 }  // namespace onnxtrain::ops

@@ -17,8 +17,10 @@ Tensor tensor_of_values(const ir::Value* v) {
   Tensor t(v->dtype, dims);
   for (size_t i = 0; i < v->sym_value->size(); ++i) {
     int64_t x = (*v->sym_value)[i].value();
-    if (v->dtype == DType::kInt64) t.data<int64_t>()[i] = x;
-    else t.data<int32_t>()[i] = int32_t(x);
+    if (v->dtype == DType::kInt64)
+      t.data<int64_t>()[i] = x;
+    else
+      t.data<int32_t>()[i] = int32_t(x);
   }
   return t;
 }

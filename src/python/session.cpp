@@ -1,11 +1,12 @@
 // Session: tensors in and out without copies (DLPack: numpy arrays, torch tensors, onnxtrain.Tensor).
+#include "onnxtrain/session.h"
+
 #include <pybind11/stl.h>
 
 #include "ir/onnx_io.h"
 #include "ops/op.h"
-#include "onnxtrain/session.h"
-#include "python/init.h"
 #include "python/dlpack_bridge.h"
+#include "python/init.h"
 
 namespace py = pybind11;
 
@@ -17,13 +18,17 @@ void init_session(py::module_& m) {
       .def_property_readonly("seed", &RunState::seed, "The seed its random ops drew from.")
       .def("stash_values", &RunState::stash_values, "Each stashed activation: {value name: bytes}.");
 
-  py::class_<Session>(m, "Session", "Loads an ONNX model and runs it on named inputs (numpy arrays, torch tensors: anything with __dlpack__).")
+  py::class_<Session>(
+      m, "Session",
+      "Loads an ONNX model and runs it on named inputs (numpy arrays, torch tensors: anything with __dlpack__).")
       .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))
-      .def_static("from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
+      .def_static(
+          "from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
       .def_static(
           "for_training",
-          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const std::string& memory_config,
-             const std::string& memory_budget, const Bindings& memory_dims, int memory_level, double optimizer_state_factor) {
+          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss,
+             const std::string& memory_config, const std::string& memory_budget, const Bindings& memory_dims,
+             int memory_level, double optimizer_state_factor) {
             autodiff::TrainingSpec spec{wrt, loss};
             SessionOptions options;
             options.memory_level = memory_level;
@@ -86,8 +91,10 @@ void init_session(py::module_& m) {
           [](const Session& s, const std::map<std::string, std::vector<int64_t>>& dims) {
             return s.predicted_peak(s.bind_inputs(dims));
           },
-          py::arg("input_dims"), "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
-      .def("plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
+          py::arg("input_dims"),
+          "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
+      .def(
+          "plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
       .def(
           "predict_memory",
           [](const Session& s, const Bindings& dims, bool without_plans) {
@@ -107,8 +114,7 @@ void init_session(py::module_& m) {
           "(the allocator's, during the step), at_peak (the peak by category: stash, gradient, recompute, "
           "transient) and total (the whole step); without_plans: as if no recompute plan were applied.")
       .def(
-          "transformer_layers",
-          [](const Session& s) { return memory::detect_layers(s.graph()).size(); },
+          "transformer_layers", [](const Session& s) { return memory::detect_layers(s.graph()).size(); },
           "How many transformer layers the memory optimizer detects in the forward graph.")
       .def("memory_timeline", &Session::memory_timeline, py::arg("dims"),
            "The predicted allocation timeline of one run for these dims, as JSON (see onnxtrain.timeline).")
@@ -121,21 +127,23 @@ void init_session(py::module_& m) {
            "The largest value of `symbol` whose whole step (parameters, optimizer state, peak) fits in `limit` bytes.")
       .def(
           "memory_report",
-          [](const Session& s, const Bindings& dims, bool as_json) {
-            return s.memory_report_text(dims, as_json);
-          },
+          [](const Session& s, const Bindings& dims, bool as_json) { return s.memory_report_text(dims, as_json); },
           py::arg("dims") = Bindings{}, py::arg("json") = false,
           "Recompute clusters of a training session (frequency, status, bytes saved, flops, config entry), then "
           "the predicted step peak without and with the plans (for `dims`).")
-      .def("save", [](const Session& s, const std::string& path) { ir::save_model_file(s.graph(), path); }, py::arg("path"),
-           "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
-      .def("set_profiling", &Session::set_profiling, py::arg("on"), "Switches per-op-type timing on (resetting it) or off.")
+      .def(
+          "save", [](const Session& s, const std::string& path) { ir::save_model_file(s.graph(), path); },
+          py::arg("path"),
+          "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
+      .def("set_profiling", &Session::set_profiling, py::arg("on"),
+           "Switches per-op-type timing on (resetting it) or off.")
       .def(
           "profile",
           [](const Session& s) {
             py::dict d;
             if (!s.profile()) return d;
-            for (auto& [op, ms] : s.profile()->ms_by_op) d[py::str(op)] = py::make_tuple(ms, s.profile()->calls_by_op.at(op));
+            for (auto& [op, ms] : s.profile()->ms_by_op)
+              d[py::str(op)] = py::make_tuple(ms, s.profile()->calls_by_op.at(op));
             return d;
           },
           "{op type: (milliseconds, calls)} since profiling was switched on.")

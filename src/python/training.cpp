@@ -2,15 +2,16 @@
 #include <pybind11/stl.h>
 
 #include "onnxtrain/training_session.h"
-#include "python/init.h"
 #include "python/dlpack_bridge.h"
+#include "python/init.h"
 
 namespace py = pybind11;
 
 namespace onnxtrain::python {
 
 void init_training(py::module_& m) {
-  py::class_<OptimizerOptions>(m, "OptimizerOptions", "Optimizer hyper-parameters (PyTorch's AdamW and SGD conventions).")
+  py::class_<OptimizerOptions>(m, "OptimizerOptions",
+                               "Optimizer hyper-parameters (PyTorch's AdamW and SGD conventions).")
       .def(py::init([](const std::string& kind, double lr, double weight_decay, double momentum, bool nesterov,
                        double beta1, double beta2, double eps) {
              return OptimizerOptions{kind, lr, weight_decay, momentum, nesterov, beta1, beta2, eps};
@@ -53,8 +54,9 @@ void init_training(py::module_& m) {
       .def_property_readonly("parameter_names", &TrainingSession::parameter_names)
       .def_property_readonly("input_names", &TrainingSession::input_names)
       .def_property_readonly("last_stash_bytes", &TrainingSession::last_stash_bytes)
-      .def("parameter", [](TrainingSession& s, const std::string& name) { return to_numpy(s.tensor(name)); },
-           py::arg("name"), "A parameter or buffer (shares memory with the session).")
+      .def(
+          "parameter", [](TrainingSession& s, const std::string& name) { return to_numpy(s.tensor(name)); },
+          py::arg("name"), "A parameter or buffer (shares memory with the session).")
       .def("save_checkpoint", &TrainingSession::save_checkpoint, py::arg("path"))
       .def("load_checkpoint", &TrainingSession::load_checkpoint, py::arg("path"))
       .def("export_model_for_inferencing", &TrainingSession::export_model_for_inferencing, py::arg("path"),

@@ -3,8 +3,8 @@
 #include <chrono>
 
 #include "kernels/run_node.h"
-#include "runtime/memory_recorder.h"
 #include "onnxtrain/error.h"
+#include "runtime/memory_recorder.h"
 
 namespace onnxtrain::runtime {
 
@@ -54,7 +54,8 @@ void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& 
       run_step(plan, s, env, alloc, seed, recorder);
       if (profile) {
         const std::string& op = plan.steps()[s].node->op_type;
-        profile->ms_by_op[op] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        profile->ms_by_op[op] +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         profile->calls_by_op[op]++;
       }
     } catch (const Error&) {

@@ -1,9 +1,8 @@
 // A training step's memory over its execution order, by category: predicted
 // from the allocation plan, or measured by recording the allocator.
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "onnxtrain/session.h"
 
@@ -15,7 +14,8 @@ static const char* own_category(const ir::Value* v, const std::set<std::string>&
   if (v->producer && !v->producer->backward)
     for (const ir::Node* c : v->consumers)
       if (c->backward) return "stash";
-  if (v->producer && v->producer->backward && v->producer->name.find("_recompute") != std::string::npos) return "recompute";
+  if (v->producer && v->producer->backward && v->producer->name.find("_recompute") != std::string::npos)
+    return "recompute";
   return "transient";
 }
 
@@ -24,7 +24,9 @@ static const char* own_category(const ir::Value* v, const std::set<std::string>&
 static std::map<const ir::Value*, std::string> buffer_categories(const ir::Graph& g, const memory::AllocationPlan& plan,
                                                                  const std::set<std::string>& grads) {
   static const char* order[] = {"stash", "gradient", "recompute", "transient"};
-  auto rank = [&](const std::string& c) { return size_t(std::find(std::begin(order), std::end(order), c) - std::begin(order)); };
+  auto rank = [&](const std::string& c) {
+    return size_t(std::find(std::begin(order), std::end(order), c) - std::begin(order));
+  };
   std::map<const ir::Value*, std::string> r;
   for (auto& n : g.nodes())
     for (const ir::Value* v : n->outputs) {
@@ -38,11 +40,15 @@ static std::map<const ir::Value*, std::string> buffer_categories(const ir::Graph
 }
 
 // One row per plan step with the bytes live by category at the step's peak.
-static nlohmann::json rows(const memory::AllocationPlan& plan, const std::vector<std::map<std::string, int64_t>>& live) {
+static nlohmann::json rows(const memory::AllocationPlan& plan,
+                           const std::vector<std::map<std::string, int64_t>>& live) {
   nlohmann::json steps = nlohmann::json::array();
   for (size_t s = 0; s < plan.steps().size(); ++s) {
     const ir::Node* n = plan.steps()[s].node;
-    steps.push_back({{"step", s}, {"node", n->name}, {"op", n->op_type}, {"part", n->backward ? "backward" : "forward"},
+    steps.push_back({{"step", s},
+                     {"node", n->name},
+                     {"op", n->op_type},
+                     {"part", n->backward ? "backward" : "forward"},
                      {"live", live[s]}});
   }
   return steps;
@@ -70,7 +76,9 @@ std::vector<std::map<std::string, int64_t>> Session::predicted_live(bool without
       live[held[v].first] += rounded;
     }
     auto scratch = plan.scratch(s).eval(dims);
-    if (!scratch) throw ConfigError("memory prediction: the scratch of step " + std::to_string(s) + " needs dims that were not given");
+    if (!scratch)
+      throw ConfigError("memory prediction: the scratch of step " + std::to_string(s) +
+                        " needs dims that were not given");
     at_peak.push_back(live);  // frees come at the step's end; the kernel's scratch lives within the step
     if (*scratch) at_peak.back()["scratch"] += int64_t(CachingAllocator::round_size(size_t(*scratch)));
     for (const ir::Value* v : plan.steps()[s].frees) {
@@ -83,8 +91,12 @@ std::vector<std::map<std::string, int64_t>> Session::predicted_live(bool without
 
 std::string Session::memory_timeline(const Bindings& dims) const {
   MemoryPrediction p = predict_memory(dims);
-  return nlohmann::json{{"source", "predicted"}, {"steps", rows(plan_, predicted_live(false, dims))},
-                        {"parameters", p.parameters}, {"predicted_peak", p.peak}, {"boundary", boundary_}}.dump();
+  return nlohmann::json{{"source", "predicted"},
+                        {"steps", rows(plan_, predicted_live(false, dims))},
+                        {"parameters", p.parameters},
+                        {"predicted_peak", p.peak},
+                        {"boundary", boundary_}}
+      .dump();
 }
 
 void Session::start_memory_recording() {
@@ -107,7 +119,9 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
   for (const runtime::AllocationEvent& e : ev) {
     now += e.bytes;
     peak = std::max(peak, now);
-    events.push_back({{"step", e.step}, {"bytes", e.bytes}, {"value", e.value ? e.value->name : ""},
+    events.push_back({{"step", e.step},
+                      {"bytes", e.bytes},
+                      {"value", e.value ? e.value->name : ""},
                       {"category", category(e.value)}});
   }
   // Each step's bytes by category at its highest point (events come in step order within one training step).
@@ -125,9 +139,10 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
     }
   }
   MemoryPrediction p = predict_memory(dims);
-  return nlohmann::json{{"source", "measured"}, {"steps", rows(plan_, at_peak)}, {"parameters", p.parameters},
-                        {"predicted_peak", p.peak}, {"measured_peak", peak}, {"boundary", boundary_},
-                        {"events", events}}.dump();
+  return nlohmann::json{{"source", "measured"},     {"steps", rows(plan_, at_peak)}, {"parameters", p.parameters},
+                        {"predicted_peak", p.peak}, {"measured_peak", peak},         {"boundary", boundary_},
+                        {"events", events}}
+      .dump();
 }
 
 }  // namespace onnxtrain

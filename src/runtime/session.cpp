@@ -1,9 +1,8 @@
 #include "onnxtrain/session.h"
 
 #include <algorithm>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "ir/onnx_io.h"
 #include "kernels/shape_inference.h"
@@ -32,7 +31,9 @@ std::map<std::string, int64_t> RunState::stash_values() const {
 }
 
 Session::Session(std::unique_ptr<ir::Graph> graph, SessionOptions options)
-    : graph_(std::move(graph)), options_(options), alloc_(options.allocator ? options.allocator : &CachingAllocator::of(options.device)) {
+    : graph_(std::move(graph)),
+      options_(options),
+      alloc_(options.allocator ? options.allocator : &CachingAllocator::of(options.device)) {
   ops::bind_graph(*graph_);
   kernels::infer_shapes(*graph_);
   forward_inputs_ = graph_->inputs;
@@ -65,7 +66,9 @@ Session::Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec&
 static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
   Dim b = v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("?");
   auto x = b.eval(dims);
-  if (!x) throw ConfigError("memory prediction: the size of '" + v->name + "' (" + b.str() + ") needs dims that were not given");
+  if (!x)
+    throw ConfigError("memory prediction: the size of '" + v->name + "' (" + b.str() +
+                      ") needs dims that were not given");
   return *x;
 }
 
@@ -103,7 +106,8 @@ void Session::init() {
       std::vector<const ir::Node*> order = runtime::schedule(g).order;
       int64_t params = parameter_bytes(g, wrt_, options_.memory_dims);
       return int64_t(double(params) * (1 + options_.optimizer_state_factor)) +
-             planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace, alloc_->device()), options_.memory_dims);
+             planned_peak(memory::AllocationPlan::build(g, order, options_.allow_inplace, alloc_->device()),
+                          options_.memory_dims);
     };
     report_ = memory::apply_recompute(*graph_, ro);
   }
@@ -152,8 +156,13 @@ std::string Session::memory_report_text(const Bindings& dims, bool as_json) cons
     nlohmann::json j = nlohmann::json::parse(report_.json(dims));
     auto obj = [](const std::optional<MemoryPrediction>& p) {
       if (!p) return nlohmann::json(nullptr);
-      return nlohmann::json{{"parameters", p->parameters}, {"optimizer_state", p->optimizer_state}, {"gradients", p->gradients},
-                            {"stash", p->stash}, {"peak", p->peak}, {"at_peak", p->at_peak}, {"total", p->total()}};
+      return nlohmann::json{{"parameters", p->parameters},
+                            {"optimizer_state", p->optimizer_state},
+                            {"gradients", p->gradients},
+                            {"stash", p->stash},
+                            {"peak", p->peak},
+                            {"at_peak", p->at_peak},
+                            {"total", p->total()}};
     };
     j["predicted_before"] = obj(before);
     j["predicted_after"] = obj(after);
@@ -182,10 +191,10 @@ int64_t Session::largest_fitting(const std::string& symbol, Bindings dims, int64
 std::string MemoryPrediction::str() const {
   using memory::mib;
   auto part = [&](const char* c) { return at_peak.count(c) ? at_peak.at(c) : int64_t(0); };
-  return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " + mib(optimizer_state) +
-         " + " + mib(peak) + " during the step (at its highest: stash " + mib(part("stash")) + ", gradients " +
-         mib(part("gradient")) + ", recomputed " + mib(part("recompute")) + ", transient " + mib(part("transient")) +
-         (part("scratch") ? ", kernel scratch " + mib(part("scratch")) : std::string()) +
+  return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " +
+         mib(optimizer_state) + " + " + mib(peak) + " during the step (at its highest: stash " + mib(part("stash")) +
+         ", gradients " + mib(part("gradient")) + ", recomputed " + mib(part("recompute")) + ", transient " +
+         mib(part("transient")) + (part("scratch") ? ", kernel scratch " + mib(part("scratch")) : std::string()) +
          "; the whole stash " + mib(stash) + ")";
 }
 
@@ -214,11 +223,12 @@ Bindings Session::bind_inputs(const std::map<std::string, std::vector<int64_t>>&
   for (auto& [name, d] : dims) {
     bool known = false;
     for (auto* v : inputs) known = known || v->name == name;
-    if (!known) throw InputError("input '" + name + "' is not an input of the model (inputs: " + [&] {
-      std::string names;
-      for (auto* v : inputs) names += (names.empty() ? "" : ", ") + v->name;
-      return names;
-    }() + ")");
+    if (!known)
+      throw InputError("input '" + name + "' is not an input of the model (inputs: " + [&] {
+        std::string names;
+        for (auto* v : inputs) names += (names.empty() ? "" : ", ") + v->name;
+        return names;
+      }() + ")");
   }
   Bindings b;
   for (const ir::Value* v : inputs) {
@@ -263,7 +273,8 @@ void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds
   for (const ir::Value* v : forward_only ? forward_inputs_ : graph_->inputs) {
     const Tensor& t = feeds.at(v->name);
     if (!(t.device() == alloc_->device()))
-      throw InputError("input '" + v->name + "' is on " + t.device().str() + ", the session runs on " + alloc_->device().str());
+      throw InputError("input '" + v->name + "' is on " + t.device().str() + ", the session runs on " +
+                       alloc_->device().str());
     env[v] = t;
   }
   for (const ir::Value* v : graph_->initializers)
@@ -296,24 +307,30 @@ std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run
   return {out, std::move(state)};
 }
 
-std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads) {
+std::map<std::string, Tensor> Session::run_backward(RunState& state,
+                                                    const std::map<std::string, Tensor>& output_grads) {
   if (!training_) throw Error("run_backward needs a session built for training");
   if (state.consumed_) throw Error("run_backward: this RunState was already used by a backward call");
   for (auto& [name, t] : output_grads) {
     auto it = std::find_if(forward_outputs_.begin(), forward_outputs_.end(), [&](auto* v) { return v->name == name; });
-    if (it == forward_outputs_.end()) throw InputError("output gradient for '" + name + "', which is not a model output");
+    if (it == forward_outputs_.end())
+      throw InputError("output gradient for '" + name + "', which is not a model output");
     ir::Value* gin = output_grads_[size_t(it - forward_outputs_.begin())];
     if (!gin) throw InputError("output '" + name + "' does not depend on any input that needs a gradient");
-    if (t.dtype() != gin->dtype) throw InputError("output gradient '" + name + "': dtype " + dtype_name(t.dtype()) + ", expected " + dtype_name(gin->dtype));
+    if (t.dtype() != gin->dtype)
+      throw InputError("output gradient '" + name + "': dtype " + dtype_name(t.dtype()) + ", expected " +
+                       dtype_name(gin->dtype));
     state.env_[gin] = t;
   }
   for (ir::Value* gin : output_grads_)
     if (gin && !state.env_.count(gin)) {
-      const ir::Value* out = forward_outputs_[size_t(std::find(output_grads_.begin(), output_grads_.end(), gin) - output_grads_.begin())];
+      const ir::Value* out =
+          forward_outputs_[size_t(std::find(output_grads_.begin(), output_grads_.end(), gin) - output_grads_.begin())];
       throw InputError("output gradient for '" + out->name + "' is missing");
     }
   state.consumed_ = true;
-  runtime::execute(plan_, boundary_, plan_.steps().size(), state.env_, alloc_, state.seed_, profile_.get(), recorder_.get());
+  runtime::execute(plan_, boundary_, plan_.steps().size(), state.env_, alloc_, state.seed_, profile_.get(),
+                   recorder_.get());
   std::map<std::string, Tensor> grads;
   for (size_t i = 0; i < grads_.size(); ++i) grads[wrt_[i]] = state.env_.at(grads_[i]);
   state.env_.clear();

@@ -2,11 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <cmath>
 
-#include "onnxtrain/session.h"
 #include "kernels/shape_inference.h"
+#include "onnxtrain/session.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
 #include "test_graphs.h"
@@ -78,7 +77,7 @@ std::unique_ptr<ir::Graph> with_constants() {
   auto g = base();
   ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim(3), Dim(4)});
   ir::Value* w = add_op(*g, "Mul", {add_weight(*g, "w", {4}), add_weight(*g, "v", {4})});  // constant
-  ir::Value* shape = add_op(*g, "Shape", {x});  // known: x is static
+  ir::Value* shape = add_op(*g, "Shape", {x});                                             // known: x is static
   g->outputs.push_back(add_op(*g, "Reshape", {add_op(*g, "Add", {x, w}), shape}));
   return g;
 }
@@ -136,7 +135,8 @@ std::unique_ptr<ir::Graph> erf_gelu() {
   auto g = base();
   ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
   ir::Value* e = add_op(*g, "Erf", {add_op(*g, "Div", {x, scalar(*g, 1.4142135f)})});
-  ir::Value* y = add_op(*g, "Mul", {add_op(*g, "Mul", {x, add_op(*g, "Add", {e, scalar(*g, 1.0f)})}), scalar(*g, 0.5f)});
+  ir::Value* y =
+      add_op(*g, "Mul", {add_op(*g, "Mul", {x, add_op(*g, "Add", {e, scalar(*g, 1.0f)})}), scalar(*g, 0.5f)});
   g->outputs.push_back(add_op(*g, "Tanh", {add_op(*g, "Dropout", {y, scalar(*g, 0.0f)})}));
   return g;
 }
@@ -208,7 +208,7 @@ TEST(Passes, LinearFusionMakesOneNodeOfEachLinearLayer) {
   auto g = after(linear_layers, passes::linear_fusion());
   EXPECT_EQ(count(*g, "Linear"), 2u);
   EXPECT_EQ(count(*g, "Add"), 0u);
-  EXPECT_EQ(count(*g, "MatMul"), 1u);     // the one whose transposed weight is also an output
+  EXPECT_EQ(count(*g, "MatMul"), 1u);  // the one whose transposed weight is also an output
   EXPECT_EQ(count(*g, "Transpose"), 1u);
   EXPECT_EQ(shape_str(g->outputs[0]->shape), "[batch, 4]");
   expect_same_results(linear_layers);
@@ -241,8 +241,9 @@ std::unique_ptr<ir::Graph> product_scores() {
   ir::Value* scores = add_op(*g, "MatMul", {x, test_graphs::add_weight(*g, "w", {4, 4})});
   for (auto& n : g->nodes())
     if (n->op_type == "Mul") n->inputs[0] = scores, scores->consumers.push_back(n.get());
-  x->consumers.erase(std::remove_if(x->consumers.begin(), x->consumers.end(), [&](auto* c) { return c->op_type == "Mul"; }),
-                     x->consumers.end());
+  x->consumers.erase(
+      std::remove_if(x->consumers.begin(), x->consumers.end(), [&](auto* c) { return c->op_type == "Mul"; }),
+      x->consumers.end());
   g->sort_nodes();
   return g;
 }

@@ -1,7 +1,8 @@
 // The recompute rewrite on training graphs built in code.
+#include "memory/recompute.h"
+
 #include <gtest/gtest.h>
 
-#include "memory/recompute.h"
 #include "onnxtrain/session.h"
 #include "test_graphs.h"
 
@@ -24,7 +25,6 @@ std::unique_ptr<ir::Graph> gelu_mlp() {
   g->outputs.push_back(loss);
   return g;
 }
-
 
 std::map<std::string, Tensor> grads(Session& s) {
   Tensor w1 = test_graphs::pattern_tensor({8, 16}), w2 = test_graphs::pattern_tensor({16, 4});
@@ -130,7 +130,8 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
   EXPECT_EQ(row->applied, 1);
   for (auto& r : strategy1.memory_report().clusters) EXPECT_EQ(r.applied, 0) << r.cluster;  // strategy 1: plain only
   auto step = [](Session& s, int64_t* stash) {
-    auto [out, state] = s.run_forward({{"x", test_graphs::pattern_tensor({5, 8})}, {"w", test_graphs::pattern_tensor({8})}});
+    auto [out, state] =
+        s.run_forward({{"x", test_graphs::pattern_tensor({5, 8})}, {"w", test_graphs::pattern_tensor({8})}});
     *stash = state->stash_bytes();
     return s.run_backward(*state).at("w");
   };

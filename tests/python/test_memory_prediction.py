@@ -20,7 +20,8 @@ def gpt(request, tmp_path_factory):
     torch.manual_seed(0)
     m = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32, dropout=0.1)).train()
     idx = torch.randint(0, 65, (4, 16))
-    path = export_training(m, (idx, idx), str(tmp_path_factory.mktemp("gpt") / "m.onnx"), ["idx", "target"], AXES, ["loss"])
+    path = export_training(m, (idx, idx), str(tmp_path_factory.mktemp("gpt") / "m.onnx"), ["idx", "target"], AXES,
+                           ["loss"])
     model = onnx.load(path)
     params = {i.name: np.asarray(onnx.numpy_helper.to_array(i)) for i in model.graph.initializer}
     wrt = [n for n in params if n in dict(m.named_parameters())]

@@ -1,4 +1,6 @@
 // Softmax, LogSoftmax and Hardmax along one axis (opset 13), or over the trailing dims flattened at it (before).
+#include "ops/softmax.h"
+
 #include <cmath>
 
 #include "core/parallel.h"
@@ -6,7 +8,6 @@
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 #include "ops/axis_util.h"
-#include "ops/softmax.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -55,8 +56,8 @@ void softmax(const SoftmaxAttrs& a, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-    {"", "Softmax", kernel(softmax)}, {"", "LogSoftmax", kernel(softmax)}, {"", "Hardmax", kernel(softmax)}});
+const bool kRegistered = register_kernels(
+    kCpu, {{"", "Softmax", kernel(softmax)}, {"", "LogSoftmax", kernel(softmax)}, {"", "Hardmax", kernel(softmax)}});
 
 }  // namespace
 }  // namespace onnxtrain::kernels
