@@ -14,28 +14,19 @@
 #include "core/dim.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
-#include "memory/allocation_plan.h"
-#include "memory/recompute.h"
+#include "memory/executable.h"
+#include "memory/predict.h"
 #include "onnxtrain/error.h"
+#include "runtime/compile.h"
 #include "runtime/executor.h"
 #include "runtime/memory_recorder.h"
 
 namespace onnxtrain {
 
-struct SessionOptions {
-  bool allow_inplace = true;  // let outputs reuse dying inputs' buffers
-  bool optimize = true;       // run the graph passes (constant folding, CSE, dead code)
-  // Training, the memory optimizer's settings, parsed and checked where they come in (memory::parse_config,
-  // memory::parse_budget: bindings, CLI):
-  std::vector<memory::ConfigEntry> memory_config;  // recompute plans asked for by cluster
-  int memory_level = 0;                            // 0 config only, 1 transformer layer-wise, 2 also compromised plans
-  // none, a fraction of the stash to keep at most, or a size for the whole step's predicted peak (parameters,
-  // optimizer state, gradients, stash, transient buffers and scratch)
-  memory::Budget memory_budget;
-  Bindings memory_dims;                   // the dims of the batch the budget is for
-  double optimizer_state_factor = 0;      // training: optimizer state bytes per parameter byte (AdamW 2), if held here
+// How the graph is compiled (runtime::CompileOptions: passes, the memory optimizer's settings, parsed and checked
+// where they come in: bindings, CLI), and how it runs.
+struct SessionOptions : runtime::CompileOptions {
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
-  Device device = kCpu;                   // where it runs: its kernels, and inputs, outputs and buffers
   CachingAllocator* allocator = nullptr;  // the device's allocator when null
 };
 
@@ -56,17 +47,7 @@ class RunState {
   bool consumed_ = false;
 };
 
-// A training step's predicted memory for concrete dims, in bytes.
-struct MemoryPrediction {
-  int64_t parameters = 0;       // the `wrt` inputs (held by their owner)
-  int64_t optimizer_state = 0;  // parameters times SessionOptions::optimizer_state_factor
-  int64_t gradients = 0;        // the gradients one step returns
-  int64_t stash = 0;            // activations kept from the forward part for the backward part
-  int64_t peak = 0;             // the allocator's peak above its level before the step (activations, stash, gradients)
-  std::map<std::string, int64_t> at_peak;  // `peak` by category: stash, gradient, recompute, transient
-  int64_t total() const { return parameters + optimizer_state + peak; }  // the whole step's peak
-  std::string str() const;
-};
+using memory::MemoryPrediction;
 
 class Session {
  public:
@@ -92,7 +73,7 @@ class Session {
   Bindings bind_inputs(const std::map<std::string, std::vector<int64_t>>& dims,
                        const std::map<std::string, DType>& dtypes = {}, bool forward_only = false) const;
   // Peak bytes the allocator will reach above its level before the run.
-  std::optional<int64_t> predicted_peak(const Bindings& dims) const { return plan_.predicted_peak(dims); }
+  std::optional<int64_t> predicted_peak(const Bindings& dims) const { return exe_.plan.predicted_peak(dims); }
   // Training: the step's memory broken down, with the recompute plans or (`without_plans`) as if none were
   // applied; throws ConfigError when a size needs dims not given.
   MemoryPrediction predict_memory(const Bindings& dims, bool without_plans = false) const;
@@ -111,44 +92,33 @@ class Session {
   // state, peak) fits in `limit` bytes; 0 when even 1 does not fit.
   int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit) const;
 
-  const ir::Graph& graph() const { return *graph_; }
-  const memory::AllocationPlan& plan() const { return plan_; }
+  // What it runs: the compiled graph, its schedule and allocation plan, the recompute report.
+  const memory::Executable& executable() const { return exe_; }
+  const ir::Graph& graph() const { return *exe_.graph; }
+  const memory::AllocationPlan& plan() const { return exe_.plan; }
   // Training: every recompute candidate cluster, and which the memory config applied.
-  const memory::RecomputeReport& memory_report() const { return report_; }
-  bool is_training() const { return training_; }
-  size_t boundary() const { return boundary_; }
+  const memory::RecomputeReport& memory_report() const { return exe_.report; }
+  bool is_training() const { return exe_.training; }
+  size_t boundary() const { return exe_.boundary; }
   std::vector<std::string> input_names() const;        // forward inputs
   std::vector<std::string> output_names() const;       // forward outputs
   std::vector<std::string> grad_names() const;         // training: the `wrt` inputs, in order
   std::vector<std::string> output_grad_names() const;  // output-gradient mode: forward outputs that take a gradient
   // Training: whether the loss (or the outputs) depends on each `wrt` input (else its gradient is zeros).
-  const std::vector<bool>& grads_reached() const { return reached_; }
+  const std::vector<bool>& grads_reached() const { return exe_.reached; }
   CachingAllocator& allocator() const { return *alloc_; }
   // Per-op-type time of every run since profiling was switched on.
   void set_profiling(bool on);
   const runtime::Profile* profile() const { return profile_.get(); }
 
  private:
-  void init();
-  std::set<std::string> grad_value_names() const;
-  // The allocation plan's walk (with the recompute plans or without) for these dims: the bytes live by category
-  // (stash, gradient, recompute, transient) at each step's highest point.
-  std::vector<std::map<std::string, int64_t>> predicted_live(bool without_plans, const Bindings& dims) const;
+  Session(memory::Executable exe, SessionOptions options);
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 
-  std::unique_ptr<ir::Graph> graph_;
-  std::unique_ptr<ir::Graph> unplanned_graph_;  // training: the graph before recompute plans, for predictions
-  memory::AllocationPlan unplanned_plan_;
+  memory::Executable exe_;
   SessionOptions options_;
   CachingAllocator* alloc_;
-  memory::AllocationPlan plan_;
-  memory::RecomputeReport report_;
-  bool training_ = false;
-  size_t boundary_ = 0;
-  std::vector<ir::Value*> forward_inputs_, forward_outputs_, output_grads_, grads_;
-  std::vector<std::string> wrt_;
-  std::vector<bool> reached_;
   std::map<const ir::Value*, Tensor> device_initializers_;  // on another device than the host: their copies there
   uint64_t run_count_ = 0;
   std::unique_ptr<runtime::Profile> profile_;

@@ -297,14 +297,14 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
     if (level_allows && !switched_off && layers.nodes.count(c.target->producer) &&
         !layers.checkpoints.count(c.target)) {
-      items.push_back({eval_or_default(c.bytes, o.budget.dims), eval_or_default(c.cost, o.budget.dims)});
+      items.push_back({eval_or_default(c.bytes, o.dims), eval_or_default(c.cost, o.dims)});
       index.push_back(i);
     }
   }
   if (!items.empty()) {
     int64_t stash = 0;
     for (const ir::Value* v : stashed_values(g))
-      if (layers.nodes.count(v->producer)) stash += eval_or_default(bytes_of(v), o.budget.dims);
+      if (layers.nodes.count(v->producer)) stash += eval_or_default(bytes_of(v), o.dims);
     for (size_t k : choose_cheapest(items, stash - int64_t(kLevelKeep * double(stash))).chosen) pick[index[k]] = true;
   }
   return pick;
@@ -325,79 +325,44 @@ static int64_t eval_or_throw(const Dim& d, const Bindings& dims, const std::stri
   return *v;
 }
 
-// Adds to `pick` the cheapest further plans that meet the budget; returns what the report says of it.
-static std::string choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candidates,
-                                     const RecomputeOptions& o, std::vector<bool>* pick) {
-  const Budget& b = o.budget;
+// Adds to `pick` the cheapest further plans that save what the options ask (a fraction of the stash kept, or
+// bytes saved); the report says how much they save and whether that is enough.
+static void choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candidates, const RecomputeOptions& o,
+                              std::vector<bool>* pick, RecomputeReport* report) {
   std::vector<Item> items;
   std::vector<size_t> index;  // items -> candidates
   int64_t saved_anyway = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    int64_t bytes = eval_or_throw(candidates[i].bytes, b.dims, "'" + candidates[i].target->name + "'");
+    int64_t bytes = eval_or_throw(candidates[i].bytes, o.dims, "'" + candidates[i].target->name + "'");
     if ((*pick)[i]) {
       saved_anyway += bytes;
       continue;
     }
-    items.push_back({bytes, eval_or_throw(candidates[i].cost, b.dims, "a recompute cost")});
+    items.push_back({bytes, eval_or_throw(candidates[i].cost, o.dims, "a recompute cost")});
     index.push_back(i);
   }
-  auto with = [&](const Choice& c) {
-    std::vector<bool> p = *pick;
-    for (size_t k : c.chosen) p[index[k]] = true;
-    return p;
-  };
+  if (o.stash_fraction <= 0) {  // bytes to save, beyond what config and level save
+    Choice c = choose_cheapest(items, o.save_bytes);
+    for (size_t k : c.chosen) (*pick)[index[k]] = true;
+    report->saved = c.saved, report->met = c.met;
+    return;
+  }
+  int64_t stash = 0;
+  for (const ir::Value* v : stashed_values(g)) stash += eval_or_throw(bytes_of(v), o.dims, "'" + v->name + "'");
+  int64_t need = std::max<int64_t>(0, stash - int64_t(o.stash_fraction * double(stash)));
+  Choice c = choose_cheapest(items, need - saved_anyway);
+  for (size_t k : c.chosen) (*pick)[index[k]] = true;
+  report->saved = c.saved + saved_anyway, report->met = c.met;
   std::ostringstream os;
-  os << "budget " << b.str() << ": ";
-  if (b.stash_fraction > 0) {
-    int64_t stash = 0;
-    for (const ir::Value* v : stashed_values(g)) stash += eval_or_throw(bytes_of(v), b.dims, "'" + v->name + "'");
-    int64_t need = std::max<int64_t>(0, stash - int64_t(b.stash_fraction * double(stash)));
-    Choice c = choose_cheapest(items, need - saved_anyway);
-    *pick = with(c);
-    os << "of a " << mib(stash) << " stash, save " << mib(need) << "; the plans chosen save "
-       << mib(c.saved + saved_anyway) << (c.met ? "" : " (missed by " + mib(need - saved_anyway - c.saved) + ")");
-    return os.str();
-  }
-  // A budget on the step's peak: the least stash to save whose cheapest plans bring the rewritten graph's
-  // predicted peak under it, found by doubling the estimate from the peak, then bisecting.
-  auto peak_with = [&](int64_t need, Choice* c) {
-    *c = choose_cheapest(items, need);
-    auto h = g.clone();
-    rewrite(*h, find_candidates(*h), with(*c));
-    return o.step_peak(*h);
-  };
-  Choice c, best;
-  const int64_t before = peak_with(0, &c);
-  int64_t peak = before, lo = 0, need = std::max<int64_t>(before - b.peak_bytes, 0), step = need;
-  best = c;
-  if (peak > b.peak_bytes) {
-    for (peak = peak_with(need, &c); peak > b.peak_bytes && c.met; peak = peak_with(need, &c)) {
-      lo = need;
-      need += std::max<int64_t>(step, 1);
-      step *= 2;
-    }
-    best = c;
-    if (peak <= b.peak_bytes) {
-      for (int round = 0; round < 12 && need - lo > 1; ++round) {  // the least need that still fits
-        int64_t mid = lo + (need - lo) / 2, p = peak_with(mid, &c);
-        if (p <= b.peak_bytes)
-          need = mid, peak = p, best = c;
-        else
-          lo = mid;
-      }
-    }
-  }
-  *pick = with(best);
-  os << "predicted peak " << mib(before) << " without its plans, " << mib(peak) << " with them (they save "
-     << mib(best.saved) << " of stash)" << (peak <= b.peak_bytes ? "" : "; missed by " + mib(peak - b.peak_bytes));
-  return os.str();
+  os << "budget " << Budget{o.stash_fraction, 0, {}}.str() << ": of a " << mib(stash) << " stash, save " << mib(need)
+     << "; the plans chosen save " << mib(report->saved)
+     << (c.met ? "" : " (missed by " + mib(need - saved_anyway - c.saved) + ")");
+  report->budget = os.str();
 }
 
 RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   if (o.level < 0 || o.level > 2)
     throw ConfigError("memory optimizer level " + std::to_string(o.level) + " is not 0, 1 or 2");
-  if (o.budget.peak_bytes && !o.step_peak)
-    throw ConfigError("memory budget: a budget on the step's peak needs a session to plan it");
   auto candidates = find_candidates(g);
   RecomputeReport report;
   std::vector<size_t> row_of;         // candidate -> report row
@@ -421,7 +386,7 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   }
   std::vector<bool> by_config;
   std::vector<bool> pick = choose_by_config_and_level(g, candidates, o, layers, &by_config);
-  if (!o.budget.empty()) report.budget = choose_for_budget(g, candidates, o, &pick);
+  if (o.stash_fraction > 0 || o.save_bytes > 0) choose_for_budget(g, candidates, o, &pick, &report);
   for (size_t i = 0; i < candidates.size(); ++i) {
     ClusterReport& r = report.clusters[row_of[i]];
     r.applied += pick[i];

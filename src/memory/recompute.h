@@ -4,14 +4,13 @@
 // ("Add+Gelu+"), the user's choice in ONNX Runtime's config grammar, and the
 // rewrite that clones chosen subgraphs into the backward part.
 #pragma once
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/dim.h"
-#include "memory/budget.h"
 #include "ir/graph.h"
+#include "memory/budget.h"
 
 namespace onnxtrain::memory {
 
@@ -19,11 +18,11 @@ namespace onnxtrain::memory {
 std::vector<const ir::Value*> stashed_values(const ir::Graph& g);
 
 struct Candidate {
-  const ir::Value* target = nullptr;     // the stashed activation it saves
-  std::vector<const ir::Node*> nodes;    // the subgraph recomputing it, in forward order
-  std::string cluster;                   // op types in order, each followed by '+'
-  Dim bytes;                             // stash bytes saved: target's, less what a compromise keeps
-  Dim flops;                             // recompute work
+  const ir::Value* target = nullptr;   // the stashed activation it saves
+  std::vector<const ir::Node*> nodes;  // the subgraph recomputing it, in forward order
+  std::string cluster;                 // op types in order, each followed by '+'
+  Dim bytes;                           // stash bytes saved: target's, less what a compromise keeps
+  Dim flops;                           // recompute work
   // Recompute cost the budget minimises: flops plus kBytesCost per byte the subgraph reads and writes
   // (elementwise recompute is bound by memory traffic, not arithmetic).
   Dim cost;
@@ -62,6 +61,8 @@ struct ClusterReport {
 struct RecomputeReport {
   std::vector<ClusterReport> clusters;
   std::string budget;  // how a budget was met, or by how much it missed (empty without one)
+  int64_t saved = 0;   // stash bytes the budget's plans save (save_bytes, stash_fraction)
+  bool met = true;     // false: even every plan saves less than the budget asks
   std::string level;   // what a level did (layers found), empty at level 0
   // A table: cluster, frequency, status, bytes saved (symbolic and for `dims`), recompute flops, config entry.
   std::string str(const Bindings& dims = {}) const;
@@ -70,7 +71,8 @@ struct RecomputeReport {
 
 // Transformer layers, detected from structure: each starts at a LayerNormalization whose input is a
 // residual stream (an Add's output, or read by an Add) and whose output reaches a Softmax (or a fused
-// MaskedSoftmax or AttentionSoftmax) before any other LayerNormalization; it ends where the next one starts. Returns the starting nodes, in order.
+// MaskedSoftmax or AttentionSoftmax) before any other LayerNormalization; it ends where the next one starts. Returns
+// the starting nodes, in order.
 std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
 
 struct RecomputeOptions {
@@ -78,10 +80,12 @@ struct RecomputeOptions {
   // 0 the config only; 1 the cheapest plain plans inside transformer layers that keep kLevelKeep of their stash
   // (each layer's input stays stashed: its checkpoint); 2 compromised plans too
   int level = 0;
-  Budget budget;  // the cheapest further plans that meet it, for budget.dims
-  // For a budget on the step's peak: the whole step's predicted peak in bytes of a training graph for
-  // budget.dims (the session plans it the way it will run).
-  std::function<int64_t(const ir::Graph&)> step_peak;
+  // Further plans, the cheapest that keep at most this fraction of the stash (0: none), ...
+  double stash_fraction = 0;
+  // ... or the cheapest that save at least this many bytes of stash (how runtime::compile_training searches for
+  // the plans that meet a budget on the step's peak, which only a schedule and an allocation plan can predict).
+  int64_t save_bytes = 0;
+  Bindings dims;  // the batch the sizes are evaluated for (levels: 128 for each dim not given)
 };
 
 // Clones the chosen candidates (by config, level and budget) into the backward part, each clone before its
