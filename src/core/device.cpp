@@ -11,6 +11,8 @@ class HostMemory : public DeviceMemory {
   void* reserve(size_t bytes, size_t alignment) override { return std::aligned_alloc(alignment, bytes); }
   void release(void* block) override { std::free(block); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  bool host_readable() const override { return true; }
 };
 }  // namespace
 

@@ -22,6 +22,10 @@ class DeviceMemory {
   virtual void* reserve(size_t bytes, size_t alignment) = 0;
   virtual void release(void* block) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // Whether the host can read this memory in place (host memory, unified memory). If not, the inputs an op reads
+  // on the host (ops::Op::host_inputs) are copied there before its shape function and kernel run.
+  virtual bool host_readable() const = 0;
 };
 
 // The host's memory (aligned_alloc, free, memcpy).

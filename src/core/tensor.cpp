@@ -64,9 +64,17 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
 }
 
 Tensor Tensor::clone(CachingAllocator* alloc) const {
-  assert(device() == kCpu);
   Tensor t(dtype_, dims_, alloc);
-  if (nbytes()) t.storage()->allocator()->memory().copy_from_host(t.raw(), raw(), nbytes());
+  if (!nbytes()) return t;
+  // Memory without an allocator is the caller's, on the host.
+  DeviceMemory& from = storage_->allocator() ? storage_->allocator()->memory() : host_memory();
+  DeviceMemory& to = t.storage()->allocator()->memory();
+  if (from.host_readable())
+    to.copy_from_host(t.raw(), raw(), nbytes());
+  else if (to.host_readable())
+    from.copy_to_host(t.raw(), raw(), nbytes());
+  else
+    return clone(&CachingAllocator::global()).clone(alloc);  // between two devices, through the host
   return t;
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/run_node.h"
 
+#include "core/allocator.h"
 #include "kernels/kernel.h"
 #include "onnxtrain/error.h"
 #include "ops/op.h"
@@ -7,9 +8,30 @@
 
 namespace onnxtrain::kernels {
 
-std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>& inputs, const RunArgs& args) {
+// Copies of the inputs n reads on the host that live in memory the host cannot read (small: shapes, axes, scalars).
+static std::vector<Tensor> host_copies(const ir::Node& n, const std::vector<const Tensor*>& inputs) {
+  std::vector<Tensor> r;
+  const uint64_t host = n.op->host_inputs();
+  for (size_t i = 0; i < inputs.size() && i < 64 && host >> i; ++i) {
+    const Tensor* t = inputs[i];
+    if ((host >> i & 1) && t && !(t->device() == kCpu) && !CachingAllocator::of(t->device()).memory().host_readable()) {
+      r.resize(inputs.size());
+      r[i] = t->clone(&CachingAllocator::global());
+    }
+  }
+  return r;
+}
+
+std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>& given, const RunArgs& args) {
+  std::vector<Tensor> on_host = host_copies(n, given);
+  std::vector<const Tensor*> inputs = given;
+  for (size_t i = 0; i < on_host.size(); ++i)
+    if (on_host[i].defined()) inputs[i] = &on_host[i];
   ops::InferCtx shapes(n, ops::runtime_inputs(inputs), nullptr);
   n.op->infer(shapes);
+  if (uint64_t undeclared = shapes.data_read() & ~n.op->host_inputs())
+    throw Error(n.where() + ": internal error: its shape function read the data of input " +
+                std::to_string(__builtin_ctzll(undeclared)) + ", which the op does not declare in host_inputs()");
   const bool view = n.op->is_view();
   std::vector<Tensor> outs(n.outputs.size());
   std::vector<Tensor*> bound(n.outputs.size(), nullptr);

@@ -20,7 +20,7 @@ class CastOp : public Op {
     DType to = to_ == DType::kUndefined ? ctx.dtype(1) : to_;
     if (ctx.dtype(0) == DType::kString || to == DType::kString) ctx.fail("string tensors are not supported");
     bool int_like = to == DType::kInt64 || to == DType::kInt32;
-    ctx.set(0, to, ctx.shape(0), int_like ? ctx.value_opt(0) : std::nullopt);
+    ctx.set(0, to, ctx.shape(0), int_like ? ctx.propagated_opt(0) : std::nullopt);
   }
   DType output_dtype(size_t, const std::vector<DType>& in) const override {
     return to_ == DType::kUndefined ? in.at(1) : to_;

@@ -17,6 +17,7 @@ class DropoutOp : public OpWith<DropoutAttrs> {
     ctx.set(1, DType::kBool, ctx.shape(0));
   }
   int inplace_input() const override { return 0; }
+  uint64_t host_inputs() const override { return input_bits({1, 2}); }  // the kernel reads ratio and training_mode
   bool is_random() const override { return true; }
   bool recomputable() const override { return true; }
   bool differentiable_output(size_t i) const override { return i == 0; }

@@ -14,8 +14,8 @@ namespace {
 // Symbolic elements of a binary op on two small integer tensors (or nullopt).
 template <typename G>
 std::optional<std::vector<Dim>> fold_values(InferCtx& ctx, G g) {
-  const auto* a = ctx.value(0);
-  const auto* b = ctx.value(1);
+  const auto* a = ctx.propagated(0);
+  const auto* b = ctx.propagated(1);
   if (!a || !b || ctx.rank(0) > 1 || ctx.rank(1) > 1) return std::nullopt;
   if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return std::nullopt;
   std::vector<Dim> r(std::max(a->size(), b->size()));
@@ -193,7 +193,7 @@ class WhereOp : public Op {
   void infer(InferCtx& ctx) const override {
     Shape s = broadcast_shapes(ctx, broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1)), ctx.shape(2));
     std::optional<std::vector<Dim>> value;
-    const auto *c = ctx.value(0), *x = ctx.value(1), *y = ctx.value(2);
+    const auto *c = ctx.propagated(0), *x = ctx.propagated(1), *y = ctx.propagated(2);
     if (c && x && y && s.size() <= 1) {  // selecting among known sizes
       size_t n = std::max({c->size(), x->size(), y->size()});
       value.emplace();

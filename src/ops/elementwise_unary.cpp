@@ -174,7 +174,7 @@ class IdentityOp : public Op {
  public:
   explicit IdentityOp(const ir::Node&) {}
   bool recomputable() const override { return true; }
-  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0), ctx.value_opt(0)); }
+  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0), ctx.propagated_opt(0)); }
   bool is_view() const override { return true; }
   void grad(GradCtx& g) const override { g.set_dx(0, g.dy(0)); }
 };

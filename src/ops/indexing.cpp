@@ -37,8 +37,8 @@ class GatherOp : public IndexOp {
     out.insert(out.end(), ctx.shape(1).begin(), ctx.shape(1).end());
     out.insert(out.end(), d.begin() + a + 1, d.end());
     std::optional<std::vector<Dim>> v;
-    auto* data = ctx.value(0);
-    auto idx = ctx.int_values(1);
+    auto* data = ctx.propagated(0);
+    auto idx = data ? ctx.int_values(1) : std::nullopt;  // before a run only, as data
     if (data && idx && ctx.rank(0) == 1) {
       v.emplace();
       for (int64_t i : *idx) {
@@ -125,6 +125,7 @@ class GatherNDOp : public IndexOp {
 
 class OneHotOp : public IndexOp {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   using IndexOp::IndexOp;
   DType output_dtype(size_t, const std::vector<DType>& in) const override { return in.at(2); }
   void infer(InferCtx& ctx) const override {

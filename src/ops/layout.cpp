@@ -57,7 +57,7 @@ class ConcatOp : public OpWith<AxisAttrs> {
         if (!x.is_const() && y.is_const()) out[size_t(d)] = y;
       }
       out[size_t(a)] = out[size_t(a)] + ctx.shape(i)[size_t(a)];
-      auto* v = ctx.value(i);
+      auto* v = ctx.propagated(i);
       if (v)
         values.insert(values.end(), v->begin(), v->end());
       else
@@ -77,6 +77,7 @@ class ConcatOp : public OpWith<AxisAttrs> {
 
 class SplitOp : public OpWith<SplitAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit SplitOp(const ir::Node& n) : OpWith({n.attr_int("axis", 0), n.attr_ints("split")}) {}
   bool recomputable() const override { return true; }
   std::vector<Dim> sizes(InferCtx& ctx) const {
@@ -123,6 +124,7 @@ class SplitOp : public OpWith<SplitAttrs> {
 // Slice: starts/ends/axes/steps from inputs (opset >= 10) or attributes.
 class SliceOp : public OpWith<SliceAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1, 2, 3, 4}); }
   explicit SliceOp(const ir::Node& n)
       : OpWith({n.attr_ints("starts"), n.attr_ints("ends"), n.attr_ints("axes"), n.has_attr("starts")}) {}
   bool recomputable() const override { return true; }
@@ -130,7 +132,7 @@ class SliceOp : public OpWith<SliceAttrs> {
   void infer(InferCtx& ctx) const override {
     SliceAttrs::Plan p = attrs.plan(ctx);
     std::optional<std::vector<Dim>> v;
-    const auto* in_v = ctx.value(0);
+    const auto* in_v = ctx.propagated(0);
     if (in_v && ctx.rank(0) == 1 && p.start[0].is_const() && p.size[0].is_const()) {
       v.emplace();
       for (int64_t i = 0; i < p.size[0].value(); ++i) {
@@ -157,6 +159,7 @@ class SliceOp : public OpWith<SliceAttrs> {
 
 class ExpandOp : public Op {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit ExpandOp(const ir::Node&) {}
   bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
@@ -169,6 +172,7 @@ class ExpandOp : public Op {
 
 class TileOp : public Op {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit TileOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override {
     auto* v = ctx.value(1);
@@ -199,6 +203,7 @@ PadAttrs pad_attrs(const ir::Node& n) {
 
 class PadOp : public OpWith<PadAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1, 2, 3}); }
   explicit PadOp(const ir::Node& n) : OpWith(pad_attrs(n)) {}
   void grad(GradCtx& g) const override {
     if (attrs.mode != PadAttrs::Mode::kConstant || attrs.from_attr || g.node().input(3)) no_gradient(g);

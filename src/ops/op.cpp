@@ -31,6 +31,7 @@ std::vector<std::string> registered_ops() {
 
 const std::vector<Dim>* InferCtx::value(size_t i) {
   if (!has(i)) return nullptr;
+  read_ |= uint64_t(1) << i;
   InputInfo& in = in_[i];
   if (!in.value && in.tensor && (in.dtype == DType::kInt64 || in.dtype == DType::kInt32 || in.dtype == DType::kBool) &&
       in.tensor->numel() <= 4096) {

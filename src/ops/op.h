@@ -2,7 +2,9 @@
 // once, when the node is bound; declared in the family's header for its kernels), its shape function (symbolic
 // dims and small integer values), its gradient rule, cost and traits. Kernels live in src/kernels/<device>/.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,13 +53,25 @@ class InferCtx {
   DType dtype(size_t i) const { return in_.at(i).dtype; }
   const Shape& shape(size_t i) const { return in_.at(i).shape; }
   int64_t rank(size_t i) const { return int64_t(in_.at(i).shape.size()); }
-  const Tensor* tensor(size_t i) const { return has(i) ? in_[i].tensor : nullptr; }
-  // Symbolic elements of integer input i when known (constants, shapes, ...).
+  // Input i's data (a constant, or at run time the tensor), which the shape function reads on the host: the op
+  // declares i in Op::host_inputs().
+  const Tensor* tensor(size_t i) const {
+    if (!has(i)) return nullptr;
+    read_ |= uint64_t(1) << i;
+    return in_[i].tensor;
+  }
+  // Symbolic elements of integer input i when known (constants, shapes, ...), read for the output's shape (the op
+  // declares i in Op::host_inputs()).
   const std::vector<Dim>* value(size_t i);
-  std::optional<std::vector<Dim>> value_opt(size_t i) {
-    auto* v = value(i);
+  // The same, read only to pass values on to the outputs (value propagation): before a run; at run time nullptr,
+  // since the kernel computes the data and shapes never need it.
+  const std::vector<Dim>* propagated(size_t i) { return at_runtime() ? nullptr : value(i); }
+  std::optional<std::vector<Dim>> propagated_opt(size_t i) {
+    auto* v = propagated(i);
     return v ? std::optional(*v) : std::nullopt;
   }
+  // The inputs whose data the shape function read, a bit per input.
+  uint64_t data_read() const { return read_; }
   // Concrete int64 elements of input i when all are known.
   std::optional<std::vector<int64_t>> int_values(size_t i);
 
@@ -80,6 +94,7 @@ class InferCtx {
   std::vector<InputInfo> in_;
   std::vector<OutputInfo> out_;
   ir::Graph* graph_;
+  mutable uint64_t read_ = 0;
 };
 
 class GradCtx;
@@ -106,6 +121,9 @@ class Op {
   virtual DType output_dtype(size_t i, const std::vector<DType>& inputs) const {
     return inputs.empty() ? DType::kUndefined : inputs[0];
   }
+  // The inputs whose data the shape function reads (shape-like: Reshape's shape, Slice's starts, ...), a bit per
+  // input: run_node hands them to the shape function and the kernel in host memory.
+  virtual uint64_t host_inputs() const { return 0; }
   // Whether gradients flow through output i (not through BatchNormalization's running statistics).
   virtual bool differentiable_output(size_t i) const { return true; }
 };
@@ -118,6 +136,13 @@ class OpWith : public Op {
   explicit OpWith(A a) : attrs(std::move(a)) {}
   const A attrs;
 };
+
+// A bit per input index (Op::host_inputs).
+constexpr uint64_t input_bits(std::initializer_list<int> indices) {
+  uint64_t r = 0;
+  for (int i : indices) r |= uint64_t(1) << i;
+  return r;
+}
 
 // Raises the error for a gradient that flows into an op without a rule.
 [[noreturn]] void no_gradient(const GradCtx& g);

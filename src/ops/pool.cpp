@@ -43,6 +43,7 @@ class PoolOp : public OpWith<PoolAttrs> {
 // window's divisor (as the forward counted it) added to each of the window's positions.
 class AveragePoolGradOp : public OpWith<PoolAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit AveragePoolGradOp(const ir::Node& n) : OpWith(pool_attrs(n)) {}
   void infer(InferCtx& ctx) const override {
     const std::vector<Dim>* v = ctx.value(1);

@@ -22,6 +22,7 @@ ReduceAttrs::Kind reduce_kind(const std::string& op) {
 
 class ReduceOp : public OpWith<ReduceAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit ReduceOp(const ir::Node& n)
       : OpWith({reduce_kind(n.op_type), n.attr_int("keepdims", 1) != 0, n.attr_int("noop_with_empty_axes", 0) != 0,
                 n.attr_ints("axes"), n.has_attr("axes")}) {}

@@ -32,6 +32,7 @@ ResizeAttrs resize_attrs(const ir::Node& n) {
 
 class ResizeOp : public OpWith<ResizeAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1, 2, 3}); }
   explicit ResizeOp(const ir::Node& n) : OpWith(resize_attrs(n)) {}
 
   // Symbolic input dims (a dynamic batch, say) stay symbolic where the axis is not resized, and scale by an
@@ -91,6 +92,7 @@ class ResizeOp : public OpWith<ResizeAttrs> {
 // gradient sent back to the input positions it was sampled from, times their weights.
 class ResizeGradOp : public ResizeOp {
  public:
+  uint64_t host_inputs() const override { return input_bits({0, 1, 2, 3}); }
   explicit ResizeGradOp(const ir::Node& n) : ResizeOp(n) {}
   void grad(GradCtx& g) const override { no_gradient(g); }
   void infer(InferCtx& ctx) const override {

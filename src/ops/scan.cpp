@@ -9,6 +9,7 @@ namespace {
 
 class CumSumOp : public OpWith<CumSumAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }  // the kernel reads the axis
   explicit CumSumOp(const ir::Node& n) : OpWith({n.attr_int("exclusive", 0) != 0, n.attr_int("reverse", 0) != 0}) {}
   // A bool input counts its true values into int64 (PyTorch's promotion, which its exporter relies on).
   void infer(InferCtx& ctx) const override {
@@ -25,6 +26,7 @@ class CumSumOp : public OpWith<CumSumAttrs> {
 
 class TopKOp : public OpWith<TopKAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit TopKOp(const ir::Node& n)
       : OpWith({n.attr_int("axis", -1), n.attr_int("largest", 1) != 0, n.attr_int("k", -1)}) {}
   DType output_dtype(size_t i, const std::vector<DType>& in) const override { return i == 1 ? DType::kInt64 : in[0]; }

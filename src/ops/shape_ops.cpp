@@ -49,6 +49,7 @@ class ViewOp : public Op {
 
 class ReshapeOp : public ViewOp {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit ReshapeOp(const ir::Node& n) : allowzero_(n.attr_int("allowzero", 0)) {}
   void infer(InferCtx& ctx) const override {
     const std::vector<Dim>* target = ctx.value(1);
@@ -85,7 +86,7 @@ class ReshapeOp : public ViewOp {
       ctx.fail("cannot reshape " + shape_str(in) + " (" + numel.str() + " elements) to " + shape_str(out));
     }
     bool ints = ctx.dtype(0) == DType::kInt64 || ctx.dtype(0) == DType::kInt32;
-    ctx.set(0, ctx.dtype(0), out, ints ? ctx.value_opt(0) : std::nullopt);
+    ctx.set(0, ctx.dtype(0), out, ints ? ctx.propagated_opt(0) : std::nullopt);
   }
 
  private:
@@ -120,6 +121,7 @@ std::optional<std::vector<int64_t>> axes_of(InferCtx& ctx, const std::vector<int
 
 class UnsqueezeOp : public ViewOp {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit UnsqueezeOp(const ir::Node& n) : axes_(n.attr_ints("axes")), has_attr_(n.has_attr("axes")) {}
   void infer(InferCtx& ctx) const override {
     auto axes = axes_of(ctx, axes_, has_attr_);
@@ -134,7 +136,7 @@ class UnsqueezeOp : public ViewOp {
     Shape out;
     size_t k = 0;
     for (int64_t i = 0; i < r; ++i) out.push_back(is_new[size_t(i)] ? Dim(1) : ctx.shape(0)[k++]);
-    ctx.set(0, ctx.dtype(0), out, ctx.value_opt(0));
+    ctx.set(0, ctx.dtype(0), out, ctx.propagated_opt(0));
   }
 
  private:
@@ -144,6 +146,7 @@ class UnsqueezeOp : public ViewOp {
 
 class SqueezeOp : public ViewOp {
  public:
+  uint64_t host_inputs() const override { return input_bits({1}); }
   explicit SqueezeOp(const ir::Node& n) : axes_(n.attr_ints("axes")), has_attr_(n.has_attr("axes")) {}
   void infer(InferCtx& ctx) const override {
     auto axes = axes_of(ctx, axes_, has_attr_);
@@ -163,7 +166,7 @@ class SqueezeOp : public ViewOp {
     Shape out;
     for (int64_t i = 0; i < r; ++i)
       if (!drop[size_t(i)]) out.push_back(ctx.shape(0)[size_t(i)]);
-    ctx.set(0, ctx.dtype(0), out, ctx.value_opt(0));
+    ctx.set(0, ctx.dtype(0), out, ctx.propagated_opt(0));
   }
 
  private:
@@ -215,6 +218,7 @@ class ConstantOp : public OpWith<ValueAttrs> {
 
 class ConstantOfShapeOp : public OpWith<ValueAttrs> {
  public:
+  uint64_t host_inputs() const override { return input_bits({0}); }
   explicit ConstantOfShapeOp(const ir::Node& n)
       : OpWith({n.attr_tensor("value") ? *n.attr_tensor("value") : Tensor::zeros(DType::kFloat32, {1})}) {}
   DType output_dtype(size_t, const std::vector<DType>&) const override { return attrs.value.dtype(); }
@@ -236,6 +240,7 @@ class ConstantOfShapeOp : public OpWith<ValueAttrs> {
 
 class RangeOp : public Op {
  public:
+  uint64_t host_inputs() const override { return input_bits({0, 1, 2}); }
   explicit RangeOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override {
     Dim n;
