@@ -102,7 +102,7 @@ double TrainingSession::train_step(const std::map<std::string, Tensor>& inputs) 
       using T = typename decltype(tag)::type;
       T* acc = it->second.data<T>();
       const T* add = g.data<T>();
-      for (int64_t i = 0; i < g.numel(); ++i) acc[i] += add[i];
+      for (int64_t i = 0; i < g.numel(); ++i) acc[i] = T(acc[i] + add[i]);
     });
   }
   reset_grad_ = false;

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {
@@ -78,7 +79,7 @@ void col2im(const ConvGeometry& g, const T* cols, T* dx) {  // dx (C/G, in_size)
 void conv(const ops::ConvAttrs& at, KernelCtx& c) {
   const Tensor &X = c.in(0), &W = c.in(1);
   ConvGeometry g = geometry(at.window(W.dims()), X.dims(), W.dims(), at.group);
-  dispatch<kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* cols = c.scratch_as<T>(0, size_t(g.rows * g.out_size));  // (C/G * K, out_size)
     T* Y = c.out(0).data<T>();
@@ -99,7 +100,7 @@ void conv(const ops::ConvAttrs& at, KernelCtx& c) {
 void conv_grad(const ops::ConvAttrs& at, KernelCtx& c) {
   const Tensor &dY = c.in(0), &X = c.in(1), &W = c.in(2);
   ConvGeometry g = geometry(at.window(W.dims()), X.dims(), W.dims(), at.group);
-  dispatch<kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* cols = c.scratch_as<T>(0, size_t(g.rows * g.out_size));  // (C/G * K, out_size)
     T* dX = c.wants(0) ? c.out(0).data<T>() : nullptr;
@@ -138,10 +139,10 @@ Dim cols_bytes(const ops::InferCtx& shapes, size_t w, const Shape& out) {
 
 const bool kRegistered = register_kernels(
     kCpu, {
-              {"", "Conv", kernel(conv),
-               [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 1, s.outputs()[0].shape); }},
-              {"com.onnxtrain", "ConvGrad", kernel(conv_grad),
-               [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 2, s.shape(0)); }},
+              in_float32({"", "Conv", kernel(conv),
+                          [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 1, s.outputs()[0].shape); }}),
+              in_float32({"com.onnxtrain", "ConvGrad", kernel(conv_grad),
+                          [](const ops::Op&, ops::InferCtx& s) { return cols_bytes(s, 2, s.shape(0)); }}),
           });
 
 }  // namespace

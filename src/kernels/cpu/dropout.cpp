@@ -37,11 +37,11 @@ void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
     using T = typename decltype(tag)::type;
     const T* xp = x.data<T>();
     T* y = c.out(0).data<T>();
-    T scale = T(1.0 / (1.0 - double(ratio)));
+    acc_t<T> scale = acc_t<T>(1.0 / (1.0 - double(ratio)));
     parallel_for(n, 4, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         bool keep = uint32_t(splitmix64(seed ^ splitmix64(uint64_t(i))) >> 40) >= threshold;
-        y[i] = keep ? xp[i] * scale : T(0);
+        y[i] = keep ? T(xp[i] * scale) : T(0);
         if (mask) mask[i] = keep;
       }
     });

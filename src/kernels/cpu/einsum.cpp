@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {
@@ -36,7 +37,7 @@ void einsum(const ops::EinsumAttrs& at, KernelCtx& c) {
   }
   int64_t n_out = 1, n_sum = 1;
   for (size_t i = 0; i < labels.size(); ++i) (i < e.output.size() ? n_out : n_sum) *= extent[i];
-  dispatch<kNumeric>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* out = c.out(0).data<T>();
     std::vector<int64_t> idx(labels.size());
@@ -66,7 +67,7 @@ void einsum(const ops::EinsumAttrs& at, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {{"", "Einsum", kernel(einsum)}});
+const bool kRegistered = register_kernels(kCpu, {in_float32({"", "Einsum", kernel(einsum)})});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

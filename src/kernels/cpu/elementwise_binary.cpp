@@ -20,14 +20,15 @@ KernelFn binary(F f) {
     dispatch<Types>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       broadcast_apply<2, T>(c.out(0).data<T>(), c.out(0).dims(), {c.in(0).data<T>(), c.in(1).data<T>()},
-                            {&c.in(0).dims(), &c.in(1).dims()}, [&](T a, T b) { return T(f(at, a, b)); });
+                            {&c.in(0).dims(), &c.in(1).dims()},
+                            [&](T a, T b) { return T(f(at, acc_t<T>(a), acc_t<T>(b))); });
     });
   });
 }
 
 template <typename T>
 T mod(bool fmod, T a, T b) {  // fmod: the sign of a (C's fmod); else the sign of b (Python's %)
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (kFloat<T>) {
     T r = std::fmod(a, b);
     if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
@@ -67,9 +68,9 @@ void pow(KernelCtx& c) {
     if (y.dtype() == x.dtype()) {
       broadcast_apply<2, T>(c.out(0).data<T>(), c.out(0).dims(), {x.data<T>(), y.data<T>()}, {&x.dims(), &y.dims()},
                             [](T a, T b) {
-                              if constexpr (std::is_floating_point_v<T>) {
+                              if constexpr (kFloat<T>) {
                                 if (b == T(2)) return T(a * a);
-                                return T(std::pow(a, b));
+                                return T(std::pow(acc_t<T>(a), acc_t<T>(b)));
                               } else {
                                 return T(std::pow(double(a), double(b)));
                               }
@@ -102,9 +103,9 @@ KernelFn variadic(F f, bool mean = false) {
       broadcast_apply<1, T>(o, od, {c.in(0).data<T>()}, {&c.in(0).dims()}, [](T a) { return a; });
       for (size_t k = 1; k < c.inputs.size(); ++k)
         broadcast_apply<2, T>(o, od, {static_cast<const T*>(o), c.in(k).data<T>()}, {&od, &c.in(k).dims()},
-                              [&](T a, T b) { return T(f(a, b)); });
+                              [&](T a, T b) { return T(f(acc_t<T>(a), acc_t<T>(b))); });
       if (mean) {
-        T n = T(c.inputs.size());
+        acc_t<T> n = acc_t<T>(c.inputs.size());
         for (int64_t i = 0; i < out.numel(); ++i) o[i] = T(o[i] / n);
       }
     });
@@ -133,7 +134,7 @@ void clip(const ops::ClipAttrs& a, KernelCtx& c) {
   dispatch<kNumeric>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (kFloat<T>) {
       lo = T(a.min);
       hi = T(a.max);
     }

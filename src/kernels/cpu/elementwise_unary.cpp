@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
@@ -14,10 +15,11 @@ namespace {
 
 using ops::UnaryAttrs;
 
-// A float32 array kernel; returns false where the attributes ask for the scalar loop.
+// A float32 array kernel; returns false where the attributes ask for the scalar loop (a call of 0 elements asks).
 using VectorFn = bool (*)(const UnaryAttrs&, const float* x, float* y, int64_t n);
 
-// y = f(attributes, x) elementwise, for the dtypes of `Types`.
+// y = f(attributes, x) elementwise, for the dtypes of `Types`; bfloat16 and float16 computed in float (through the
+// float32 array kernel, in converted blocks, where one serves).
 template <int Types, typename F>
 KernelFn unary(F f, VectorFn vector = nullptr) {
   return kernel_with<UnaryAttrs>([f, vector](const UnaryAttrs& a, KernelCtx& c) {
@@ -28,8 +30,13 @@ KernelFn unary(F f, VectorFn vector = nullptr) {
       parallel_for(c.in(0).numel(), 8, [&](int64_t b, int64_t e) {
         if constexpr (std::is_same_v<T, float>) {
           if (vector && vector(a, x + b, y + b, e - b)) return;
+        } else if constexpr (kLowFloat<T>) {
+          if (vector && vector(a, nullptr, nullptr, 0)) {
+            in_f32_blocks<T, 1, 1>({x}, {y}, b, e, [&](auto in, auto out, int64_t m) { vector(a, in[0], out[0], m); });
+            return;
+          }
         }
-        for (int64_t i = b; i < e; ++i) y[i] = T(f(a, x[i]));
+        for (int64_t i = b; i < e; ++i) y[i] = T(f(a, acc_t<T>(x[i])));
       });
     });
   });
@@ -83,6 +90,9 @@ void gelu_grad(KernelCtx& c) {
     parallel_for(x.numel(), 30, [&](int64_t b, int64_t e) {
       if constexpr (std::is_same_v<T, float>) {
         gelu_grad_f32(d + b, xp + b, out + b, e - b);
+      } else if constexpr (kLowFloat<T>) {
+        in_f32_blocks<T, 2, 1>({d, xp}, {out}, b, e,
+                               [](auto in, auto o, int64_t m) { gelu_grad_f32(in[0], in[1], o[0], m); });
       } else {
         for (int64_t i = b; i < e; ++i) out[i] = d[i] * gelu_derivative(xp[i]);
       }
@@ -101,6 +111,9 @@ void gelu_and_grad(KernelCtx& c) {
     parallel_for(x.numel(), 40, [&](int64_t b, int64_t e) {
       if constexpr (std::is_same_v<T, float>) {
         gelu_and_grad_f32(d + b, xp + b, dx + b, y + b, e - b);
+      } else if constexpr (kLowFloat<T>) {
+        in_f32_blocks<T, 2, 2>({d, xp}, {dx, y}, b, e,
+                               [](auto in, auto o, int64_t m) { gelu_and_grad_f32(in[0], in[1], o[0], o[1], m); });
       } else {
         for (int64_t i = b; i < e; ++i) y[i] = gelu(false, xp[i]), dx[i] = d[i] * gelu_derivative(xp[i]);
       }

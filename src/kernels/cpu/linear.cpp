@@ -3,6 +3,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {
@@ -15,7 +16,7 @@ void linear(KernelCtx& c) {
     c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
   if (c.has(2) && c.in(2).numel() != n)
     c.fail("bias " + dims_str(c.in(2).dims()) + " is not of W's " + std::to_string(n) + " rows");
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = c.out(0).data<T>();  // (rows, N)
     if (c.has(2)) {
@@ -28,7 +29,7 @@ void linear(KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {{"com.onnxtrain", "Linear", kernel(linear)}});
+const bool kRegistered = register_kernels(kCpu, {in_float32({"com.onnxtrain", "Linear", kernel(linear)})});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

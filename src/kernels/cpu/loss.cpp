@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {
@@ -16,7 +17,7 @@ void loss(const LossAttrs& a, KernelCtx& c) {
   const Tensor& x = c.in(0);  // (N, C, d...)
   auto labels = c.in(1).to_int64();
   int64_t n = x.dims()[0], cls = x.dims()[1], d = x.numel() / std::max<int64_t>(n * cls, 1);
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* w = c.has(2) ? c.in(2).data<T>() : nullptr;
     T* per = c.scratch_as<T>(0, size_t(n * d));  // (N, d...)
@@ -72,10 +73,11 @@ Dim loss_scratch(const ops::Op& op, ops::InferCtx& s) {
   return n * Dim(int64_t(dtype_size(s.dtype(0))));
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-                                                    {"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch},
-                                                    {"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch},
-                                                });
+const bool kRegistered =
+    register_kernels(kCpu, {
+                               in_float32({"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch}),
+                               in_float32({"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch}),
+                           });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

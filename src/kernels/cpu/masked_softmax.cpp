@@ -8,6 +8,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 
@@ -23,7 +24,7 @@ void masked_softmax(const KernelCtx& c, const Tensor& x, const Tensor& scale_t, 
   std::vector<int64_t> bd;
   if (!broadcast_dims(x.dims(), cond.dims(), &bd) || bd != x.dims())
     c.fail("cond " + dims_str(cond.dims()) + " does not broadcast to the scores " + dims_str(x.dims()));
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *xp = x.data<T>(), scale = scale_t.data<T>()[0], fill = fill_t.data<T>()[0];
     const bool* cp = cond.data<bool>();
@@ -71,7 +72,7 @@ void masked_softmax_grad(KernelCtx& c) {
   std::vector<int64_t> bd;
   if (!broadcast_dims(Y.dims(), cond.dims(), &bd) || bd != Y.dims())
     c.fail("cond " + dims_str(cond.dims()) + " does not broadcast to Y " + dims_str(Y.dims()));
-  dispatch<kFloats>(Y.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(Y.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *dy = dY.data<T>(), *y = Y.data<T>(), scale = c.in(2).data<T>()[0];
     const bool* cp = cond.data<bool>();
@@ -106,7 +107,7 @@ void attention_softmax(KernelCtx& c) {
   auto sc = broadcast_strides(cond.dims(), od);
   const bool banded = sc[rank - 1] == 1;  // (a mask broadcast along the columns: every column computed)
   const int64_t nb = numel_of(batch);
-  dispatch<kFloats>(A.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(A.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *a = A.data<T>(), *b = B.data<T>();
     T* o = out.data<T>();
@@ -132,11 +133,12 @@ void attention_softmax(KernelCtx& c) {
   masked_softmax(c, out, c.in(2), cond, c.in(4), out);
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-                                                    {"com.onnxtrain", "MaskedSoftmax", kernel(masked_softmax_kernel)},
-                                                    {"com.onnxtrain", "MaskedSoftmaxGrad", kernel(masked_softmax_grad)},
-                                                    {"com.onnxtrain", "AttentionSoftmax", kernel(attention_softmax)},
-                                                });
+const bool kRegistered =
+    register_kernels(kCpu, {
+                               in_float32({"com.onnxtrain", "MaskedSoftmax", kernel(masked_softmax_kernel)}),
+                               in_float32({"com.onnxtrain", "MaskedSoftmaxGrad", kernel(masked_softmax_grad)}),
+                               in_float32({"com.onnxtrain", "AttentionSoftmax", kernel(attention_softmax)}),
+                           });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

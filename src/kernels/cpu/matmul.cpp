@@ -6,6 +6,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/kernel.h"
 
@@ -27,7 +28,7 @@ void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   broadcast_dims(ab, bb, &batch);
   int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
   const int64_t lda = at.ta ? m : k, ldb = at.tb ? k : n;
-  dispatch<kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* a = A.data<T>();
     const T* b = B.data<T>();
@@ -40,7 +41,7 @@ void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
     auto one = [&](int64_t i) {
       auto [oa, ob] = broadcast_offsets<2>(i, batch, {&sa, &sb});
       const T *ai = a + oa * m * k, *bi = b + ob * k * n;
-      if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (kFloat<T>) {
         if (small) return small_gemm<T>(at.ta, at.tb, m, n, k, ai, bi, o + i * m * n);
       }
       gemm<T>(at.ta, at.tb, m, n, k, T(1), ai, lda, bi, ldb, T(0), o + i * m * n, n);
@@ -62,7 +63,7 @@ void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
   int64_t m = at.ta ? A.dims()[1] : A.dims()[0], k = at.ta ? A.dims()[0] : A.dims()[1];
   int64_t n = at.tb ? B.dims()[0] : B.dims()[1];
   Tensor& out = c.out(0);
-  dispatch<kNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data<T>();
     T beta = T(0);
@@ -77,9 +78,9 @@ void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-                                                    {"", "MatMul", kernel(matmul)},
-                                                    {"com.onnxtrain", "FusedMatMul", kernel(matmul)},
-                                                    {"", "Gemm", kernel(gemm_kernel)},
+                                                    in_float32({"", "MatMul", kernel(matmul)}),
+                                                    in_float32({"com.onnxtrain", "FusedMatMul", kernel(matmul)}),
+                                                    in_float32({"", "Gemm", kernel(gemm_kernel)}),
                                                 });
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 
@@ -28,7 +29,7 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
   int64_t rows = 1, n = 1;
   for (int64_t i = 0; i < x.rank(); ++i) (i < a ? rows : n) *= x.dims()[size_t(i)];
   int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 0;
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = x.data<T>();
     const T* w = c.in(1).data<T>();
@@ -69,7 +70,7 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
 void batch_norm(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
   ChannelView v = channel_view(x);
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
     const T *rmean = c.in(3).data<T>(), *rvar = c.in(4).data<T>();
@@ -106,7 +107,7 @@ void batch_norm(const ops::NormAttrs& at, KernelCtx& c) {
 void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
   ChannelView v = channel_view(x);
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
     T* y = c.out(0).data<T>();
@@ -126,9 +127,9 @@ void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-                                                    {"", "LayerNormalization", kernel(layer_norm)},
-                                                    {"", "BatchNormalization", kernel(batch_norm)},
-                                                    {"", "InstanceNormalization", kernel(instance_norm)},
+                                                    in_float32({"", "LayerNormalization", kernel(layer_norm)}),
+                                                    in_float32({"", "BatchNormalization", kernel(batch_norm)}),
+                                                    in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
                                                 });
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {
@@ -81,7 +82,7 @@ void pool(const ops::PoolAttrs& at, KernelCtx& c) {
   int64_t planes = X.dims()[0] * X.dims()[1];
   Windows geometry(at.win, spatial(X.dims()), spatial(c.out(0).dims()));
   const int64_t in_size = geometry.in_size(), out_size = geometry.out_size();
-  dispatch<kNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = X.data<T>();
     T* y = c.out(0).data<T>();
@@ -119,7 +120,7 @@ void average_pool_grad(const ops::PoolAttrs& at, KernelCtx& c) {
   int64_t planes = dX.dims()[0] * dX.dims()[1];
   Windows geometry(at.win, spatial(dX.dims()), spatial(dY.dims()));
   const int64_t in_size = geometry.in_size(), out_size = geometry.out_size();
-  dispatch<kFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy = dY.data<T>();
     T* dx = dX.data<T>();
@@ -141,7 +142,7 @@ void average_pool_grad(const ops::PoolAttrs& at, KernelCtx& c) {
 void global_pool(KernelCtx& c, bool max) {
   const Tensor& X = c.in(0);
   int64_t planes = X.dims()[0] * X.dims()[1], size = X.numel() / std::max<int64_t>(planes, 1);
-  dispatch<kFloats>(X.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     for (int64_t p = 0; p < planes; ++p) {
       const T* row = X.data<T>() + p * size;
@@ -152,14 +153,14 @@ void global_pool(KernelCtx& c, bool max) {
   });
 }
 
-const bool kRegistered =
-    register_kernels(kCpu, {
-                               {"", "MaxPool", kernel(pool)},
-                               {"", "AveragePool", kernel(pool)},
-                               {"com.onnxtrain", "AveragePoolGrad", kernel(average_pool_grad)},
-                               {"", "GlobalAveragePool", [](const ops::Op&, KernelCtx& c) { global_pool(c, false); }},
-                               {"", "GlobalMaxPool", [](const ops::Op&, KernelCtx& c) { global_pool(c, true); }},
-                           });
+const bool kRegistered = register_kernels(
+    kCpu, {
+              in_float32({"", "MaxPool", kernel(pool)}),
+              in_float32({"", "AveragePool", kernel(pool)}),
+              in_float32({"com.onnxtrain", "AveragePoolGrad", kernel(average_pool_grad)}),
+              in_float32({"", "GlobalAveragePool", [](const ops::Op&, KernelCtx& c) { global_pool(c, false); }}),
+              in_float32({"", "GlobalMaxPool", [](const ops::Op&, KernelCtx& c) { global_pool(c, true); }}),
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -19,19 +19,19 @@ using Kind = ops::ReduceAttrs::Kind;
 
 template <typename T>
 T reduce_row(Kind kind, const T* x, int64_t n) {
-  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  using Acc = std::conditional_t<kFloat<T>, double, int64_t>;
   switch (kind) {
     case Kind::kMax: {
       T m = n ? x[0] : std::numeric_limits<T>::lowest();
-      if constexpr (std::is_floating_point_v<T>)
-        if (!n) m = -std::numeric_limits<T>::infinity();
+      if constexpr (kFloat<T>)
+        if (!n) m = T(-INFINITY);
       for (int64_t i = 1; i < n; ++i) m = std::isnan(double(x[i])) || x[i] > m ? x[i] : m;
       return m;
     }
     case Kind::kMin: {
       T m = n ? x[0] : std::numeric_limits<T>::max();
-      if constexpr (std::is_floating_point_v<T>)
-        if (!n) m = std::numeric_limits<T>::infinity();
+      if constexpr (kFloat<T>)
+        if (!n) m = T(INFINITY);
       for (int64_t i = 1; i < n; ++i) m = std::isnan(double(x[i])) || x[i] < m ? x[i] : m;
       return m;
     }

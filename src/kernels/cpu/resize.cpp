@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 #include "onnxtrain/error.h"
 #include "ops/axis_util.h"
@@ -117,7 +118,7 @@ std::pair<double*, double*> stage_buffers(const KernelCtx& c, const std::vector<
 void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
   const Tensor& X = c.in(0);
   auto g = *at.geometry(*c.shapes, X.dims());
-  dispatch<kNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto [cur, next] = stage_buffers(c, X.dims(), g.out);
     const T* xp = X.data<T>();
@@ -155,7 +156,7 @@ void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
   std::vector<int64_t> in = c.in(0).to_int64();
   auto g = *at.geometry(*c.shapes, in);
   if (g.out != dY.dims()) c.fail("dY " + dims_str(dY.dims()) + " is not of the resized shape " + dims_str(g.out));
-  dispatch<kFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy = dY.data<T>();
     auto [cur, next] = stage_buffers(c, in, g.out);
@@ -190,17 +191,19 @@ Dim resize_scratch(const ops::InferCtx& s, const Shape& in, const Shape& out) {
          largest_stage<Dim>(in, out, [](const Dim& a, const Dim& b) { return Dim::max(a, b); });
 }
 
-const bool kRegistered = register_kernels(
-    kCpu, {
-              {"", "Resize", kernel(resize),
-               [](const ops::Op&, ops::InferCtx& s) { return resize_scratch(s, s.shape(0), s.outputs()[0].shape); }},
-              {"com.onnxtrain", "ResizeGrad", kernel(resize_grad),
-               [](const ops::Op&, ops::InferCtx& s) {
-                 const std::vector<Dim>* x = s.value(0);
-                 if (!x) s.fail("the shape of X is not known");
-                 return resize_scratch(s, Shape(x->begin(), x->end()), s.shape(4));
-               }},
-          });
+const bool kRegistered =
+    register_kernels(kCpu, {
+                               in_float32({"", "Resize", kernel(resize),
+                                           [](const ops::Op&, ops::InferCtx& s) {
+                                             return resize_scratch(s, s.shape(0), s.outputs()[0].shape);
+                                           }}),
+                               in_float32({"com.onnxtrain", "ResizeGrad", kernel(resize_grad),
+                                           [](const ops::Op&, ops::InferCtx& s) {
+                                             const std::vector<Dim>* x = s.value(0);
+                                             if (!x) s.fail("the shape of X is not known");
+                                             return resize_scratch(s, Shape(x->begin(), x->end()), s.shape(4));
+                                           }}),
+                           });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

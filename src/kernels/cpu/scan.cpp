@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 #include "ops/axis_util.h"
 
@@ -24,7 +25,7 @@ void cum_sum(const ops::CumSumAttrs& at, KernelCtx& c) {
   int64_t a = c.in(1).to_int64()[0];
   if (a < -x.rank() || a >= x.rank()) c.fail("axis " + std::to_string(a) + " out of range for " + dims_str(x.dims()));
   ops::AxisView v = ops::axis_view(x.dims(), a < 0 ? a + x.rank() : a);
-  dispatch<kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = x.data<T>();
     T* out = c.out(0).data<T>();
@@ -51,7 +52,7 @@ void top_k(const ops::TopKAttrs& at, KernelCtx& c) {
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
   ops::AxisView v = ops::axis_view(x.dims(), a);
   int64_t k = c.out(0).dims()[size_t(a)];
-  dispatch<kNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
+  dispatch<kWideNumeric>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = x.data<T>();
     T* vals = c.out(0).data<T>();
@@ -78,11 +79,12 @@ void top_k(const ops::TopKAttrs& at, KernelCtx& c) {
 
 const bool kRegistered = register_kernels(
     kCpu, {
-              {"", "CumSum", kernel(cum_sum),
-               [](const ops::Op&, ops::InferCtx& s) {
-                 return s.dtype(0) == DType::kBool ? shape_numel(s.shape(0)) * Dim(int64_t(sizeof(int64_t))) : Dim(0);
-               }},
-              {"", "TopK", kernel(top_k)},
+              in_float32({"", "CumSum", kernel(cum_sum),
+                          [](const ops::Op&, ops::InferCtx& s) {
+                            return s.dtype(0) == DType::kBool ? shape_numel(s.shape(0)) * Dim(int64_t(sizeof(int64_t)))
+                                                              : Dim(0);
+                          }}),
+              in_float32({"", "TopK", kernel(top_k)}),
           });
 
 }  // namespace

@@ -14,28 +14,36 @@ namespace {
 
 using ops::SoftmaxAttrs;
 
+// One row in acc_t<T>; bfloat16 and float16 rows are rounded once, at the end (exp computed twice for them).
 template <typename T>
 void softmax_row(SoftmaxAttrs::Kind kind, const T* x, T* y, int64_t n, int64_t stride) {
+  using A = acc_t<T>;
   if constexpr (std::is_same_v<T, float>) {
     if (kind == SoftmaxAttrs::kSoftmax && stride == 1) return softmax_f32(x, y, n);  // contiguous rows: vectorised
   }
-  T m = -INFINITY;
+  A m = -INFINITY;
   int64_t arg = 0;
   for (int64_t k = 0; k < n; ++k)
-    if (x[k * stride] > m) m = x[k * stride], arg = k;
+    if (A(x[k * stride]) > m) m = A(x[k * stride]), arg = k;
   if (kind == SoftmaxAttrs::kHardmax) {
     for (int64_t k = 0; k < n; ++k) y[k * stride] = T(k == arg);
     return;
   }
-  T sum = 0;
+  A sum = 0;
   if (kind == SoftmaxAttrs::kSoftmax) {
-    for (int64_t k = 0; k < n; ++k) sum += (y[k * stride] = std::exp(x[k * stride] - m));
-    T inv = T(1) / sum;
-    for (int64_t k = 0; k < n; ++k) y[k * stride] *= inv;
+    if constexpr (kLowFloat<T>) {
+      for (int64_t k = 0; k < n; ++k) sum += std::exp(A(x[k * stride]) - m);
+      A inv = A(1) / sum;
+      for (int64_t k = 0; k < n; ++k) y[k * stride] = T(std::exp(A(x[k * stride]) - m) * inv);
+    } else {
+      for (int64_t k = 0; k < n; ++k) sum += (y[k * stride] = std::exp(x[k * stride] - m));
+      A inv = A(1) / sum;
+      for (int64_t k = 0; k < n; ++k) y[k * stride] *= inv;
+    }
   } else {
-    for (int64_t k = 0; k < n; ++k) sum += std::exp(x[k * stride] - m);
-    T lse = m + std::log(sum);
-    for (int64_t k = 0; k < n; ++k) y[k * stride] = x[k * stride] - lse;
+    for (int64_t k = 0; k < n; ++k) sum += std::exp(A(x[k * stride]) - m);
+    A lse = m + std::log(sum);
+    for (int64_t k = 0; k < n; ++k) y[k * stride] = T(A(x[k * stride]) - lse);
   }
 }
 

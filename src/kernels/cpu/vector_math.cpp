@@ -11,18 +11,22 @@ namespace {
 __m256 exp8(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72284f);  // exp: 2^-126 and FLT_MAX
   __m256 c = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), c);  // ln 2 in two parts
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.f / 5040);
-  for (float k : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
+  for (float k : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(k));
   // p * 2^n as p * 2^(n/2) * 2^(n - n/2): each factor a normal float for n in [-126, 128].
-  auto pow2 = [](__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); };
+  auto pow2 = [](__m256i k) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+  };
   __m256i ni = _mm256_cvtps_epi32(n), half = _mm256_srai_epi32(ni, 1);
   __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(ni, half)));
-  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));                 // underflow
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));  // underflow
   y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
-  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));                              // NaN stays NaN
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));  // NaN stays NaN
 }
 
 // erf for |x| < 1: x * sum_k (-1)^k x^2k / (k! (2k + 1)), times 2 / sqrt(pi).
@@ -38,9 +42,11 @@ __m256 erf_small8(__m256 x) {
 __m256 erf_large8(__m256 x, __m256 ax, __m256 sign) {
   __m256 t = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), ax, _mm256_set1_ps(1.f)));
   __m256 q = _mm256_set1_ps(1.061405429f);
-  for (float a : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f}) q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(a));
+  for (float a : {-1.453152027f, 1.421413741f, -0.284496736f, 0.254829592f})
+    q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(a));
   q = _mm256_mul_ps(q, t);
-  __m256 large = _mm256_fnmadd_ps(q, exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(x, x))), _mm256_set1_ps(1.f));
+  __m256 large =
+      _mm256_fnmadd_ps(q, exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(x, x))), _mm256_set1_ps(1.f));
   return _mm256_or_ps(large, _mm256_and_ps(x, sign));
 }
 
@@ -132,10 +138,12 @@ void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
   double m = sum_f32(x, n) / double(n);
   __m256d mv = _mm256_set1_pd(m);
   *mean = m;
-  *var = sum_pd(x, n, [mv](__m256d v) {
-           __m256d d = _mm256_sub_pd(v, mv);
-           return _mm256_mul_pd(d, d);
-         }) / double(n);
+  *var = sum_pd(x, n,
+                [mv](__m256d v) {
+                  __m256d d = _mm256_sub_pd(v, mv);
+                  return _mm256_mul_pd(d, d);
+                }) /
+         double(n);
 }
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
@@ -236,7 +244,8 @@ void masked_softmax_f32(const float* x, const bool* c, float scale, float fill, 
 }
 
 void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
-  map_n<2, 1>({dy, x}, {dx}, n, [](const __m256* a, __m256* b) { b[0] = gelu_grad_from8(a[0], a[1], erf_scaled8(a[1])); });
+  map_n<2, 1>({dy, x}, {dx}, n,
+              [](const __m256* a, __m256* b) { b[0] = gelu_grad_from8(a[0], a[1], erf_scaled8(a[1])); });
 }
 
 void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n) {

@@ -1,0 +1,105 @@
+#include "kernels/cpu/in_float32.h"
+
+#include "kernels/cpu/convert.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+bool low(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+
+Dim aligned(const Dim& bytes) { return Dim::ceil_div(bytes, Dim(64)) * Dim(64); }
+
+// The node's shapes as the float32 kernel sees them: low-precision floats as float32 (their data withheld).
+ops::InferCtx float32_view(ops::InferCtx& s) {
+  std::vector<ops::InputInfo> in(s.num_inputs());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!s.has(i)) continue;
+    in[i].present = true;
+    in[i].dtype = low(s.dtype(i)) ? DType::kFloat32 : s.dtype(i);
+    in[i].shape = s.shape(i);
+    if (low(s.dtype(i))) continue;
+    in[i].tensor = s.tensor(i);
+    if (const std::vector<Dim>* v = s.value(i)) in[i].value = *v;
+  }
+  ops::InferCtx r(s.node(), std::move(in), nullptr);
+  for (size_t i = 0; i < s.num_outputs(); ++i) {
+    const ops::OutputInfo& o = s.outputs()[i];
+    r.set(i, low(o.dtype) ? DType::kFloat32 : o.dtype, o.shape, o.value);
+  }
+  return r;
+}
+
+bool any_low(ops::InferCtx& s) {
+  for (size_t i = 0; i < s.num_inputs(); ++i)
+    if (s.has(i) && low(s.dtype(i))) return true;
+  for (auto& o : s.outputs())
+    if (low(o.dtype)) return true;
+  return false;
+}
+
+// Layout of the scratch: the kernel's own (aligned), then one float32 copy per low-precision input and output.
+Dim total_scratch(const ScratchFn& own, const ops::Op& op, ops::InferCtx& s) {
+  ops::InferCtx f = float32_view(s);
+  Dim total = own ? aligned(own(op, f)) : Dim(0);
+  for (size_t i = 0; i < s.num_inputs(); ++i)
+    if (s.has(i) && low(s.dtype(i))) total = total + aligned(shape_numel(s.shape(i)) * Dim(4));
+  for (auto& o : s.outputs())
+    if (low(o.dtype)) total = total + aligned(shape_numel(o.shape) * Dim(4));
+  return total;
+}
+
+}  // namespace
+
+KernelDef in_float32(KernelDef def) {
+  KernelFn fn = def.fn;
+  ScratchFn own = def.scratch;
+  def.fn = [fn, own](const ops::Op& op, KernelCtx& c) {
+    if (!any_low(*c.shapes)) return fn(op, c);
+    ops::InferCtx shapes = float32_view(*c.shapes);
+    size_t offset = 0, own_bytes = 0;
+    if (own) {
+      Dim d = own(op, shapes);
+      own_bytes = size_t(d.value());
+      offset = size_t(aligned(d).value());
+    }
+    auto carve = [&](const std::vector<int64_t>& dims) {
+      size_t bytes = size_t(numel_of(dims)) * 4;
+      char* at = c.scratch + offset;
+      offset += (bytes + 63) / 64 * 64;
+      if (offset > c.scratch_bytes) c.scratch_overrun(offset);
+      return Tensor(DType::kFloat32, dims, Storage::borrow(at, bytes, nullptr));
+    };
+    std::vector<Tensor> ins(c.inputs.size()), outs(c.outputs.size());
+    KernelCtx f{c.node, c.inputs, c.outputs, c.seed, c.alloc, &shapes, c.scratch, own_bytes};
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      if (c.inputs[i] && low(c.inputs[i]->dtype())) {
+        ins[i] = carve(c.inputs[i]->dims());
+        if (c.inputs[i]->dtype() == DType::kBFloat16)
+          to_f32(c.inputs[i]->data<BFloat16>(), ins[i].data<float>(), ins[i].numel());
+        else
+          to_f32(c.inputs[i]->data<Half>(), ins[i].data<float>(), ins[i].numel());
+        f.inputs[i] = &ins[i];
+      }
+    for (size_t i = 0; i < c.outputs.size(); ++i)
+      if (c.outputs[i] && low(c.outputs[i]->dtype())) {
+        outs[i] = carve(c.outputs[i]->dims());
+        f.outputs[i] = &outs[i];
+      }
+    fn(op, f);
+    for (size_t i = 0; i < c.outputs.size(); ++i)
+      if (outs[i].defined()) {
+        if (c.outputs[i]->dtype() == DType::kBFloat16)
+          from_f32(outs[i].data<float>(), c.outputs[i]->data<BFloat16>(), outs[i].numel());
+        else
+          from_f32(outs[i].data<float>(), c.outputs[i]->data<Half>(), outs[i].numel());
+      }
+  };
+  def.scratch = [own](const ops::Op& op, ops::InferCtx& s) {
+    if (!any_low(s)) return own ? own(op, s) : Dim(0);
+    return total_scratch(own, op, s);
+  };
+  return def;
+}
+
+}  // namespace onnxtrain::kernels
