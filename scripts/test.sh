@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh), then runs the whole test suite: the C++
 # tests, the ONNX backend conformance suites (Debian's libonnx-testdata and the
-# one the installed onnx package builds) and the Python tests.
+# one the installed onnx package builds; their single-op tests also in bfloat16
+# and float16) and the Python tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -19,7 +20,14 @@ conformance() {  # name, folder, [options]: full report in build/, failures and 
 echo "== ONNX conformance"
 conformance libonnx-testdata /usr/share/libonnx-testdata/data/node --skip-list tests/conformance/libonnx-testdata-1.12.skip
 .venv/bin/python tests/conformance/write_onnx_suite.py build/onnx-node-suite
-conformance "onnx-$(.venv/bin/python -c 'import onnx; print(onnx.__version__)')" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
+onnx_suite="onnx-$(.venv/bin/python -c 'import onnx; print(onnx.__version__)')"
+conformance "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
+echo "== Each single-op test in bfloat16 and float16 against float32 (per-op tests of the low-precision kernels)"
+conformance "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
+conformance libonnx-testdata-bfloat16 /usr/share/libonnx-testdata/data/node --as bfloat16
+conformance "$onnx_suite-float16" build/onnx-node-suite --as float16
+echo "== The same on the path of a CPU without AVX-512 (ONNXTRAIN_CPU_DISABLE=avx512)"
+ONNXTRAIN_CPU_DISABLE=avx512 conformance "$onnx_suite-bfloat16-no-avx512" build/onnx-node-suite --as bfloat16
 
 echo "== Python tests"
 .venv/bin/python -m pytest -q -p no:cacheprovider

@@ -13,69 +13,12 @@
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
 #include "tools/commands.h"
+#include "tools/node_test.h"
 
 namespace fs = std::filesystem;
 
 namespace onnxtrain::cli {
 namespace {
-
-enum class Outcome { kPass, kFail, kSkip };
-struct Result {
-  Outcome outcome;
-  std::string reason;
-};
-
-// Ops whose reference outputs come from NumPy's random generator.
-bool is_numpy_random_op(const std::string& op) {
-  return op == "Bernoulli" || op == "RandomNormal" || op == "RandomUniform" || op == "RandomNormalLike" ||
-         op == "RandomUniformLike" || op == "Multinomial";
-}
-
-std::vector<fs::path> sorted_files(const fs::path& dir, const std::string& prefix) {
-  std::vector<fs::path> r;
-  for (auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) r.push_back(e.path());
-  std::sort(r.begin(), r.end(), [&](const fs::path& a, const fs::path& b) {
-    auto num = [&](const fs::path& p) {
-      std::string s = p.stem().string().substr(prefix.size());
-      return s.empty() ? 0 : std::stoi(s);
-    };
-    return num(a) < num(b);
-  });
-  return r;
-}
-
-struct Tolerance {
-  double rtol = 1e-3, atol = 1e-7;  // the ONNX backend suite's defaults
-};
-
-// A test folder may carry its own tolerances in tolerance.txt ("rtol atol").
-Tolerance read_tolerance(const fs::path& dir) {
-  Tolerance t;
-  std::ifstream f(dir / "tolerance.txt");
-  if (f) f >> t.rtol >> t.atol;
-  return t;
-}
-
-std::string compare(const Tensor& got, const Tensor& want, const std::string& name, Tolerance tol) {
-  if (got.dtype() != want.dtype())
-    return name + ": dtype " + dtype_name(got.dtype()) + ", expected " + dtype_name(want.dtype());
-  if (got.dims() != want.dims())
-    return name + ": shape " + dims_str(got.dims()) + ", expected " + dims_str(want.dims());
-  // Low-precision outputs: at least two units in their last place, relative (the reference rounds every
-  // intermediate of an expanded function to that dtype, onnxtrain's kernels round once, at the end).
-  if (want.dtype() == DType::kBFloat16) tol.rtol = std::max(tol.rtol, 0x1p-7);
-  if (want.dtype() == DType::kFloat16) tol.rtol = std::max(tol.rtol, 0x1p-9);
-  auto g = got.to_double(), w = want.to_double();
-  for (size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
-    if (std::isinf(w[i]) && g[i] == w[i]) continue;
-    if (!(std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i])))
-      return name + ": value " + std::to_string(g[i]) + " at index " + std::to_string(i) + ", expected " +
-             std::to_string(w[i]);
-  }
-  return "";
-}
 
 // A training-mode Dropout with a nonzero ratio draws from NumPy in the reference.
 bool uses_numpy_dropout(const ir::Graph& g, const std::map<std::string, Tensor>& feeds) {
@@ -119,19 +62,8 @@ Result run_test(const fs::path& dir) {
   if (sets.empty()) return {Outcome::kSkip, "no test data sets"};
   for (auto& set : sets) {
     std::map<std::string, Tensor> feeds;
-    auto inputs = sorted_files(set, "input_");
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      onnx::TensorProto p;
-      std::ifstream f(inputs[i], std::ios::binary);
-      if (!p.ParseFromIstream(&f) || (p.dims_size() == 0 && p.data_type() == 0))
-        return {Outcome::kSkip, "input " + std::to_string(i) + " is not a tensor (sequence or optional)"};
-      if (i >= input_names.size()) return {Outcome::kFail, "more input files than model inputs"};
-      try {
-        feeds[input_names[i]] = ir::tensor_from_proto(p, set.string(), "input");
-      } catch (const UnsupportedError& e) {
-        return {Outcome::kSkip, e.what()};
-      }
-    }
+    Result read = read_inputs(set, input_names, &feeds);
+    if (read.outcome != Outcome::kPass) return read;
     if (uses_numpy_dropout(session->graph(), feeds))
       return {Outcome::kSkip, "expected values come from NumPy's random generator"};
     std::map<std::string, Tensor> outs;
@@ -165,13 +97,24 @@ void add_conformance(CLI::App& app) {
     std::vector<std::string> dirs;
     std::string skip_list;
     bool verbose = false;
+    std::string as;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("dirs", a->dirs, "test folders, or folders of test folders")->required();
   cmd->add_flag("-v,--verbose", a->verbose, "also print passing tests");
+  cmd->add_option("--as", a->as,
+                  "bfloat16 or float16: run each test's float32 inputs rounded to it, against the float32 run of the "
+                  "rounded inputs rounded to it");
   cmd->add_option("--skip-list", a->skip_list,
                   "a file of 'test_name: reason' lines: tests reported as skips with that reason");
   cmd->callback([a] {
+    DType as = DType::kUndefined;
+    if (a->as == "bfloat16")
+      as = DType::kBFloat16;
+    else if (a->as == "float16")
+      as = DType::kFloat16;
+    else if (!a->as.empty())
+      throw InputError("conformance: --as takes bfloat16 or float16, not '" + a->as + "'");
     std::vector<fs::path> tests;
     for (auto& d : a->dirs) {
       if (!fs::is_directory(d)) throw IoError("conformance: '" + d + "' is not a folder");
@@ -200,7 +143,7 @@ void add_conformance(CLI::App& app) {
         r = {Outcome::kSkip, listed[name]};
       } else {
         try {
-          r = run_test(t);
+          r = as == DType::kUndefined ? run_test(t) : run_test_as(t, as);
         } catch (const std::exception& e) {
           r = {Outcome::kFail, e.what()};
         }

@@ -62,6 +62,17 @@ def custom_functions(outputs):
     return found
 
 
+def fix_scaled_dot_product_attention_casts(model):
+    """PyTorch's TorchScript translation of scaled_dot_product_attention casts the scale to the query's c10
+    ScalarType number rather than its ONNX type: for a bfloat16 query (autocast) that is 15, ONNX's complex128.
+    onnxtrain holds no complex types, so a Cast to 15 can only be that one: it becomes a Cast to bfloat16 (16)."""
+    for node in model.graph.node:
+        if node.op_type == "Cast":
+            for a in node.attribute:
+                if a.name == "to" and a.i == onnx.TensorProto.COMPLEX128:
+                    a.i = onnx.TensorProto.BFLOAT16
+
+
 def export(module, schema, tensors, names, training):
     flat = _Flat(module, schema)
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
@@ -82,6 +93,7 @@ def export(module, schema, tensors, names, training):
             f"custom torch.autograd.Function {', '.join(flat.custom_functions)}: onnxtrain differentiates the "
             "exported graph itself and would ignore its backward; run it outside the wrapped module or use fallback")
     model = onnx.load_from_string(f.getvalue())
+    fix_scaled_dot_product_attention_casts(model)
     # Parameters and buffers arrive as inputs named "module.<name>"; strip the wrapper's prefix.
     rename = {i.name: i.name[len("module."):] for i in model.graph.input if i.name.startswith("module.")}
     for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):

@@ -195,7 +195,9 @@ class Module(torch.nn.Module):
         for t in tensors:
             if t.device.type != "cpu":
                 raise C.InputError(f"onnxtrain runs on the CPU; an input is on {t.device}")
-        cache_key = (key(full), training, self.module.training)
+        # Autocast's casts are part of the exported graph: each autocast state has its own.
+        autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+        cache_key = (key(full), training, self.module.training, autocast)
         runner = self._runners.get(cache_key)
         if runner is None:
             runner = self._build(full, tensors, names, training)

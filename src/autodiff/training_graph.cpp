@@ -121,6 +121,12 @@ class Engine {
       case DType::kInt32:
         *t.data<int32_t>() = int32_t(c);
         break;
+      case DType::kBFloat16:
+        *t.data<BFloat16>() = BFloat16(float(c));
+        break;
+      case DType::kFloat16:
+        *t.data<Half>() = Half(float(c));
+        break;
       default:
         throw UnsupportedError("autodiff: constants of dtype " + dtype_name(dt) + " are not supported");
     }

@@ -72,6 +72,10 @@ class BatchNormOp : public OpWith<NormAttrs> {
   bool differentiable_output(size_t i) const override { return i == 0; }
   void grad(GradCtx& g) const override {
     Value *x = g.x(0), *dy = g.dy(0);
+    // A bf16 or float16 input with float32 parameters (autocast): the backward computes in the parameters' dtype.
+    const DType x_type = x->dtype, p_type = g.x(1)->dtype;
+    if (x_type != p_type) x = g.cast(x, p_type), dy = g.cast(dy, p_type);
+    auto as_x = [&](Value* v) { return x_type == p_type ? v : g.cast(v, x_type); };
     int64_t r = int64_t(x->shape.size());
     std::vector<int64_t> axes = {0}, channel_axes = {0};  // all but the channel dim; where [C] broadcasts
     for (int64_t i = 2; i < r; ++i) axes.push_back(i), channel_axes.push_back(i);
@@ -84,7 +88,7 @@ class BatchNormOp : public OpWith<NormAttrs> {
       xhat = g.mul(g.sub(x, per_channel(g.x(3))), rstd);
     }
     Value* dxhat = g.mul(dy, per_channel(g.x(1)));
-    if (g.needs(0)) g.set_dx(0, attrs.training ? normalized_dx(g, xhat, rstd, dxhat, axes) : g.mul(dxhat, rstd));
+    if (g.needs(0)) g.set_dx(0, as_x(attrs.training ? normalized_dx(g, xhat, rstd, dxhat, axes) : g.mul(dxhat, rstd)));
     if (g.needs(1)) g.set_dx(1, g.reduce_sum(g.mul(dy, xhat), axes, false));
     if (g.needs(2)) g.set_dx(2, g.reduce_sum(dy, axes, false));
   }

@@ -1,6 +1,7 @@
+#include "core/allocator.h"
+
 #include <gtest/gtest.h>
 
-#include "core/allocator.h"
 #include "onnxtrain/error.h"
 
 using onnxtrain::CachingAllocator;

@@ -1,7 +1,8 @@
 // Memory budgets: parsing, and the knapsack that picks the cheapest plans.
+#include "memory/budget.h"
+
 #include <gtest/gtest.h>
 
-#include "memory/budget.h"
 #include "onnxtrain/error.h"
 
 using namespace onnxtrain;

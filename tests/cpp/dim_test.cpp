@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "core/dim.h"
+
+#include <gtest/gtest.h>
 
 using onnxtrain::Dim;
 

@@ -88,7 +88,9 @@ TEST(Errors, ShapeMismatchAtRunTimeNamesNodeAndShapes) {
   g->outputs.push_back(test_graphs::add_op(*g, "Add", {x, y}));
   std::string node = g->nodes()[0]->name;
   Session s(std::move(g));
-  auto m = error_of<ShapeError>([&] { s.run({{"x", test_graphs::pattern_tensor({3, 4})}, {"y", test_graphs::pattern_tensor({5, 4})}}); });
+  auto m = error_of<ShapeError>([&] {
+    s.run({{"x", test_graphs::pattern_tensor({3, 4})}, {"y", test_graphs::pattern_tensor({5, 4})}});
+  });
   EXPECT_TRUE(has(m, "node '" + node + "' (Add)")) << m;
   EXPECT_TRUE(has(m, "cannot broadcast shapes [3, 4] and [5, 4]")) << m;
 }

@@ -1,11 +1,11 @@
 // small_gemm against a double-precision reference: dense, triangular (causal) A and B, zero rows and columns,
 // and the products it must not skip (an infinity or a NaN opposite a zero gives NaN, as BLAS would).
+#include "kernels/cpu/small_gemm.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "kernels/cpu/small_gemm.h"
 
 using namespace onnxtrain;
 
@@ -29,7 +29,8 @@ std::vector<double> reference(int64_t m, int64_t n, int64_t k, const std::vector
   std::vector<double> c(size_t(m * n));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p) c[size_t(i * n + j)] += double(a[size_t(i * k + p)]) * double(b[size_t(p * n + j)]);
+      for (int64_t p = 0; p < k; ++p)
+        c[size_t(i * n + j)] += double(a[size_t(i * k + p)]) * double(b[size_t(p * n + j)]);
   return c;
 }
 
@@ -46,7 +47,8 @@ template <typename T>
 void check(int64_t m, int64_t n, int64_t k, Pattern pa, Pattern pb, bool ta = false, bool tb = false) {
   auto a = matrix<T>(m, k, pa, 1), b = matrix<T>(k, n, pb, 2);
   std::vector<T> c(size_t(m * n), T(7));  // stale values: every element must be written
-  kernels::small_gemm<T>(ta, tb, m, n, k, (ta ? transposed(a, m, k) : a).data(), (tb ? transposed(b, k, n) : b).data(), c.data());
+  kernels::small_gemm<T>(ta, tb, m, n, k, (ta ? transposed(a, m, k) : a).data(), (tb ? transposed(b, k, n) : b).data(),
+                         c.data());
   auto want = reference(m, n, k, a, b);
   for (size_t i = 0; i < c.size(); ++i)
     ASSERT_NEAR(double(c[i]), want[i], 1e-4 * (1 + std::abs(want[i])))

@@ -1,4 +1,6 @@
 // The vectorised float32 exp, erf and GELU against libm in double precision.
+#include "kernels/cpu/vector_math.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,8 +8,6 @@
 #include <limits>
 #include <memory>
 #include <vector>
-
-#include "kernels/cpu/vector_math.h"
 
 using namespace onnxtrain;
 
@@ -29,8 +29,9 @@ TEST(VectorMath, ExpIsWithinAFewUlpsOverTheWholeRange) {
     double want = std::exp(double(x[i]));
     ASSERT_NEAR(y[i] / want, 1.0, 4e-7) << "exp(" << x[i] << ")";
   }
-  float edge[] = {-1000.f, -88.f, 89.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                  std::nanf(""), 0.f};
+  float edge[] = {
+      -1000.f,       -88.f, 89.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+      std::nanf(""), 0.f};
   float out[7];
   kernels::exp_f32(edge, out, 7);
   EXPECT_EQ(out[0], 0.f);
@@ -109,7 +110,8 @@ TEST(VectorMath, MaskedSoftmaxEqualsSoftmaxOfTheMaskedRow) {
         kernels::masked_softmax_f32(x.data(), c.get(), scale, fill, got.data(), n);
         for (int64_t i = 0; i < n; ++i)
           ASSERT_EQ(std::memcmp(&got[size_t(i)], &want[size_t(i)], 4), 0)
-              << "fill " << fill << " n " << n << " open " << open << " i " << i << ": " << got[size_t(i)] << " vs " << want[size_t(i)];
+              << "fill " << fill << " n " << n << " open " << open << " i " << i << ": " << got[size_t(i)] << " vs "
+              << want[size_t(i)];
       }
 }
 

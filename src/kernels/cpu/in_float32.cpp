@@ -10,15 +10,19 @@ bool low(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
 
 Dim aligned(const Dim& bytes) { return Dim::ceil_div(bytes, Dim(64)) * Dim(64); }
 
-// The node's shapes as the float32 kernel sees them: low-precision floats as float32 (their data withheld).
-ops::InferCtx float32_view(ops::InferCtx& s) {
+// The node's shapes as the float32 kernel sees them: low-precision floats as float32, with the data of their
+// float32 copies when the kernel runs (`copies`), else withheld.
+ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies = nullptr) {
   std::vector<ops::InputInfo> in(s.num_inputs());
   for (size_t i = 0; i < in.size(); ++i) {
     if (!s.has(i)) continue;
     in[i].present = true;
     in[i].dtype = low(s.dtype(i)) ? DType::kFloat32 : s.dtype(i);
     in[i].shape = s.shape(i);
-    if (low(s.dtype(i))) continue;
+    if (low(s.dtype(i))) {
+      if (copies) in[i].tensor = &(*copies)[i];
+      continue;
+    }
     in[i].tensor = s.tensor(i);
     if (const std::vector<Dim>* v = s.value(i)) in[i].value = *v;
   }
@@ -56,9 +60,9 @@ KernelDef in_float32(KernelDef def) {
   ScratchFn own = def.scratch;
   def.fn = [fn, own](const ops::Op& op, KernelCtx& c) {
     if (!any_low(*c.shapes)) return fn(op, c);
-    ops::InferCtx shapes = float32_view(*c.shapes);
     size_t offset = 0, own_bytes = 0;
     if (own) {
+      ops::InferCtx shapes = float32_view(*c.shapes);
       Dim d = own(op, shapes);
       own_bytes = size_t(d.value());
       offset = size_t(aligned(d).value());
@@ -71,7 +75,6 @@ KernelDef in_float32(KernelDef def) {
       return Tensor(DType::kFloat32, dims, Storage::borrow(at, bytes, nullptr));
     };
     std::vector<Tensor> ins(c.inputs.size()), outs(c.outputs.size());
-    KernelCtx f{c.node, c.inputs, c.outputs, c.seed, c.alloc, &shapes, c.scratch, own_bytes};
     for (size_t i = 0; i < c.inputs.size(); ++i)
       if (c.inputs[i] && low(c.inputs[i]->dtype())) {
         ins[i] = carve(c.inputs[i]->dims());
@@ -79,8 +82,11 @@ KernelDef in_float32(KernelDef def) {
           to_f32(c.inputs[i]->data<BFloat16>(), ins[i].data<float>(), ins[i].numel());
         else
           to_f32(c.inputs[i]->data<Half>(), ins[i].data<float>(), ins[i].numel());
-        f.inputs[i] = &ins[i];
       }
+    ops::InferCtx shapes = float32_view(*c.shapes, &ins);
+    KernelCtx f{c.node, c.inputs, c.outputs, c.seed, c.alloc, &shapes, c.scratch, own_bytes};
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      if (ins[i].defined()) f.inputs[i] = &ins[i];
     for (size_t i = 0; i < c.outputs.size(); ++i)
       if (c.outputs[i] && low(c.outputs[i]->dtype())) {
         outs[i] = carve(c.outputs[i]->dims());

@@ -117,7 +117,9 @@ std::pair<double*, double*> stage_buffers(const KernelCtx& c, const std::vector<
 
 void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
   const Tensor& X = c.in(0);
-  auto g = *at.geometry(*c.shapes, X.dims());
+  auto geometry = at.geometry(*c.shapes, X.dims());
+  if (!geometry) c.fail("neither scales nor sizes give the output's size");
+  const auto& g = *geometry;
   dispatch<kWideNumeric>(X.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto [cur, next] = stage_buffers(c, X.dims(), g.out);
@@ -154,7 +156,9 @@ void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
 void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
   const Tensor& dY = c.in(4);
   std::vector<int64_t> in = c.in(0).to_int64();
-  auto g = *at.geometry(*c.shapes, in);
+  auto geometry = at.geometry(*c.shapes, in);
+  if (!geometry) c.fail("neither scales nor sizes give the output's size");
+  const auto& g = *geometry;
   if (g.out != dY.dims()) c.fail("dY " + dims_str(dY.dims()) + " is not of the resized shape " + dims_str(g.out));
   dispatch<kWideFloats>(dY.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
