@@ -21,6 +21,7 @@ enum TypeSet {
   kInts = 2,
   kBool = 4,
   kLowFloats = 8,  // bfloat16, float16
+  kBf16 = 16,      // bfloat16 alone (kernels with their own bf16 path and float16 through in_float32)
   kFloats = kWideFloats | kLowFloats,
   kNumeric = kFloats | kInts,
   kWideNumeric = kWideFloats | kInts,
@@ -42,10 +43,10 @@ void dispatch(DType t, const std::string& where, F&& fn) {
     if (t == DType::kFloat32) return fn(Tag<float>{});
     if (t == DType::kFloat64) return fn(Tag<double>{});
   }
-  if constexpr ((Set & kLowFloats) != 0) {
+  if constexpr ((Set & (kLowFloats | kBf16)) != 0)
     if (t == DType::kBFloat16) return fn(Tag<BFloat16>{});
+  if constexpr ((Set & kLowFloats) != 0)
     if (t == DType::kFloat16) return fn(Tag<Half>{});
-  }
   if constexpr ((Set & kInts) != 0) {
     if (t == DType::kInt64) return fn(Tag<int64_t>{});
     if (t == DType::kInt32) return fn(Tag<int32_t>{});

@@ -34,6 +34,15 @@ ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies =
   return r;
 }
 
+// Whether the node holds float16 (which no native low-precision path takes).
+bool any_half(ops::InferCtx& s) {
+  for (size_t i = 0; i < s.num_inputs(); ++i)
+    if (s.has(i) && s.dtype(i) == DType::kFloat16) return true;
+  for (auto& o : s.outputs())
+    if (o.dtype == DType::kFloat16) return true;
+  return false;
+}
+
 bool any_low(ops::InferCtx& s) {
   for (size_t i = 0; i < s.num_inputs(); ++i)
     if (s.has(i) && low(s.dtype(i))) return true;
@@ -55,11 +64,14 @@ Dim total_scratch(const ScratchFn& own, const ops::Op& op, ops::InferCtx& s) {
 
 }  // namespace
 
-KernelDef in_float32(KernelDef def) {
+KernelDef in_float32(KernelDef def, bool (*bf16_native)()) {
   KernelFn fn = def.fn;
   ScratchFn own = def.scratch;
-  def.fn = [fn, own](const ops::Op& op, KernelCtx& c) {
-    if (!any_low(*c.shapes)) return fn(op, c);
+  auto as_is = [bf16_native](ops::InferCtx& s) {
+    return !any_low(s) || (bf16_native && !any_half(s) && bf16_native());
+  };
+  def.fn = [fn, own, as_is](const ops::Op& op, KernelCtx& c) {
+    if (as_is(*c.shapes)) return fn(op, c);
     size_t offset = 0, own_bytes = 0;
     if (own) {
       ops::InferCtx shapes = float32_view(*c.shapes);
@@ -101,8 +113,8 @@ KernelDef in_float32(KernelDef def) {
           from_f32(outs[i].data<float>(), c.outputs[i]->data<Half>(), outs[i].numel());
       }
   };
-  def.scratch = [own](const ops::Op& op, ops::InferCtx& s) {
-    if (!any_low(s)) return own ? own(op, s) : Dim(0);
+  def.scratch = [own, as_is](const ops::Op& op, ops::InferCtx& s) {
+    if (as_is(s)) return own ? own(op, s) : Dim(0);
     return total_scratch(own, op, s);
   };
   return def;

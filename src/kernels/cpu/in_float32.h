@@ -7,6 +7,7 @@
 
 namespace onnxtrain::kernels {
 
-KernelDef in_float32(KernelDef def);
+// `bf16_native` (optional): when it holds (on this CPU), def's kernel takes bfloat16 nodes itself, without copies.
+KernelDef in_float32(KernelDef def, bool (*bf16_native)() = nullptr);
 
 }  // namespace onnxtrain::kernels

@@ -3,6 +3,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
@@ -16,6 +17,9 @@ void linear(KernelCtx& c) {
     c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
   if (c.has(2) && c.in(2).numel() != n)
     c.fail("bias " + dims_str(c.in(2).dims()) + " is not of W's " + std::to_string(n) + " rows");
+  if (x.dtype() == DType::kBFloat16)
+    return gemm_bf16(1, rows, n, k, {x.data<BFloat16>(), k}, {w.data<BFloat16>(), k, 0, true},
+                     c.out(0).data<BFloat16>(), 1, c.has(2) ? c.in(2).data<BFloat16>() : nullptr);
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = c.out(0).data<T>();  // (rows, N)
@@ -29,7 +33,7 @@ void linear(KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {in_float32({"com.onnxtrain", "Linear", kernel(linear)})});
+const bool kRegistered = register_kernels(kCpu, {in_float32({"com.onnxtrain", "Linear", kernel(linear)}, gemm_bf16_native)});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -6,6 +6,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/kernel.h"
@@ -28,6 +29,20 @@ void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   broadcast_dims(ab, bb, &batch);
   int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
   const int64_t lda = at.ta ? m : k, ldb = at.tb ? k : n;
+  if (A.dtype() == DType::kBFloat16) {
+    const BFloat16 *a = A.data<BFloat16>(), *b = B.data<BFloat16>();
+    BFloat16* o = c.out(0).data<BFloat16>();
+    if (nbb == 1 && !at.ta && na == nb)  // B shared by every batch: one GEMM over all rows of A
+      return gemm_bf16(1, na * m, n, k, {a, k}, {b, ldb, 0, at.tb}, o);
+    if ((na == nb || na == 1) && (nbb == nb || nbb == 1))  // each operand batched alike, or shared
+      return gemm_bf16(nb, m, n, k, {a, lda, na == 1 ? 0 : m * k, at.ta}, {b, ldb, nbb == 1 ? 0 : k * n, at.tb}, o);
+    auto sa = broadcast_strides(ab, batch), sb = broadcast_strides(bb, batch);
+    for (int64_t i = 0; i < nb; ++i) {
+      auto [oa, ob] = broadcast_offsets<2>(i, batch, {&sa, &sb});
+      gemm_bf16(1, m, n, k, {a + oa * m * k, lda, 0, at.ta}, {b + ob * k * n, ldb, 0, at.tb}, o + i * m * n);
+    }
+    return;
+  }
   dispatch<kWideNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* a = A.data<T>();
@@ -63,6 +78,18 @@ void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
   int64_t m = at.ta ? A.dims()[1] : A.dims()[0], k = at.ta ? A.dims()[0] : A.dims()[1];
   int64_t n = at.tb ? B.dims()[0] : B.dims()[1];
   Tensor& out = c.out(0);
+  if (A.dtype() == DType::kBFloat16) {
+    BFloat16* o = out.data<BFloat16>();
+    bool accumulate = c.has(2) && at.beta != 0;
+    if (accumulate) {
+      const Tensor& C = c.in(2);
+      float bv = at.beta;
+      broadcast_apply<1, BFloat16>(o, out.dims(), {C.data<BFloat16>()}, {&C.dims()},
+                                   [bv](BFloat16 x) { return BFloat16(bv * x); });
+    }
+    return gemm_bf16(1, m, n, k, {A.data<BFloat16>(), A.dims()[1], 0, at.ta},
+                     {B.data<BFloat16>(), B.dims()[1], 0, at.tb}, o, at.alpha, nullptr, accumulate);
+  }
   dispatch<kWideNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = out.data<T>();
@@ -78,9 +105,10 @@ void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(kCpu, {
-                                                    in_float32({"", "MatMul", kernel(matmul)}),
-                                                    in_float32({"com.onnxtrain", "FusedMatMul", kernel(matmul)}),
-                                                    in_float32({"", "Gemm", kernel(gemm_kernel)}),
+                                                    in_float32({"", "MatMul", kernel(matmul)}, gemm_bf16_native),
+                                                    in_float32({"com.onnxtrain", "FusedMatMul", kernel(matmul)},
+                                                               gemm_bf16_native),
+                                                    in_float32({"", "Gemm", kernel(gemm_kernel)}, gemm_bf16_native),
                                                 });
 
 }  // namespace

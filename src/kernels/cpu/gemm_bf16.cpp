@@ -1,0 +1,79 @@
+#include "kernels/cpu/gemm_bf16.h"
+
+#include <dnnl.hpp>
+
+#include "core/cpu_features.h"
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+namespace onnxtrain::kernels {
+namespace {
+
+using dnnl::memory;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool,
+                       bool>;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// (batch, rows, cols) as op() reads it, with the strides of how it is stored.
+memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, const Bf16Operand& x) {
+  memory::dims strides = x.trans ? memory::dims{x.stride, 1, x.ld} : memory::dims{x.stride, x.ld, 1};
+  if (x.stride == 0) batch = 1, strides[0] = rows * cols;  // broadcast over the batch
+  return memory::desc({batch, rows, cols}, memory::data_type::bf16, strides);
+}
+
+struct Primitive {
+  dnnl::matmul::primitive_desc desc;
+  dnnl::matmul matmul;
+};
+
+// Primitives by shape, made once (a step runs the same shapes again and again).
+const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
+                              const Bf16Operand& b, float alpha, bool bias, bool accumulate) {
+  static std::mutex mu;
+  static std::map<Key, Primitive> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  memory::desc dst({batch, m, n}, memory::data_type::bf16, memory::format_tag::abc);
+  memory::desc bias_desc({1, 1, n}, memory::data_type::bf16, memory::format_tag::abc);
+  dnnl::primitive_attr attr;
+  if (alpha != 1) attr.set_output_scales(0, {alpha});
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::matmul::desc d = bias ? dnnl::matmul::desc(operand_desc(batch, m, k, a), operand_desc(batch, k, n, b),
+                                                   bias_desc, dst)
+                              : dnnl::matmul::desc(operand_desc(batch, m, k, a), operand_desc(batch, k, n, b), dst);
+  dnnl::matmul::primitive_desc pd(d, attr, engine());
+  return cache.emplace(key, Primitive{pd, dnnl::matmul(pd)}).first->second;
+}
+
+}  // namespace
+
+bool gemm_bf16_native() { return cpu::features().avx512_bf16; }
+
+void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b,
+               BFloat16* c, float alpha, const BFloat16* bias, bool accumulate) {
+  if (batch == 0 || m == 0 || n == 0) return;
+  Key key{batch, m, n, k, a.ld, a.stride, b.ld, b.stride, a.trans, b.trans, alpha, bias != nullptr, accumulate};
+  const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate);
+  const dnnl::matmul::primitive_desc& desc = p.desc;
+  thread_local dnnl::stream stream(engine());
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(desc.src_desc(), engine(), const_cast<BFloat16*>(a.data))},
+      {DNNL_ARG_WEIGHTS, memory(desc.weights_desc(), engine(), const_cast<BFloat16*>(b.data))},
+      {DNNL_ARG_DST, memory(desc.dst_desc(), engine(), c)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<BFloat16*>(bias)));
+  p.matmul.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace onnxtrain::kernels
