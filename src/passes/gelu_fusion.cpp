@@ -1,6 +1,7 @@
 // GELU fusion: the erf form exporters emit, x * 0.5 * (1 + erf(x / sqrt(2))) in
 // any order of its products, becomes one Gelu node: one kernel, and one stashed
-// activation instead of four for training.
+// activation instead of four for training. In bfloat16 the Gelu computes in float
+// and rounds once, as PyTorch's gelu does, where the chain rounded at every step.
 #include <cmath>
 
 #include "ops/op.h"
@@ -9,9 +10,12 @@
 namespace onnxtrain::passes {
 namespace {
 
+// A scalar constant equal to `want` as its dtype holds it (bf16 autocast graphs carry sqrt(2) as 1.4140625).
 bool is_scalar(const ir::Value* v, double want) {
   if (!v || !v->initializer || v->initializer->numel() != 1) return false;
-  return std::abs(v->initializer->to_double()[0] - want) < 1e-4 * std::abs(want);
+  DType t = v->initializer->dtype();
+  double tol = t == DType::kBFloat16 ? 0x1p-8 : t == DType::kFloat16 ? 0x1p-11 : 1e-4;
+  return std::abs(v->initializer->to_double()[0] - want) < tol * std::abs(want);
 }
 
 // The other input of a binary node whose input `known` is one of them.

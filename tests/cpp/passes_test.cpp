@@ -119,29 +119,41 @@ TEST(Passes, ConstantFoldingRunsConstantNodesAndKnownShapes) {
 
 namespace {
 
-ir::Value* scalar(ir::Graph& g, float v) {
+ir::Value* scalar(ir::Graph& g, float v, DType dtype = DType::kFloat32) {
   ir::Value* c = g.add_value("");
-  Tensor t(DType::kFloat32, {});
-  *t.data<float>() = v;
+  Tensor t(dtype, {});
+  if (dtype == DType::kBFloat16)
+    *t.data<BFloat16>() = BFloat16(v);
+  else
+    *t.data<float>() = v;
   c->initializer = t;
-  c->dtype = DType::kFloat32;
+  c->dtype = dtype;
   c->has_shape = true;
   g.initializers.push_back(c);
   return c;
 }
 
-// x * 0.5 * (1 + erf(x / sqrt(2))), as PyTorch's TorchScript exporter writes GELU, then a Dropout of ratio 0.
-std::unique_ptr<ir::Graph> erf_gelu() {
+// x * 0.5 * (1 + erf(x / sqrt(2))), as PyTorch's TorchScript exporter writes GELU (in bf16 under autocast, its
+// constants rounded), then a Dropout of ratio 0.
+std::unique_ptr<ir::Graph> erf_gelu(DType t = DType::kFloat32) {
   auto g = base();
-  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
-  ir::Value* e = add_op(*g, "Erf", {add_op(*g, "Div", {x, scalar(*g, 1.4142135f)})});
+  ir::Value* x = add_input(*g, "x", t, {Dim::symbol("batch"), Dim(4)});
+  ir::Value* e = add_op(*g, "Erf", {add_op(*g, "Div", {x, scalar(*g, 1.4142135f, t)})});
   ir::Value* y =
-      add_op(*g, "Mul", {add_op(*g, "Mul", {x, add_op(*g, "Add", {e, scalar(*g, 1.0f)})}), scalar(*g, 0.5f)});
+      add_op(*g, "Mul", {add_op(*g, "Mul", {x, add_op(*g, "Add", {e, scalar(*g, 1.0f, t)})}), scalar(*g, 0.5f, t)});
   g->outputs.push_back(add_op(*g, "Tanh", {add_op(*g, "Dropout", {y, scalar(*g, 0.0f)})}));
   return g;
 }
 
 }  // namespace
+
+TEST(Passes, GeluFusionReadsBf16Constants) {
+  auto g = erf_gelu(DType::kBFloat16);
+  ops::bind_graph(*g);
+  kernels::infer_shapes(*g);
+  EXPECT_TRUE(passes::gelu_fusion()->apply(*g));
+  EXPECT_EQ(count(*g, "Gelu"), 1u);
+}
 
 TEST(Passes, GeluFusionAndIdentityElimination) {
   auto g = erf_gelu();

@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/kernel.h"
 
@@ -12,6 +14,27 @@ namespace onnxtrain::kernels {
 namespace {
 
 using ops::LossAttrs;
+
+// Log-softmax over the class dim of x (N, C, d...) into dst; rows of contiguous float32 classes (a language model's
+// logits) vectorised and in parallel.
+template <typename T>
+void log_softmax_classes(const T* xp, T* dst, int64_t n, int64_t cls, int64_t d) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d == 1)
+      return parallel_for(n, cls * 8, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) log_softmax_f32(xp + b * cls, dst + b * cls, cls);
+      });
+  }
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t j = 0; j < d; ++j) {
+      T m = -INFINITY;
+      for (int64_t k = 0; k < cls; ++k) m = std::max(m, xp[(b * cls + k) * d + j]);
+      T s = 0;
+      for (int64_t k = 0; k < cls; ++k) s += std::exp(xp[(b * cls + k) * d + j] - m);
+      T lse = m + std::log(s);
+      for (int64_t k = 0; k < cls; ++k) dst[(b * cls + k) * d + j] = xp[(b * cls + k) * d + j] - lse;
+    }
+}
 
 void loss(const LossAttrs& a, KernelCtx& c) {
   const Tensor& x = c.in(0);  // (N, C, d...)
@@ -25,16 +48,7 @@ void loss(const LossAttrs& a, KernelCtx& c) {
     const T* lp = x.data<T>();
     if (a.softmax) {
       T* dst = c.wants(1) ? c.out(1).data<T>() : c.scratch_as<T>(size_t(n * d) * sizeof(T), size_t(x.numel()));
-      const T* xp = x.data<T>();
-      for (int64_t b = 0; b < n; ++b)
-        for (int64_t j = 0; j < d; ++j) {
-          T m = -INFINITY;
-          for (int64_t k = 0; k < cls; ++k) m = std::max(m, xp[(b * cls + k) * d + j]);
-          T s = 0;
-          for (int64_t k = 0; k < cls; ++k) s += std::exp(xp[(b * cls + k) * d + j] - m);
-          T lse = m + std::log(s);
-          for (int64_t k = 0; k < cls; ++k) dst[(b * cls + k) * d + j] = xp[(b * cls + k) * d + j] - lse;
-        }
+      log_softmax_classes(x.data<T>(), dst, n, cls, d);
       lp = dst;
     }
     double total = 0, wsum = 0;

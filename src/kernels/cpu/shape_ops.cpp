@@ -2,6 +2,7 @@
 // kernel: their outputs share their input's bytes).
 #include "ops/shape_ops.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/dispatch.h"
@@ -22,9 +23,16 @@ void constant(const ops::ValueAttrs& at, KernelCtx& c) {
 }
 
 void constant_of_shape(const ops::ValueAttrs& at, KernelCtx& c) {
-  size_t es = dtype_size(at.value.dtype());
-  char* o = static_cast<char*>(c.out(0).raw());
-  for (int64_t i = 0; i < c.out(0).numel(); ++i) std::memcpy(o + i * es, at.value.raw(), es);
+  Tensor& out = c.out(0);
+  const auto* v = static_cast<const unsigned char*>(at.value.raw());
+  if (std::all_of(v, v + at.value.nbytes(), [](unsigned char b) { return b == 0; }))
+    return std::memset(out.raw(), 0, out.nbytes()), void();  // zeros, the common case (gradients' starts)
+  dispatch_bytes(out.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T value;
+    std::memcpy(&value, v, sizeof(T));
+    std::fill(out.data<T>(), out.data<T>() + out.numel(), value);
+  });
 }
 
 void range(KernelCtx& c) {

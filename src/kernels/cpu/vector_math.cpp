@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace onnxtrain::kernels {
@@ -214,6 +215,21 @@ void softmax(const float* x, float* y, int64_t n, const bool* c, float fill) {
 }  // namespace
 
 void softmax_f32(const float* x, float* y, int64_t n) { softmax(x, y, n, nullptr, 0.f); }
+
+void log_softmax_f32(const float* x, float* y, int64_t n) {
+  __m256 mv = _mm256_set1_ps(-__builtin_inff());
+  int64_t full = n / 8 * 8;
+  for (int64_t i = 0; i < full; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float m = *std::max_element(lanes, lanes + 8);
+  for (int64_t i = full; i < n; ++i) m = std::max(m, x[i]);
+  if (m == -__builtin_inff()) m = 0;  // a row of -inf: log(0) below gives -inf - (-inf) = NaN, as libm would
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
+  exp_f32(y, y, n);
+  const float lse = m + float(std::log(sum_f32(y, n)));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+}
 
 void masked_softmax_grad_f32(const float* dy, const float* y, const bool* c, float scale, float* dx, int64_t n) {
   __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
