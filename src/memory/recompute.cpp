@@ -274,6 +274,12 @@ static int64_t eval_or_default(const Dim& d, Bindings dims) {
   return v ? *v : 0;
 }
 
+// A parameter (or input) cast to another dtype (autocast's bf16 weights): recomputing it is a copy.
+static bool casts_a_parameter(const Candidate& c) {
+  return c.nodes.size() == 1 && c.nodes[0]->op_type == "Cast" && c.nodes[0]->input(0) &&
+         !c.nodes[0]->input(0)->producer && !c.compromise;
+}
+
 // Which candidates the config and the level choose; `by_config` marks the config's. Levels choose, among the
 // candidates inside the layers (compromised ones too at level 2), the cheapest set that keeps at most
 // kLevelKeep of the stash made inside the layers (for the budget's dims, else 128 for each dim).
@@ -294,6 +300,10 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
       pick[i] = (*by_config)[i] = true;
     }
     bool switched_off = e != o.config.end() && e->strategy == 0;  // the config overrides the level
+    if (casts_a_parameter(c) && !switched_off && !pick[i]) {
+      pick[i] = true;  // at every level: a copy's work, and the parameter is alive anyway
+      continue;
+    }
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
     if (level_allows && !switched_off && layers.nodes.count(c.target->producer) &&
         !layers.checkpoints.count(c.target)) {

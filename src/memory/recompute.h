@@ -78,7 +78,9 @@ std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
 struct RecomputeOptions {
   std::vector<ConfigEntry> config;
   // 0 the config only; 1 the cheapest plain plans inside transformer layers that keep kLevelKeep of their stash
-  // (each layer's input stays stashed: its checkpoint); 2 compromised plans too
+  // (each layer's input stays stashed: its checkpoint); 2 compromised plans too. At every level, casts of
+  // parameters (autocast's bf16 weights) are cast again in backward rather than stashed, unless the config
+  // switches their cluster off.
   int level = 0;
   // Further plans, the cheapest that keep at most this fraction of the stash (0: none), ...
   double stash_fraction = 0;

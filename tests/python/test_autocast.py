@@ -1,6 +1,7 @@
-"""bfloat16 autocast: onnxtrain.Module under torch.autocast("cpu", torch.bfloat16) against eager under the same
+"""Low precision. bfloat16 autocast: onnxtrain.Module under torch.autocast("cpu", torch.bfloat16) against eager under the same
 autocast (dropout 0): the loss, every parameter gradient (cosine similarity), 20 AdamW steps; parameters and their
-gradients stay float32; each autocast state has its own graph."""
+gradients stay float32; each autocast state has its own graph; the step's peak equals its prediction. float16
+as storage and through casts."""
 
 import copy
 import warnings
@@ -103,3 +104,51 @@ def test_each_autocast_state_has_its_own_graph():
     assert wrapped.export_count == 2
     assert full.item() == pytest.approx(call(eager, data).item(), rel=1e-5)
     assert low.item() != full.item()
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_bf16_step_peak_equals_the_prediction(level):
+    """The allocator's peak over a bf16 training step equals the plan's prediction (level 2 stashes the bf16
+    inputs of up-casts where that is cheaper)."""
+    torch.manual_seed(0)
+    model, data = gpt()
+    wrapped = onnxtrain.Module(model, onnxtrain.Options(memory_opt_level=level))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        call(wrapped, data).backward()
+    runner = next(r for r in wrapped._runners.values() if r.training)
+    session, dims = runner.session, runner.dims
+    predicted = session.predict_memory(dims)
+    feeds = runner.feeds(list(data))
+    grads_in = {name: torch.ones(()) for name in session.output_grad_names}
+    onnxtrain.reset_peak_stats()
+    base = onnxtrain.allocator_stats()["allocated"]
+    out, state = session.run_forward(feeds, seed=1)
+    session.run_backward(state, grads_in)
+    assert onnxtrain.allocator_stats()["peak_allocated"] - base == predicted["peak"]
+    assert predicted["stash"] < session.predict_memory(dims, without_plans=True)["stash"] or level == 0
+
+
+class HalfStorage(torch.nn.Module):
+    """float16 as storage: a float16 input and buffer, cast to float32 where they are used."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 4))
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 4).half())
+
+    def forward(self, x):  # x: (B, 8) float16
+        h = x.float() @ self.w * self.scale.float()
+        return (h.half().float() ** 2).mean()
+
+
+def test_float16_runs_as_storage_and_through_casts():
+    torch.manual_seed(0)
+    eager = HalfStorage()
+    ours = copy.deepcopy(eager)
+    wrapped = onnxtrain.Module(ours)
+    x = torch.randn(5, 8).half()
+    got, want = wrapped(x), eager(x)
+    assert got.item() == pytest.approx(want.item(), rel=1e-6)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(ours.w.grad, eager.w.grad, rtol=1e-5, atol=1e-7)
