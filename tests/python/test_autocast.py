@@ -1,7 +1,7 @@
-"""Low precision. bfloat16 autocast: onnxtrain.Module under torch.autocast("cpu", torch.bfloat16) against eager under the same
-autocast (dropout 0): the loss, every parameter gradient (cosine similarity), 20 AdamW steps; parameters and their
-gradients stay float32; each autocast state has its own graph; the step's peak equals its prediction. float16
-as storage and through casts."""
+"""Low precision. bfloat16 autocast: onnxtrain.Module under torch.autocast("cpu", torch.bfloat16) against eager
+under the same autocast (dropout 0): the loss, every parameter gradient (cosine similarity), 20 AdamW steps;
+parameters and their gradients stay float32; each autocast state has its own graph; the step's peak equals its
+prediction. float16 as storage and through casts."""
 
 import copy
 import warnings
