@@ -53,9 +53,29 @@ class LayerNormOp : public OpWith<NormAttrs> {
   }
 };
 
+// com.onnxtrain.LayerNormalizationGrad(dy, x, scale, mean, rstd) = (dx, dscale, dbias), axis and epsilon as the
+// forward's: the gradient of a layer norm whose scale covers the normalized dims, in one pass over the rows and one
+// over the columns (the composed form below was a dozen elementwise ops and reductions over the activation).
+class LayerNormGradOp : public OpWith<NormAttrs> {
+ public:
+  explicit LayerNormGradOp(const ir::Node& n) : OpWith(norm_attrs(n)) {}
+  void infer(InferCtx& ctx) const override {
+    ctx.set(0, ctx.dtype(1), ctx.shape(1));
+    ctx.set(1, ctx.dtype(2), ctx.shape(2));
+    ctx.set(2, ctx.dtype(2), ctx.shape(2));
+  }
+};
+
 void LayerNormOp::grad(GradCtx& g) const {
   Value *x = g.x(0), *w = g.x(1), *dy = g.dy(0);
   int64_t r = int64_t(x->shape.size()), a = attrs.axis < 0 ? attrs.axis + r : attrs.axis;
+  if (w->has_shape && x->has_shape && w->dtype == x->dtype && Shape(x->shape.begin() + a, x->shape.end()) == w->shape) {
+    auto d = g.ops("LayerNormalizationGrad", {dy, x, w, g.y(1), g.y(2)}, 3,
+                   {{"axis", int64_t(a)}, {"epsilon", attrs.epsilon}}, "com.onnxtrain");
+    for (size_t i = 0; i < 3; ++i)
+      if (g.needs(i)) g.set_dx(i, d[i]);
+    return;
+  }
   Value* rstd = g.y(2);
   Value* xhat = g.mul(g.sub(x, g.y(1)), rstd);
   if (g.needs(0)) g.set_dx(0, normalized_dx(g, xhat, rstd, g.mul(dy, w), range_axes(a, r)));
@@ -121,6 +141,7 @@ const bool kRegistered = register_ops({
     {"", "LayerNormalization", factory<LayerNormOp>()},
     {"", "BatchNormalization", factory<BatchNormOp>()},
     {"", "InstanceNormalization", factory<InstanceNormOp>()},
+    {"com.onnxtrain", "LayerNormalizationGrad", factory<LayerNormGradOp>()},
 });
 
 }  // namespace

@@ -132,6 +132,7 @@ CASES += [
     Case("TopK", [distinct(3, 5), ints([2])], outputs=2), Case("TopK", [distinct(4, 3), ints([2])], {"axis": 0, "largest": 0}, outputs=2),
     Case("Einsum", [r(3, 4), r(4, 5)], {"equation": "ij,jk->ik"}), Case("Einsum", [r(2, 3, 4), r(2, 4)], {"equation": "bij,bj->bi"}),
     Case("LayerNormalization", [r(2, 3, 4), r(4), r(4)]), Case("LayerNormalization", [r(2, 3, 4), r(3, 4)], {"axis": -2}),
+    Case("LayerNormalization", [r(2, 3, 4), r(1), r(4)]),  # a broadcast scale: the composed gradient
     Case("BatchNormalization", [r(4, 3, 2, 2), r(3, lo=0.5, hi=1.5), r(3), Const(r(3)), Const(r(3, lo=0.5, hi=1.5))], {"epsilon": 1e-3}),
     Case("BatchNormalization", [r(4, 3, 2), r(3, lo=0.5, hi=1.5), r(3), Const(r(3)), Const(r(3, lo=0.5, hi=1.5))],
          {"training_mode": 1}, rtol=1e-4),
@@ -171,6 +172,7 @@ NOT_DIFFERENTIABLE = {
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
+    "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},
 }

@@ -126,10 +126,71 @@ void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
   });
 }
 
+// com.onnxtrain.LayerNormalizationGrad: rows of x (rows, n) with their mean and rstd; scale (n). Per row
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy scale and xhat = (x - mean) rstd; per column
+// dscale = sum over rows of dy xhat, dbias = sum of dy, accumulated in double (in the scratch, by column blocks).
+void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
+  const Tensor &dy = c.in(0), &x = c.in(1);
+  int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
+  int64_t rows = 1, n = 1;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < a ? rows : n) *= x.dims()[size_t(i)];
+  if (c.in(2).numel() != n || dy.numel() != x.numel() || c.in(3).numel() != rows || c.in(4).numel() != rows)
+    c.fail("dy " + dims_str(dy.dims()) + ", x " + dims_str(x.dims()) + ", scale " + dims_str(c.in(2).dims()) +
+           " and the statistics " + dims_str(c.in(3).dims()) + " do not fit together");
+  double* sums = c.scratch_as<double>(0, size_t(2 * n));  // (2, n): dscale, dbias
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *d = dy.data<T>(), *xp = x.data<T>(), *w = c.in(2).data<T>(), *mean = c.in(3).data<T>(),
+            *rstd = c.in(4).data<T>();
+    if (c.wants(0)) {
+      T* dx = c.out(0).data<T>();
+      parallel_for(rows, n * 8, [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; ++r) {
+          const T *dr = d + r * n, *xr = xp + r * n;
+          const T m = mean[r], rs = rstd[r];
+          double s1 = 0, s2 = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            T g = dr[j] * w[j];
+            s1 += double(g);
+            s2 += double(g * ((xr[j] - m) * rs));
+          }
+          const T m1 = T(s1 / double(n)), m2 = T(s2 / double(n));
+          T* o = dx + r * n;
+          for (int64_t j = 0; j < n; ++j) {
+            T xhat = (xr[j] - m) * rs;
+            o[j] = rs * (dr[j] * w[j] - m1 - xhat * m2);
+          }
+        }
+      });
+    }
+    if (!c.wants(1) && !c.wants(2)) return;
+    std::fill(sums, sums + 2 * n, 0.0);
+    parallel_for(n, rows * 4, [&](int64_t jb, int64_t je) {  // columns split over threads, rows walked in order
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *dr = d + r * n, *xr = xp + r * n;
+        const T m = mean[r], rs = rstd[r];
+        for (int64_t j = jb; j < je; ++j) {
+          sums[j] += double(dr[j] * ((xr[j] - m) * rs));
+          sums[n + j] += double(dr[j]);
+        }
+      }
+    });
+    for (int64_t j = 0; j < n; ++j) {
+      if (c.wants(1)) c.out(1).data<T>()[j] = T(sums[j]);
+      if (c.wants(2)) c.out(2).data<T>()[j] = T(sums[n + j]);
+    }
+  });
+}
+
 const bool kRegistered = register_kernels(kCpu, {
                                                     in_float32({"", "LayerNormalization", kernel(layer_norm)}),
                                                     in_float32({"", "BatchNormalization", kernel(batch_norm)}),
                                                     in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
+                                                    in_float32({"com.onnxtrain", "LayerNormalizationGrad",
+                                                                kernel(layer_norm_grad),
+                                                                [](const ops::Op&, ops::InferCtx& s) {
+                                                                  return shape_numel(s.shape(2)) * Dim(16);
+                                                                }}),
                                                 });
 
 }  // namespace
