@@ -47,7 +47,8 @@ class GeluFusion : public Pass {
       if (!m1 || m1->op_type != "Mul") continue;
       ir::Value* f1 = other_input(m1, add->outputs[0]);
       const ir::Node* m2 = nullptr;
-      if (f1 == x || is_scalar(f1, 0.5)) m2 = single_reader(m1->outputs[0]);
+      if (f1 == x || is_scalar(f1, 0.5))
+        m2 = single_reader(m1->outputs[0]);
       else if (f1 && f1->producer && f1->producer->op_type == "Mul" && other_input(f1->producer, x) &&
                is_scalar(other_input(f1->producer, x), 0.5) && f1->consumers.size() == 1)
         m2 = m1;  // (x * 0.5) * (1 + erf)
@@ -59,8 +60,10 @@ class GeluFusion : public Pass {
       }
       ir::Value* out = m2->outputs[0];
       std::vector<const ir::Node*> chain = {scale, n.get(), add, m1};
-      if (m2 != m1) chain.push_back(m2);
-      else chain.push_back(f1->producer);
+      if (m2 != m1)
+        chain.push_back(m2);
+      else
+        chain.push_back(f1->producer);
       // The Gelu node takes over the chain's output value, name and readers included.
       add_fused(g, "", 20, "Gelu", {x}, {out}, g.unique_name("Gelu_fused"), m2->backward);
       gone.insert(gone.end(), chain.begin(), chain.end());

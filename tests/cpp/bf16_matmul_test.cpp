@@ -72,12 +72,12 @@ void check(const Case& k) {
 std::vector<Case> cases() {
   ir::Attributes tb{{"transB", int64_t(1)}}, ta{{"transA", int64_t(1)}};
   return {
-      {"", "MatMul", {{1024, 1024}, {1024, 1024}}, {}},                  // the benchmark's square product
-      {"", "MatMul", {{8, 128, 384}, {384, 1152}}, {}},                   // GPT: qkv
-      {"", "MatMul", {{8, 6, 128, 64}, {8, 6, 64, 128}}, {}},             // attention scores
-      {"", "MatMul", {{8, 6, 128, 128}, {8, 6, 128, 64}}, {}},            // attention output
-      {"", "MatMul", {{3, 1, 5, 7}, {1, 4, 7, 6}}, {}},                   // batch dims broadcast both ways
-      {"", "MatMul", {{5, 7}, {2, 3, 7, 4}}, {}},                         // A shared by every batch
+      {"", "MatMul", {{1024, 1024}, {1024, 1024}}, {}},                          // the benchmark's square product
+      {"", "MatMul", {{8, 128, 384}, {384, 1152}}, {}},                          // GPT: qkv
+      {"", "MatMul", {{8, 6, 128, 64}, {8, 6, 64, 128}}, {}},                    // attention scores
+      {"", "MatMul", {{8, 6, 128, 128}, {8, 6, 128, 64}}, {}},                   // attention output
+      {"", "MatMul", {{3, 1, 5, 7}, {1, 4, 7, 6}}, {}},                          // batch dims broadcast both ways
+      {"", "MatMul", {{5, 7}, {2, 3, 7, 4}}, {}},                                // A shared by every batch
       {"com.onnxtrain", "FusedMatMul", {{8, 6, 128, 64}, {8, 6, 128, 64}}, tb},  // Q K^T
       {"com.onnxtrain", "FusedMatMul", {{8, 6, 128, 64}, {8, 6, 128, 32}}, ta},  // dV = P^T dY
       {"com.onnxtrain", "Linear", {{8, 128, 384}, {1536, 384}, {1536}}, {}},     // GPT: MLP, with bias

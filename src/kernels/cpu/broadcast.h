@@ -76,9 +76,12 @@ void broadcast_apply(Out* out, const std::vector<int64_t>& out_dims, std::array<
   if (flat) {
     parallel_for(n, 4, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        if constexpr (N == 1) out[i] = f(in[0][i]);
-        else if constexpr (N == 2) out[i] = f(in[0][i], in[1][i]);
-        else out[i] = f(in[0][i], in[1][i], in[2][i]);
+        if constexpr (N == 1)
+          out[i] = f(in[0][i]);
+        else if constexpr (N == 2)
+          out[i] = f(in[0][i], in[1][i]);
+        else
+          out[i] = f(in[0][i], in[1][i], in[2][i]);
       }
     });
     return;
@@ -98,8 +101,10 @@ void broadcast_apply(Out* out, const std::vector<int64_t>& out_dims, std::array<
         for (int64_t j = 0; j < inner; ++j) o[j] = f(a[0], b[0]);
     } else {
       for (int64_t j = 0; j < inner; ++j) {
-        if constexpr (N == 1) o[j] = f(in[0][off[0] + j * s[0]]);
-        else o[j] = f(in[0][off[0] + j * s[0]], in[1][off[1] + j * s[1]], in[2][off[2] + j * s[2]]);
+        if constexpr (N == 1)
+          o[j] = f(in[0][off[0] + j * s[0]]);
+        else
+          o[j] = f(in[0][off[0] + j * s[0]], in[1][off[1] + j * s[1]], in[2][off[2] + j * s[2]]);
       }
     }
   });

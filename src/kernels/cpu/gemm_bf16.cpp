@@ -1,19 +1,19 @@
 #include "kernels/cpu/gemm_bf16.h"
 
 #include <dnnl.hpp>
-
-#include "core/cpu_features.h"
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <unordered_map>
 
+#include "core/cpu_features.h"
+
 namespace onnxtrain::kernels {
 namespace {
 
 using dnnl::memory;
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool,
-                       bool>;
+using Key =
+    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool, bool>;
 
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -34,7 +34,7 @@ struct Primitive {
 
 // Primitives by shape, made once (a step runs the same shapes again and again).
 const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
-                              const Bf16Operand& b, float alpha, bool bias, bool accumulate) {
+                           const Bf16Operand& b, float alpha, bool bias, bool accumulate) {
   static std::mutex mu;
   static std::map<Key, Primitive> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -49,9 +49,9 @@ const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, 
     ops.append_sum(1.f);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::desc d = bias ? dnnl::matmul::desc(operand_desc(batch, m, k, a), operand_desc(batch, k, n, b),
-                                                   bias_desc, dst)
-                              : dnnl::matmul::desc(operand_desc(batch, m, k, a), operand_desc(batch, k, n, b), dst);
+  dnnl::matmul::desc d =
+      bias ? dnnl::matmul::desc(operand_desc(batch, m, k, a), operand_desc(batch, k, n, b), bias_desc, dst)
+           : dnnl::matmul::desc(operand_desc(batch, m, k, a), operand_desc(batch, k, n, b), dst);
   dnnl::matmul::primitive_desc pd(d, attr, engine());
   return cache.emplace(key, Primitive{pd, dnnl::matmul(pd)}).first->second;
 }
@@ -60,8 +60,8 @@ const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, 
 
 bool gemm_bf16_native() { return cpu::features().avx512_bf16; }
 
-void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b,
-               BFloat16* c, float alpha, const BFloat16* bias, bool accumulate) {
+void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, BFloat16* c,
+               float alpha, const BFloat16* bias, bool accumulate) {
   if (batch == 0 || m == 0 || n == 0) return;
   Key key{batch, m, n, k, a.ld, a.stride, b.ld, b.stride, a.trans, b.trans, alpha, bias != nullptr, accumulate};
   const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate);

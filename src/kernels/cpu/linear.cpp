@@ -33,7 +33,8 @@ void linear(KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {in_float32({"com.onnxtrain", "Linear", kernel(linear)}, gemm_bf16_native)});
+const bool kRegistered =
+    register_kernels(kCpu, {in_float32({"com.onnxtrain", "Linear", kernel(linear)}, gemm_bf16_native)});
 
 }  // namespace
 }  // namespace onnxtrain::kernels

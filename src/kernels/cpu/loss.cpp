@@ -6,8 +6,8 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/vector_math.h"
 #include "kernels/cpu/in_float32.h"
+#include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {

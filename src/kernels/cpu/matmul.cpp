@@ -104,12 +104,12 @@ void gemm_kernel(const ops::GemmAttrs& at, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-                                                    in_float32({"", "MatMul", kernel(matmul)}, gemm_bf16_native),
-                                                    in_float32({"com.onnxtrain", "FusedMatMul", kernel(matmul)},
-                                                               gemm_bf16_native),
-                                                    in_float32({"", "Gemm", kernel(gemm_kernel)}, gemm_bf16_native),
-                                                });
+const bool kRegistered =
+    register_kernels(kCpu, {
+                               in_float32({"", "MatMul", kernel(matmul)}, gemm_bf16_native),
+                               in_float32({"com.onnxtrain", "FusedMatMul", kernel(matmul)}, gemm_bf16_native),
+                               in_float32({"", "Gemm", kernel(gemm_kernel)}, gemm_bf16_native),
+                           });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

@@ -182,16 +182,14 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   });
 }
 
-const bool kRegistered = register_kernels(kCpu, {
-                                                    in_float32({"", "LayerNormalization", kernel(layer_norm)}),
-                                                    in_float32({"", "BatchNormalization", kernel(batch_norm)}),
-                                                    in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
-                                                    in_float32({"com.onnxtrain", "LayerNormalizationGrad",
-                                                                kernel(layer_norm_grad),
-                                                                [](const ops::Op&, ops::InferCtx& s) {
-                                                                  return shape_numel(s.shape(2)) * Dim(16);
-                                                                }}),
-                                                });
+const bool kRegistered = register_kernels(
+    kCpu, {
+              in_float32({"", "LayerNormalization", kernel(layer_norm)}),
+              in_float32({"", "BatchNormalization", kernel(batch_norm)}),
+              in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
+              in_float32({"com.onnxtrain", "LayerNormalizationGrad", kernel(layer_norm_grad),
+                          [](const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(16); }}),
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels

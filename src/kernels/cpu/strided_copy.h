@@ -31,7 +31,8 @@ void strided_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const 
       }
       T* o = dst + r * inner;
       const T* s = src + off;
-      if (s_in == 1) std::memcpy(o, s, size_t(inner) * sizeof(T));
+      if (s_in == 1)
+        std::memcpy(o, s, size_t(inner) * sizeof(T));
       else
         for (int64_t j = 0; j < inner; ++j) o[j] = s[j * s_in];
     }
