@@ -274,10 +274,11 @@ static int64_t eval_or_default(const Dim& d, Bindings dims) {
   return v ? *v : 0;
 }
 
-// A parameter (or input) cast to another dtype (autocast's bf16 weights): recomputing it is a copy.
-static bool casts_a_parameter(const Candidate& c) {
-  return c.nodes.size() == 1 && c.nodes[0]->op_type == "Cast" && c.nodes[0]->input(0) &&
-         !c.nodes[0]->input(0)->producer && !c.compromise;
+// One Cast, recomputed at every level: a parameter (or input) cast to another dtype (autocast's bf16 weights), or an
+// up-cast whose narrower input is stashed instead (bf16 logits cast to float32 for the loss): a copy's work.
+static bool cast_at_every_level(const Candidate& c) {
+  if (c.nodes.size() != 1 || c.nodes[0]->op_type != "Cast" || !c.nodes[0]->input(0)) return false;
+  return c.compromise ? is_upcast(c.nodes[0]) : !c.nodes[0]->input(0)->producer;
 }
 
 // Which candidates the config and the level choose; `by_config` marks the config's. Levels choose, among the
@@ -299,9 +300,9 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
       counted[c.cluster]++;
       pick[i] = (*by_config)[i] = true;
     }
-    bool switched_off = e != o.config.end() && e->strategy == 0;  // the config overrides the level
-    if (casts_a_parameter(c) && !switched_off && !pick[i]) {
-      pick[i] = true;  // at every level: a copy's work, and the parameter is alive anyway
+    bool switched_off = e != o.config.end() && e->strategy == 0;      // the config overrides the level
+    if (cast_at_every_level(c) && e == o.config.end() && !pick[i]) {  // unless the config says otherwise
+      pick[i] = true;
       continue;
     }
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);

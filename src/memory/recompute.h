@@ -79,8 +79,9 @@ struct RecomputeOptions {
   std::vector<ConfigEntry> config;
   // 0 the config only; 1 the cheapest plain plans inside transformer layers that keep kLevelKeep of their stash
   // (each layer's input stays stashed: its checkpoint); 2 compromised plans too. At every level, casts of
-  // parameters (autocast's bf16 weights) are cast again in backward rather than stashed, unless the config
-  // switches their cluster off.
+  // parameters (autocast's bf16 weights) are cast again in backward rather than stashed, unless a config entry
+  // names their cluster; so are lone up-casts, their narrower input stashed instead (the bf16 logits
+  // that autocast casts to float32 for the loss).
   int level = 0;
   // Further plans, the cheapest that keep at most this fraction of the stash (0: none), ...
   double stash_fraction = 0;

@@ -24,11 +24,12 @@ class LossOp : public OpWith<LossAttrs> {
  public:
   explicit LossOp(const ir::Node& n) : OpWith(loss_attrs(n)) {}
   // d loss / d log-probabilities: -w[t] * dy (scaled for "mean") at each target class;
-  // SoftmaxCrossEntropyLoss then goes through its log-softmax.
+  // SoftmaxCrossEntropyLoss then goes through its log-softmax, whose probabilities exp(x - lse) come from the
+  // scores and their log-sum-exp (output 2, an onnxtrain extension): backward keeps (N, d...) numbers beside the
+  // scores, not a second (N, C, d...) tensor of log-probabilities.
   void grad(GradCtx& g) const override {
     using ir::Value;
     Value *x = g.x(0), *t = g.x(1), *w = g.x(2);
-    Value* logp = attrs.softmax ? g.y(1) : x;
     Value* dlogp = nullptr;
     if (Value* dy = g.dy(0)) {
       Value* ts = t;
@@ -49,14 +50,14 @@ class LossOp : public OpWith<LossAttrs> {
       }
       if (coef) per = g.mul(per, coef);
       if (attrs.reduction != LossAttrs::kNone && !coef) per = g.expand(per, g.shape(t));
-      dlogp = g.op("ScatterElements", {g.zeros_like(logp), g.unsqueeze(ts, {1}), g.unsqueeze(g.neg(per), {1})},
+      dlogp = g.op("ScatterElements", {g.zeros_like(x), g.unsqueeze(ts, {1}), g.unsqueeze(g.neg(per), {1})},
                    {{"axis", int64_t(1)}});
     }
     if (attrs.softmax && g.dy(1)) dlogp = dlogp ? g.add(dlogp, g.dy(1)) : g.dy(1);
     if (!dlogp) return;
     if (!attrs.softmax) return g.set_dx(0, dlogp);
     Value* total = g.reduce_sum(dlogp, {1}, true);
-    g.set_dx(0, g.sub(dlogp, g.mul(g.exp(logp), total)));
+    g.set_dx(0, g.sub(dlogp, g.mul(g.exp(g.sub(x, g.y(2))), total)));
   }
   void infer(InferCtx& ctx) const override {
     const Shape& x = ctx.shape(0);
@@ -65,6 +66,9 @@ class LossOp : public OpWith<LossAttrs> {
     per.erase(per.begin() + 1);
     ctx.set(0, ctx.dtype(0), attrs.reduction == LossAttrs::kNone ? per : Shape{});
     ctx.set(1, ctx.dtype(0), x);
+    Shape one_class(x);
+    one_class[1] = Dim(1);
+    if (attrs.softmax) ctx.set(2, ctx.dtype(0), one_class);  // the log-sum-exp over the classes (N, 1, d...)
   }
 };
 const bool kRegistered = register_ops(

@@ -93,7 +93,8 @@ TEST(Recompute, TheNodeCapBoundsCandidates) {
 
 TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
   // loss = sum(Cast<float32>(Cast<float16>(CumSum(x))) * w): CumSum is not recomputable, so the stashed float32
-  // Cast output has no plain plan; the compromise recomputes the up-cast from its float16 input, kept instead.
+  // Cast output has no plain plan; the compromise recomputes the up-cast from its float16 input, kept instead. A
+  // lone up-cast takes it at every level unless a config entry names its cluster ("Cast+:0:0" keeps it stashed).
   auto make = [](const std::string& config) {
     auto g = std::make_unique<ir::Graph>();
     g->opsets[""] = 20;
@@ -114,7 +115,8 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
     o.memory_config = memory::parse_config(config);
     return Session(std::move(g), autodiff::TrainingSpec{{"w"}, loss->name}, o);
   };
-  Session plain = make(""), strategy1 = make("Cast+:1:-1"), compromised = make("Cast+:2:-1");
+  Session plain = make("Cast+:0:0"), strategy1 = make("Cast+:1:-1"), compromised = make("Cast+:2:-1"),
+          by_default = make("");
   auto candidates = memory::find_candidates(plain.graph());
   auto c = std::find_if(candidates.begin(), candidates.end(), [](auto& x) { return x.compromise; });
   ASSERT_NE(c, candidates.end());
@@ -139,6 +141,9 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
   Tensor a = step(plain, &full), b = step(compromised, &kept);
   EXPECT_EQ(full - kept, 5 * 8 * 2);  // half of the float32 value's bytes: its float16 input is kept instead
   for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]);
+  int64_t by_default_kept = 0;
+  step(by_default, &by_default_kept);
+  EXPECT_EQ(by_default_kept, kept);
 }
 
 TEST(Recompute, CountNTakesTheFirstNInForwardOrderAndTheLastDuplicateWins) {

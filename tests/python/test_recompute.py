@@ -125,7 +125,9 @@ def test_a_stash_budget_is_met_at_least_flops_with_identical_gradients(model, fr
 
 def test_an_impossible_budget_says_by_how_much_it_misses(model):
     b, wrt, _ = model
-    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget="0.01", memory_dims={"batch": 4, "seq": 16})
+    # (the loss keeps its scores and their log-sum-exp, both recomputable: a 1% stash is within reach)
+    planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget="0.0001",
+                                             memory_dims={"batch": 4, "seq": 16})
     assert "missed by" in planned.memory_report()
 
 

@@ -15,14 +15,17 @@ namespace {
 
 using ops::LossAttrs;
 
-// Log-softmax over the class dim of x (N, C, d...) into dst; rows of contiguous float32 classes (a language model's
-// logits) vectorised and in parallel.
+// Log-softmax over the class dim of x (N, C, d...) into dst, and the log-sum-exp (N, d...) into lse when given;
+// rows of contiguous float32 classes (a language model's logits) vectorised and in parallel.
 template <typename T>
-void log_softmax_classes(const T* xp, T* dst, int64_t n, int64_t cls, int64_t d) {
+void log_softmax_classes(const T* xp, T* dst, T* lse, int64_t n, int64_t cls, int64_t d) {
   if constexpr (std::is_same_v<T, float>) {
     if (d == 1)
       return parallel_for(n, cls * 8, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) log_softmax_f32(xp + b * cls, dst + b * cls, cls);
+        for (int64_t b = b0; b < b1; ++b) {
+          float l = log_softmax_f32(xp + b * cls, dst + b * cls, cls);
+          if (lse) lse[b] = l;
+        }
       });
   }
   for (int64_t b = 0; b < n; ++b)
@@ -31,8 +34,9 @@ void log_softmax_classes(const T* xp, T* dst, int64_t n, int64_t cls, int64_t d)
       for (int64_t k = 0; k < cls; ++k) m = std::max(m, xp[(b * cls + k) * d + j]);
       T s = 0;
       for (int64_t k = 0; k < cls; ++k) s += std::exp(xp[(b * cls + k) * d + j] - m);
-      T lse = m + std::log(s);
-      for (int64_t k = 0; k < cls; ++k) dst[(b * cls + k) * d + j] = xp[(b * cls + k) * d + j] - lse;
+      T l = m + std::log(s);
+      if (lse) lse[b * d + j] = l;
+      for (int64_t k = 0; k < cls; ++k) dst[(b * cls + k) * d + j] = xp[(b * cls + k) * d + j] - l;
     }
 }
 
@@ -48,7 +52,7 @@ void loss(const LossAttrs& a, KernelCtx& c) {
     const T* lp = x.data<T>();
     if (a.softmax) {
       T* dst = c.wants(1) ? c.out(1).data<T>() : c.scratch_as<T>(size_t(n * d) * sizeof(T), size_t(x.numel()));
-      log_softmax_classes(x.data<T>(), dst, n, cls, d);
+      log_softmax_classes(x.data<T>(), dst, c.wants(2) ? c.out(2).data<T>() : nullptr, n, cls, d);
       lp = dst;
     }
     double total = 0, wsum = 0;

@@ -216,7 +216,7 @@ void softmax(const float* x, float* y, int64_t n, const bool* c, float fill) {
 
 void softmax_f32(const float* x, float* y, int64_t n) { softmax(x, y, n, nullptr, 0.f); }
 
-void log_softmax_f32(const float* x, float* y, int64_t n) {
+float log_softmax_f32(const float* x, float* y, int64_t n) {
   __m256 mv = _mm256_set1_ps(-__builtin_inff());
   int64_t full = n / 8 * 8;
   for (int64_t i = 0; i < full; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
@@ -229,6 +229,7 @@ void log_softmax_f32(const float* x, float* y, int64_t n) {
   exp_f32(y, y, n);
   const float lse = m + float(std::log(sum_f32(y, n)));
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
+  return lse;
 }
 
 void masked_softmax_grad_f32(const float* dy, const float* y, const bool* c, float scale, float* dx, int64_t n) {

@@ -17,8 +17,8 @@ void gelu_f32(const float* x, float* y, int64_t n);  // 0.5 x (1 + erf(x / sqrt 
 void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n);
 // Both at once, bit for bit as the two above: dx = dy * GELU'(x), y = GELU(x) (erf computed once); dx may be dy.
 void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n);
-// y = log(softmax(x)) = x - max - log(sum(exp(x - max))) over n floats (y may be x).
-void log_softmax_f32(const float* x, float* y, int64_t n);
+// y = log(softmax(x)) = x - lse over n floats, lse = max + log(sum(exp(x - max))), returned (y may be x).
+float log_softmax_f32(const float* x, float* y, int64_t n);
 // y = softmax(x) over n floats: max, exp(x - max) and their sum in one vector pass each, then the scale.
 void softmax_f32(const float* x, float* y, int64_t n);
 // y = softmax(c ? fill : x * scale) (attention's scale and mask), bit for bit as softmax_f32 of the masked row;
