@@ -75,7 +75,13 @@ std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
     std::set<const ir::Node*> chosen;
     std::vector<const ir::Value*> kept;
     bool compromise = false;
-    if (!walk(target, node_cap, false, &chosen, &kept)) {
+    if (is_upcast(target->producer) && target->producer->inputs[0]->producer) {
+      // An up-cast's output (autocast's float32 islands): cast again from the narrower input, never the chain
+      // (a GEMM, typically) behind it, hundreds of times the work per byte saved.
+      chosen.insert(target->producer);
+      kept.push_back(target->producer->inputs[0]);
+      compromise = true;
+    } else if (!walk(target, node_cap, false, &chosen, &kept)) {
       chosen.clear();
       if (!walk(target, node_cap, true, &chosen, &kept) || kept.empty()) continue;
       compromise = true;
