@@ -50,6 +50,8 @@ class LossOp : public OpWith<LossAttrs> {
       }
       if (coef) per = g.mul(per, coef);
       if (attrs.reduction != LossAttrs::kNone && !coef) per = g.expand(per, g.shape(t));
+      if (attrs.softmax && !g.dy(1))  // per (N, d...) * (softmax - onehot(target)) in one pass
+        return g.set_dx(0, g.ops("SoftmaxCrossEntropyLossGrad", {per, x, g.y(2), ts}, 1, {}, "com.onnxtrain")[0]);
       dlogp = g.op("ScatterElements", {g.zeros_like(x), g.unsqueeze(ts, {1}), g.unsqueeze(g.neg(per), {1})},
                    {{"axis", int64_t(1)}});
     }
@@ -71,8 +73,18 @@ class LossOp : public OpWith<LossAttrs> {
     if (attrs.softmax) ctx.set(2, ctx.dtype(0), one_class);  // the log-sum-exp over the classes (N, 1, d...)
   }
 };
-const bool kRegistered = register_ops(
-    {{"", "NegativeLogLikelihoodLoss", factory<LossOp>()}, {"", "SoftmaxCrossEntropyLoss", factory<LossOp>()}});
+// com.onnxtrain.SoftmaxCrossEntropyLossGrad(per (N, d...), scores (N, C, d...), lse (N, 1, d...), target (N, d...))
+// = per * (exp(scores - lse) - onehot(target)): the scores' gradient in one pass (composed, it was a zero tensor, a
+// scatter, a reduction and four elementwise passes over the logits).
+class LossGradOp : public Op {
+ public:
+  explicit LossGradOp(const ir::Node&) {}
+  void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(1), ctx.shape(1)); }
+};
+
+const bool kRegistered = register_ops({{"", "NegativeLogLikelihoodLoss", factory<LossOp>()},
+                                       {"", "SoftmaxCrossEntropyLoss", factory<LossOp>()},
+                                       {"com.onnxtrain", "SoftmaxCrossEntropyLossGrad", factory<LossGradOp>()}});
 
 }  // namespace
 }  // namespace onnxtrain::ops

@@ -172,6 +172,7 @@ NOT_DIFFERENTIABLE = {
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
+    "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",
     "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},

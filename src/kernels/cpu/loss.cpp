@@ -80,6 +80,41 @@ void loss(const LossAttrs& a, KernelCtx& c) {
   });
 }
 
+void softmax_cross_entropy_grad(KernelCtx& c) {
+  const Tensor &per = c.in(0), &x = c.in(1), &lse = c.in(2);
+  auto target = c.in(3).to_int64();
+  int64_t n = x.dims()[0], cls = x.dims()[1], d = x.numel() / std::max<int64_t>(n * cls, 1);
+  if (per.numel() != n * d || lse.numel() != n * d || int64_t(target.size()) != n * d)
+    c.fail("per " + dims_str(per.dims()) + ", scores " + dims_str(x.dims()) + ", lse " + dims_str(lse.dims()) +
+           " and target " + dims_str(c.in(3).dims()) + " do not fit together");
+  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *p = per.data<T>(), *xp = x.data<T>(), *l = lse.data<T>();
+    T* dx = c.out(0).data<T>();
+    parallel_for(n, cls * d * 8, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t j = 0; j < d; ++j) {
+          const T pj = p[b * d + j], lj = l[b * d + j];
+          T* row = dx + b * cls * d + j;  // (C) at stride d
+          const T* xr = xp + b * cls * d + j;
+          if constexpr (std::is_same_v<T, float>) {
+            if (d == 1) {  // contiguous classes: vectorised exp
+              for (int64_t k = 0; k < cls; ++k) row[k] = xr[k] - lj;
+              exp_f32(row, row, cls);
+              for (int64_t k = 0; k < cls; ++k) row[k] *= pj;
+            } else {
+              for (int64_t k = 0; k < cls; ++k) row[k * d] = pj * std::exp(xr[k * d] - lj);
+            }
+          } else {
+            for (int64_t k = 0; k < cls; ++k) row[k * d] = pj * std::exp(xr[k * d] - lj);
+          }
+          int64_t t = target[size_t(b * d + j)];
+          if (t >= 0 && t < cls) row[t * d] -= pj;  // an ignored target has per 0
+        }
+    });
+  });
+}
+
 // The per-element losses (N, d...), and the log-probabilities when they are not an output (N, C, d...).
 Dim loss_scratch(const ops::Op& op, ops::InferCtx& s) {
   const auto& a = attrs_of<LossAttrs>(op);
@@ -91,11 +126,12 @@ Dim loss_scratch(const ops::Op& op, ops::InferCtx& s) {
   return n * Dim(int64_t(dtype_size(s.dtype(0))));
 }
 
-const bool kRegistered =
-    register_kernels(kCpu, {
-                               in_float32({"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch}),
-                               in_float32({"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch}),
-                           });
+const bool kRegistered = register_kernels(
+    kCpu, {
+              in_float32({"", "NegativeLogLikelihoodLoss", kernel(loss), loss_scratch}),
+              in_float32({"", "SoftmaxCrossEntropyLoss", kernel(loss), loss_scratch}),
+              in_float32({"com.onnxtrain", "SoftmaxCrossEntropyLossGrad", kernel(softmax_cross_entropy_grad)}),
+          });
 
 }  // namespace
 }  // namespace onnxtrain::kernels
