@@ -40,6 +40,12 @@ void log_softmax_classes(const T* xp, T* dst, T* lse, int64_t n, int64_t cls, in
     }
 }
 
+// Rows of float32 classes whose log-probabilities nobody asked for (d = 1, output 1 absent): the loss needs only
+// each row's log-sum-exp and its target's score, so no (N, C) tensor is written.
+bool rows_only(const LossAttrs& a, DType t, int64_t rank, bool log_probs_wanted) {
+  return a.softmax && !log_probs_wanted && t == DType::kFloat32 && rank == 2;
+}
+
 void loss(const LossAttrs& a, KernelCtx& c) {
   const Tensor& x = c.in(0);  // (N, C, d...)
   auto labels = c.in(1).to_int64();
@@ -48,9 +54,18 @@ void loss(const LossAttrs& a, KernelCtx& c) {
     using T = typename decltype(tag)::type;
     const T* w = c.has(2) ? c.in(2).data<T>() : nullptr;
     T* per = c.scratch_as<T>(0, size_t(n * d));  // (N, d...)
-    // log-probabilities: the input itself (NLL) or its log-softmax over C (into output 1, else scratch).
+    // log-probabilities: the input itself (NLL) or its log-softmax over C (into output 1, else scratch), or for
+    // rows only each row's log-sum-exp (into output 2, else scratch) beside the scores.
     const T* lp = x.data<T>();
-    if (a.softmax) {
+    T* lse = nullptr;
+    const bool by_rows = rows_only(a, x.dtype(), x.rank(), c.wants(1));
+    if (by_rows) {
+      lse = c.wants(2) ? c.out(2).data<T>() : c.scratch_as<T>(size_t(n) * sizeof(T), size_t(n));
+      if constexpr (std::is_same_v<T, float>)
+        parallel_for(n, cls * 4, [&](int64_t b0, int64_t b1) {
+          for (int64_t b = b0; b < b1; ++b) lse[b] = log_sum_exp_f32(lp + b * cls, cls);
+        });
+    } else if (a.softmax) {
       T* dst = c.wants(1) ? c.out(1).data<T>() : c.scratch_as<T>(size_t(n * d) * sizeof(T), size_t(x.numel()));
       log_softmax_classes(x.data<T>(), dst, c.wants(2) ? c.out(2).data<T>() : nullptr, n, cls, d);
       lp = dst;
@@ -66,7 +81,7 @@ void loss(const LossAttrs& a, KernelCtx& c) {
         if (t < 0 || t >= cls)
           c.fail("label " + std::to_string(t) + " is out of range for " + std::to_string(cls) + " classes");
         T wt = w ? w[t] : T(1);
-        per[b * d + j] = -lp[(b * cls + t) * d + j] * wt;
+        per[b * d + j] = -(by_rows ? lp[b * cls + t] - lse[b] : lp[(b * cls + t) * d + j]) * wt;
         total += double(per[b * d + j]);
         wsum += double(wt);
       }
@@ -115,14 +130,19 @@ void softmax_cross_entropy_grad(KernelCtx& c) {
   });
 }
 
-// The per-element losses (N, d...), and the log-probabilities when they are not an output (N, C, d...).
+// The per-element losses (N, d...), and the log-probabilities when they are not an output (N, C, d...), or for rows
+// only the log-sum-exp of each (N).
 Dim loss_scratch(const ops::Op& op, ops::InferCtx& s) {
   const auto& a = attrs_of<LossAttrs>(op);
   Shape per = s.shape(0);
   per.erase(per.begin() + 1);
   Dim n = shape_numel(per);
   const auto& outs = s.node().outputs;
-  if (a.softmax && (outs.size() < 2 || !outs[1])) n = n + shape_numel(s.shape(0));
+  const bool log_probs_wanted = outs.size() >= 2 && outs[1];
+  if (rows_only(a, s.dtype(0), s.rank(0), log_probs_wanted))
+    n = n + s.shape(0)[0];  // each row's log-sum-exp
+  else if (a.softmax && !log_probs_wanted)
+    n = n + shape_numel(s.shape(0));
   return n * Dim(int64_t(dtype_size(s.dtype(0))));
 }
 

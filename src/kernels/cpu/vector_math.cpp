@@ -216,7 +216,7 @@ void softmax(const float* x, float* y, int64_t n, const bool* c, float fill) {
 
 void softmax_f32(const float* x, float* y, int64_t n) { softmax(x, y, n, nullptr, 0.f); }
 
-float log_softmax_f32(const float* x, float* y, int64_t n) {
+float log_sum_exp_f32(const float* x, int64_t n) {
   __m256 mv = _mm256_set1_ps(-__builtin_inff());
   int64_t full = n / 8 * 8;
   for (int64_t i = 0; i < full; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
@@ -225,9 +225,19 @@ float log_softmax_f32(const float* x, float* y, int64_t n) {
   float m = *std::max_element(lanes, lanes + 8);
   for (int64_t i = full; i < n; ++i) m = std::max(m, x[i]);
   if (m == -__builtin_inff()) m = 0;  // a row of -inf: log(0) below gives -inf - (-inf) = NaN, as libm would
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] - m;
-  exp_f32(y, y, n);
-  const float lse = m + float(std::log(sum_f32(y, n)));
+  alignas(32) float chunk[256];       // exp(x - m) a chunk at a time, summed in double
+  double sum = 0;
+  for (int64_t i = 0; i < n; i += 256) {
+    int64_t len = std::min<int64_t>(256, n - i);
+    for (int64_t k = 0; k < len; ++k) chunk[k] = x[i + k] - m;
+    exp_f32(chunk, chunk, len);
+    sum += sum_f32(chunk, len);
+  }
+  return m + float(std::log(sum));
+}
+
+float log_softmax_f32(const float* x, float* y, int64_t n) {
+  const float lse = log_sum_exp_f32(x, n);
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] - lse;
   return lse;
 }

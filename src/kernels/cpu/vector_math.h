@@ -17,7 +17,9 @@ void gelu_f32(const float* x, float* y, int64_t n);  // 0.5 x (1 + erf(x / sqrt 
 void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n);
 // Both at once, bit for bit as the two above: dx = dy * GELU'(x), y = GELU(x) (erf computed once); dx may be dy.
 void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n);
-// y = log(softmax(x)) = x - lse over n floats, lse = max + log(sum(exp(x - max))), returned (y may be x).
+// log(sum(exp(x))) over n floats, as max + log(sum(exp(x - max))).
+float log_sum_exp_f32(const float* x, int64_t n);
+// y = log(softmax(x)) = x - log_sum_exp_f32(x), which it returns (y may be x).
 float log_softmax_f32(const float* x, float* y, int64_t n);
 // y = softmax(x) over n floats: max, exp(x - max) and their sum in one vector pass each, then the scale.
 void softmax_f32(const float* x, float* y, int64_t n);
