@@ -149,10 +149,23 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
           const T *dr = d + r * n, *xr = xp + r * n;
           const T m = mean[r], rs = rstd[r];
           double s1 = 0, s2 = 0;
-          for (int64_t j = 0; j < n; ++j) {
-            T g = dr[j] * w[j];
-            s1 += double(g);
-            s2 += double(g * ((xr[j] - m) * rs));
+          if constexpr (std::is_same_v<T, float>) {  // the products a chunk at a time, summed in vector lanes
+            alignas(32) float g[256], p[256];
+            for (int64_t j0 = 0; j0 < n; j0 += 256) {
+              int64_t len = std::min<int64_t>(256, n - j0);
+              for (int64_t k = 0; k < len; ++k) {
+                g[k] = dr[j0 + k] * w[j0 + k];
+                p[k] = g[k] * ((xr[j0 + k] - m) * rs);
+              }
+              s1 += sum_f32(g, len);
+              s2 += sum_f32(p, len);
+            }
+          } else {
+            for (int64_t j = 0; j < n; ++j) {
+              T g = dr[j] * w[j];
+              s1 += double(g);
+              s2 += double(g * ((xr[j] - m) * rs));
+            }
           }
           const T m1 = T(s1 / double(n)), m2 = T(s2 / double(n));
           T* o = dx + r * n;
