@@ -1,10 +1,12 @@
 """Trains a small character-level GPT, defined in plain PyTorch, on the license texts every Debian machine has
 (/usr/share/common-licenses), with onnxtrain.Module (or --eager for plain PyTorch), then samples from it.
 onnxtrain runs with its memory optimizer (level 1 unless told otherwise), prints the optimizer's report at the
-first step and the memory statistics of each phase of the sampled steps."""
+first step, the memory statistics of each phase of one step (the second: the first exports) and, at the end, the
+step's peak as predicted and as measured."""
 
 import argparse
 import glob
+import json
 import logging
 import math
 import os
@@ -65,11 +67,11 @@ def main():
           f"{'PyTorch eager' if args.eager else 'onnxtrain'}, {torch.get_num_threads()} threads")
     if not args.eager:
         model = onnxtrain.Module(model, onnxtrain.Options(
-            memory_opt_level=args.memory_level, memory_budget=args.budget, memory_timeline=args.plot or "",
-            print_memory_stats=not args.no_memory_stats))
-    elif not args.no_memory_stats:
-        onnxtrain.subscribe_memory_stats(model)  # the same lines for plain PyTorch (process RSS)
-        logging.getLogger("onnxtrain").setLevel(logging.INFO)
+            memory_opt_level=args.memory_level, memory_budget=args.budget, memory_timeline=args.plot or ""))
+    if not args.no_memory_stats:  # (for plain PyTorch the same lines, with the process's RSS)
+        stats_log = logging.getLogger("train_gpt.memory")
+        stats_log.setLevel(logging.INFO)
+        onnxtrain.subscribe_memory_stats(model, logger=stats_log, steps=[1])
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
     def batch():
@@ -86,7 +88,11 @@ def main():
         for group in opt.param_groups:
             group["lr"] = lr
         idx, target = batch()
-        loss, _ = model(idx, target)
+        if step == args.steps - 1:  # the last step's own peak, the previous step's outputs released first
+            loss = logits = None
+            onnxtrain.reset_peak_stats()
+            base = onnxtrain.memory_stats()["allocated"]
+        loss, logits = model(idx, target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -96,6 +102,14 @@ def main():
             tqdm.write(f"step {step:5d}  loss {loss.item():.4f}")
     elapsed = time.perf_counter() - t0
     print(f"loss {first:.3f} -> {loss.item():.3f} in {args.steps} steps, {elapsed / args.steps * 1e3:.1f} ms/step")
+    if not args.eager and not args.no_memory_stats:
+        predicted = json.loads(model.memory_report(json=True))["predicted_after"]
+        stats = onnxtrain.memory_stats()
+        mib = 2**-20
+        print(f"memory: the last step's peak {(stats['peak_allocated'] - base) * mib:.2f} MiB measured by the allocator, "
+              f"{predicted['peak'] * mib:.2f} MiB predicted before the first step (with parameters and optimizer "
+              f"state {predicted['total'] * mib:.2f} MiB); cached {stats['cached'] * mib:.1f} MiB; process RSS "
+              f"{stats['process_rss'] * mib:.0f} MiB")
 
     model.eval()
     context = torch.tensor([[stoi[c] for c in "Permission is "]], dtype=torch.int64)

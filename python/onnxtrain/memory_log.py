@@ -83,14 +83,18 @@ class _Identity(torch.autograd.Function):
 
 
 class MemoryStatsPrinter:
-    """Logs the four phases of each training step of `module`: steps 0 to 9, then powers of two (or every step)."""
+    """Logs the four phases of training steps of `module`: steps 0 to 9, then powers of two (or every step, or the
+    steps given)."""
 
-    def __init__(self, module, every_step=False, all_ranks=False, logger=None):
+    def __init__(self, module, every_step=False, all_ranks=False, logger=None, steps=None):
         self.module, self.every_step, self.all_ranks = module, every_step, all_ranks
         self.logger = logger or logging.getLogger("onnxtrain")
+        self.steps = None if steps is None else set(steps)
         self.step, self.last = 0, None
 
     def sampled(self):
+        if self.steps is not None:
+            return self.step in self.steps
         return self.every_step or self.step < 10 or (self.step & (self.step - 1)) == 0
 
     def phase(self, name):
@@ -105,9 +109,10 @@ class MemoryStatsPrinter:
             self.step += 1
 
 
-def subscribe(module, every_step=False, all_ranks=False, logger=None):
-    """Adds the four phases' memory lines to every training step of `module` (plain PyTorch or onnxtrain)."""
-    printer = MemoryStatsPrinter(module, every_step, all_ranks, logger)
+def subscribe(module, every_step=False, all_ranks=False, logger=None, steps=None):
+    """Adds the four phases' memory lines to the training steps of `module` (plain PyTorch or onnxtrain): steps 0 to
+    9 then powers of two, every step, or the given step numbers (`steps`)."""
+    printer = MemoryStatsPrinter(module, every_step, all_ranks, logger, steps)
     params = [p for p in module.parameters() if p.requires_grad]
 
     def pre(mod, args):

@@ -144,3 +144,12 @@ def test_timeline_pngs_at_level_0_and_1(monkeypatch, tmp_path):
 def test_a_timeline_into_a_missing_folder_is_refused_up_front(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         onnxtrain.Module(nn.Linear(2, 2), onnxtrain.Options(memory_timeline=str(tmp_path / "no" / "t.png")))
+
+
+def test_the_steps_to_log_can_be_chosen(caplog):
+    model = nn.Linear(4, 1)
+    onnxtrain.subscribe_memory_stats(model, steps=[1])
+    with caplog.at_level(logging.INFO, logger="onnxtrain"):
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+    assert [int(m.group(2)) for m in lines(caplog)] == [1, 1, 1, 1]
