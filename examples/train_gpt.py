@@ -106,7 +106,8 @@ def main():
         predicted = json.loads(model.memory_report(json=True))["predicted_after"]
         stats = onnxtrain.memory_stats()
         mib = 2**-20
-        print(f"memory: the last step's peak {(stats['peak_allocated'] - base) * mib:.2f} MiB measured by the allocator, "
+        measured = stats["peak_allocated"] - base
+        print(f"memory: the last step's peak {measured * mib:.2f} MiB measured by the allocator, "
               f"{predicted['peak'] * mib:.2f} MiB predicted before the first step (with parameters and optimizer "
               f"state {predicted['total'] * mib:.2f} MiB); cached {stats['cached'] * mib:.1f} MiB; process RSS "
               f"{stats['process_rss'] * mib:.0f} MiB")

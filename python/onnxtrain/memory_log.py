@@ -56,7 +56,8 @@ def format_fields(module=None, stats=None):
     text = " | ".join(f"{name}: {value // _MIB}" for name, value in fields)
     plain = not hasattr(module, "memory_report") if module is not None else s["num_allocs"] == 0
     if plain:  # a plain PyTorch module (or nothing through onnxtrain's allocator yet): its memory is the process's
-        text += f" | process rss: {s['process_rss'] // _MIB} (the allocator fields are onnxtrain's; PyTorch's CPU allocator has no statistics)"
+        text += (f" | process rss: {s['process_rss'] // _MIB} (the allocator fields are onnxtrain's; PyTorch's CPU "
+                 "allocator has no statistics)")
     return text
 
 
@@ -67,7 +68,8 @@ def format_line(phase, step, rank, module=None, stats=None):
 def log_memory_usage(phase, module=None, step_info="", logger=None):
     """Logs one line of memory statistics for `phase` (any text), e.g. at points of your own training loop."""
     head = f"rank-{_rank()} {step_info}".strip()
-    (logger or logging.getLogger("onnxtrain")).info("%s memory (MiB) | phase: %s | %s", head, phase, format_fields(module))
+    (logger or logging.getLogger("onnxtrain")).info("%s memory (MiB) | phase: %s | %s", head, phase,
+                                                    format_fields(module))
 
 
 class _Identity(torch.autograd.Function):

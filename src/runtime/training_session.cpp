@@ -128,11 +128,12 @@ void TrainingSession::optimizer_step() {
     kernels::dispatch<kernels::kFloats>(x.dtype(), "optimizer_step", [&](auto tag) {
       using T = typename decltype(tag)::type;
       if (opt_.kind == "adamw")
-        kernels::adamw_step<T>(x.numel(), x.data<T>(), g.data<T>(), state1_[name].data<T>(), state2_[name].data<T>(), lr,
-                               opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step_);
+        kernels::adamw_step<T>(x.numel(), x.data<T>(), g.data<T>(), state1_[name].data<T>(), state2_[name].data<T>(),
+                               lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step_);
       else  // PyTorch's SGD: the first step's momentum buffer is the gradient itself
-        kernels::momentum_step<T>(x.numel(), x.data<T>(), g.data<T>(), opt_.momentum > 0 ? state1_[name].data<T>() : nullptr,
-                                  lr, opt_.weight_decay, opt_.momentum, 1.0, opt_.nesterov);
+        kernels::momentum_step<T>(x.numel(), x.data<T>(), g.data<T>(),
+                                  opt_.momentum > 0 ? state1_[name].data<T>() : nullptr, lr, opt_.weight_decay,
+                                  opt_.momentum, 1.0, opt_.nesterov);
     });
   }
 }
@@ -153,13 +154,15 @@ void TrainingSession::load_checkpoint(const std::string& path) {
   runtime::Checkpoint c = runtime::read_checkpoint(path);
   std::string where = "checkpoint '" + path + "'";
   if (c.optimizer != opt_.kind)
-    throw CheckpointError(where + ": written by optimizer '" + c.optimizer + "', this session uses '" + opt_.kind + "'");
+    throw CheckpointError(where + ": written by optimizer '" + c.optimizer + "', this session uses '" + opt_.kind +
+                          "'");
   auto take = [&](const std::string& key, const Tensor& like) {
     auto it = c.tensors.find(key);
     if (it == c.tensors.end()) throw CheckpointError(where + ": has no tensor '" + key + "'");
     if (it->second.dims() != like.dims() || it->second.dtype() != like.dtype())
-      throw CheckpointError(where + ": '" + key + "' is " + dtype_name(it->second.dtype()) + dims_str(it->second.dims()) +
-                            ", the model has " + dtype_name(like.dtype()) + dims_str(like.dims()));
+      throw CheckpointError(where + ": '" + key + "' is " + dtype_name(it->second.dtype()) +
+                            dims_str(it->second.dims()) + ", the model has " + dtype_name(like.dtype()) +
+                            dims_str(like.dims()));
     return it->second;
   };
   std::map<std::string, Tensor> values, s1, s2;

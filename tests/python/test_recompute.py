@@ -67,7 +67,8 @@ def test_every_plan_keeps_gradients_bit_identical_and_stashes_less(model):
 
 
 def applied(session, cluster):
-    return sum(r["applied"] for r in json.loads(session.memory_report(json=True))["clusters"] if r["cluster"] == cluster)
+    clusters = json.loads(session.memory_report(json=True))["clusters"]
+    return sum(r["applied"] for r in clusters if r["cluster"] == cluster)
 
 
 def test_count_applies_the_first_n_and_the_last_duplicate_wins(model):
@@ -148,7 +149,8 @@ def test_layer_detection_finds_every_transformer_layer(arch, layers, tmp_path):
     else:
         m = WithLoss(BERT(vocab=100, dim=32, heads=4, layers=layers, block=32)).train()
         idx = torch.randint(0, 100, (2, 8))
-        args, names, axes = (idx, torch.ones(2, 8), idx), ["idx", "mask", "target"], {**AXES, "mask": {0: "batch", 1: "seq"}}
+        args, names = (idx, torch.ones(2, 8), idx), ["idx", "mask", "target"]
+        axes = {**AXES, "mask": {0: "batch", 1: "seq"}}
     model = onnx.load(export_training(m, args, str(tmp_path / "m.onnx"), names, axes, ["loss"]))
     wrt = [i.name for i in model.graph.initializer if i.name in dict(m.named_parameters())]
     session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss")
@@ -182,7 +184,8 @@ def test_a_budget_on_the_step_peak_is_met_with_identical_gradients(model):
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, _ = step(plain, feeds)
     before = plain.predict_memory(dims)["total"]
-    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims).predict_memory(dims)["total"]
+    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1,
+                                                memory_dims=dims).predict_memory(dims)["total"]
     budget = (before + everything) // 2
     planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=f"{budget}B", memory_dims=dims)
     report = planned.memory_report(dims)
