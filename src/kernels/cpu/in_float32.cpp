@@ -34,21 +34,18 @@ ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies =
   return r;
 }
 
-// Whether the node holds float16 (which no native low-precision path takes).
-bool any_half(ops::InferCtx& s) {
+// Whether any input or output of the node has a dtype `is` picks.
+bool holds(ops::InferCtx& s, bool (*is)(DType)) {
   for (size_t i = 0; i < s.num_inputs(); ++i)
-    if (s.has(i) && s.dtype(i) == DType::kFloat16) return true;
+    if (s.has(i) && is(s.dtype(i))) return true;
   for (auto& o : s.outputs())
-    if (o.dtype == DType::kFloat16) return true;
+    if (is(o.dtype)) return true;
   return false;
 }
 
-bool any_low(ops::InferCtx& s) {
-  for (size_t i = 0; i < s.num_inputs(); ++i)
-    if (s.has(i) && low(s.dtype(i))) return true;
-  for (auto& o : s.outputs())
-    if (low(o.dtype)) return true;
-  return false;
+bool any_low(ops::InferCtx& s) { return holds(s, low); }
+bool any_half(ops::InferCtx& s) {  // (which no native low-precision path takes)
+  return holds(s, [](DType t) { return t == DType::kFloat16; });
 }
 
 // Layout of the scratch: the kernel's own (aligned), then one float32 copy per low-precision input and output.

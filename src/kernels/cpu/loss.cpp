@@ -112,17 +112,17 @@ void softmax_cross_entropy_grad(KernelCtx& c) {
           const T pj = p[b * d + j], lj = l[b * d + j];
           T* row = dx + b * cls * d + j;  // (C) at stride d
           const T* xr = xp + b * cls * d + j;
+          bool vectorised = false;
           if constexpr (std::is_same_v<T, float>) {
-            if (d == 1) {  // contiguous classes: vectorised exp
+            if (d == 1) {  // contiguous classes
               for (int64_t k = 0; k < cls; ++k) row[k] = xr[k] - lj;
               exp_f32(row, row, cls);
               for (int64_t k = 0; k < cls; ++k) row[k] *= pj;
-            } else {
-              for (int64_t k = 0; k < cls; ++k) row[k * d] = pj * std::exp(xr[k * d] - lj);
+              vectorised = true;
             }
-          } else {
-            for (int64_t k = 0; k < cls; ++k) row[k * d] = pj * std::exp(xr[k * d] - lj);
           }
+          if (!vectorised)
+            for (int64_t k = 0; k < cls; ++k) row[k * d] = pj * std::exp(xr[k * d] - lj);
           int64_t t = target[size_t(b * d + j)];
           if (t >= 0 && t < cls) row[t * d] -= pj;  // an ignored target has per 0
         }
