@@ -232,7 +232,8 @@ std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
       todo.pop_back();
       for (const ir::Node* c : v->consumers) {
         if (c->backward || !seen.insert(c).second || c->op_type == "LayerNormalization") continue;
-        if (c->op_type == "Softmax" || c->op_type == "MaskedSoftmax" || c->op_type == "AttentionSoftmax")
+        if (c->op_type == "Softmax" || c->op_type == "MaskedSoftmax" || c->op_type == "AttentionSoftmax" ||
+            c->op_type == "FlashAttention")
           attention = true;  // (the fused forms too)
         for (const ir::Value* o : c->outputs)
           if (o) todo.push_back(o);

@@ -14,6 +14,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(linear_fusion());
   r.push_back(masked_softmax_fusion());
   r.push_back(attention_softmax_fusion());
+  r.push_back(flash_attention_fusion());
   r.push_back(transpose_gemm_fusion());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());
@@ -31,6 +32,7 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
                     bool backward) {
   for (ir::Value* v : outs) {
     ir::Node* old = v->producer;
+    if (!old) continue;  // (a new value)
     ir::Value* placeholder = g.add_value(g.unique_name(v->name + "_unfused"));
     placeholder->producer = old;
     std::replace(old->outputs.begin(), old->outputs.end(), v, placeholder);

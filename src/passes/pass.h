@@ -26,13 +26,15 @@ std::unique_ptr<Pass> transpose_gemm_fusion();
 std::unique_ptr<Pass> linear_fusion();
 std::unique_ptr<Pass> masked_softmax_fusion();
 std::unique_ptr<Pass> attention_softmax_fusion();
+std::unique_ptr<Pass> flash_attention_fusion();
 // Not in the default list: the memory optimizer runs it on its recompute clones.
 std::unique_ptr<Pass> gelu_recompute_fusion();
 
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);
 // A fusion's new node: `op_type` in `domain` at `opset` reads `inputs` and now makes `outs` (values made by the
-// nodes it replaces, each of which gets a placeholder output instead, for remove_all); bound and shape-inferred.
+// nodes it replaces, each of which gets a placeholder output instead, for remove_all, or new values of the
+// graph's); bound and shape-inferred.
 ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, const std::string& op_type,
                     const std::vector<ir::Value*>& inputs, const std::vector<ir::Value*>& outs, const std::string& name,
                     bool backward);
@@ -41,7 +43,8 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
 // The default list, in order: identity elimination, GELU fusion, Linear fusion, masked-softmax fusion,
-// attention-softmax fusion, Transpose-into-Gemm fusion, constant folding, common subexpressions, dead code.
+// attention-softmax fusion, flash-attention fusion, Transpose-into-Gemm fusion, constant folding, common
+// subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

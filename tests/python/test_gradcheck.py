@@ -106,6 +106,21 @@ CASES += [Case("AttentionSoftmax", [r(2, 3, 4, 5), r(2, 3, 5, 4), Const(np.array
           Case("AttentionSoftmax", [r(2, 3, 5), r(5, 4), Const(np.array(0.5)),
                                     Const(np.array([[False, True, False, True]])), Const(np.array(-1e4))],
                domain="com.onnxtrain")]
+# What flash_attention_fusion makes: causal, no mask, K and V shared by heads (grouped-query) under a finite fill
+# with a fully masked row, two key tiles with skipped keys, dropout.
+LONG_MASK = np.triu(np.ones((40, 260), dtype=bool), 221)
+CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 6), r(2, 3, 6, 3), Const(np.array(0.5)),
+                                  Const(np.triu(np.ones((5, 6), dtype=bool), 1)), Const(np.array(-np.inf))],
+               domain="com.onnxtrain"),
+          Case("FlashAttention", [r(2, 5, 4), r(2, 4, 7), r(2, 7, 3), Const(np.array(0.3))], domain="com.onnxtrain"),
+          Case("FlashAttention", [r(2, 4, 5, 4), r(2, 1, 4, 5), r(2, 1, 5, 3), Const(np.array(0.7)),
+                                  Const(np.array([[True] * 5] + [[False, True, False, True, False]] * 4)),
+                                  Const(np.array(-1e4))], domain="com.onnxtrain"),
+          Case("FlashAttention", [r(1, 40, 2), r(1, 2, 260), r(1, 260, 2), Const(np.array(0.9)), Const(LONG_MASK),
+                                  Const(np.array(-np.inf))], domain="com.onnxtrain"),
+          Case("FlashAttention", [r(2, 6, 4), r(2, 4, 6), r(2, 6, 3), Const(np.array(0.5)),
+                                  Const(np.triu(np.ones((6, 6), dtype=bool), 1)), Const(np.array(-np.inf)),
+                                  Const(np.array(0.4)), Const(np.array(True))], domain="com.onnxtrain")]
 for op in ["Softmax", "LogSoftmax"]:
     CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
 REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,
@@ -180,6 +195,7 @@ NOT_DIFFERENTIABLE = {
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
+    "com.onnxtrain.FlashAttentionGrad": "itself a gradient op (checked through FlashAttention)",
     "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",
     "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",

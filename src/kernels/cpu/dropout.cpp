@@ -5,18 +5,12 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "kernels/cpu/counter_random.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
 
 namespace onnxtrain::kernels {
 namespace {
-
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
   const Tensor& x = c.in(0);
@@ -31,8 +25,7 @@ void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
     return;
   }
   uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  // Keep when the top 24 bits of the hash, as a fraction, reach the ratio.
-  const uint32_t threshold = uint32_t(double(ratio) * double(1 << 24));
+  const uint32_t threshold = dropout_threshold(ratio);
   dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = x.data<T>();
@@ -40,7 +33,7 @@ void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
     acc_t<T> scale = acc_t<T>(1.0 / (1.0 - double(ratio)));
     parallel_for(n, 4, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        bool keep = uint32_t(splitmix64(seed ^ splitmix64(uint64_t(i))) >> 40) >= threshold;
+        bool keep = dropout_keeps(seed, uint64_t(i), threshold);
         y[i] = keep ? T(xp[i] * scale) : T(0);
         if (mask) mask[i] = keep;
       }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "kernels/cpu/attention_band.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
@@ -45,22 +46,6 @@ void masked_softmax(const KernelCtx& c, const Tensor& x, const Tensor& scale_t, 
       }
     });
   });
-}
-
-// Rows [r0, r1) of a (rows, n) mask with row stride rs (0: one row for all) and unit column stride: the columns
-// [lo, hi) outside which every one of them is masked.
-std::pair<int64_t, int64_t> open_band(const bool* cond, int64_t rs, int64_t r0, int64_t r1, int64_t n) {
-  int64_t lo = n, hi = 0;
-  for (int64_t r = r0; r < (rs ? r1 : r0 + 1); ++r) {
-    const bool* row = cond + r * rs;
-    auto* first = static_cast<const bool*>(std::memchr(row, 0, size_t(n)));
-    if (!first) continue;
-    lo = std::min(lo, int64_t(first - row));
-    int64_t last = n - 1;
-    while (row[last]) --last;
-    hi = std::max(hi, last + 1);
-  }
-  return {lo, hi};
 }
 
 void masked_softmax_kernel(KernelCtx& c) { masked_softmax(c, c.in(0), c.in(1), c.in(2), c.in(3), c.out(0)); }
@@ -118,8 +103,8 @@ void attention_softmax(KernelCtx& c) {
         T* oi = o + i * m * n;
         for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
           int64_t mr = std::min(kTileRows, m - r0);
-          auto [lo, hi] = banded ? open_band(cond.data<bool>() + oc, sc[rank - 2], r0, r0 + mr, n)
-                                 : std::pair<int64_t, int64_t>{0, n};
+          auto [lo, hi, all_open] =
+              banded ? open_band(cond.data<bool>() + oc, sc[rank - 2], r0, r0 + mr, n) : AttentionBand{0, n, true};
           for (int64_t r = r0; r < r0 + mr; ++r) {  // (masked: what the product would put there is not read)
             std::fill(oi + r * n, oi + r * n + std::min(lo, n), T(0));
             if (hi > lo) std::fill(oi + r * n + hi, oi + (r + 1) * n, T(0));

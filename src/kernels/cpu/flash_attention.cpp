@@ -1,0 +1,315 @@
+// com.onnxtrain.FlashAttention and FlashAttentionGrad (ops/flash_attention.cpp) on the CPU, in float32 and
+// float64 (bfloat16 and float16 through in_float32). Work goes by tiles of 32 query rows and 256 keys: a tile's
+// scores are one small product, softmaxed online (running row maxima and sums, the output rescaled as they
+// grow), so no (Tq, Tk) buffer exists; under a mask whose fill vanishes under exp, the keys every row of a tile
+// masks are skipped (half of a causal attention). The backward recomputes each tile's probabilities from the
+// row log-sum-exp and accumulates dQ, dK and dV tile by tile; work splits over the key-value heads, so heads that
+// share K and V (grouped-query attention) accumulate into them on one thread.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/parallel.h"
+#include "kernels/cpu/attention_band.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/counter_random.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/in_float32.h"
+#include "kernels/cpu/vector_math.h"
+#include "kernels/kernel.h"
+
+namespace onnxtrain::kernels {
+namespace {
+
+constexpr int64_t kRows = 32, kKeys = 256;
+
+// Where the operands sit: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), the mask read with strides.
+struct Geometry {
+  std::vector<int64_t> batch;  // Q's batch dims, the output's
+  int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0;
+  std::vector<int64_t> kv_strides;    // K's and V's batch index over `batch`
+  std::vector<int64_t> cond_strides;  // the mask's over (batch..., tq, tk); empty without one
+  int64_t kv_count = 0;
+  int64_t kv_of(int64_t pair) const { return broadcast_offsets<1>(pair, batch, {&kv_strides})[0]; }
+  int64_t cond_of(int64_t pair) const { return broadcast_offsets<1>(pair, batch, {&cond_strides})[0]; }
+};
+
+Geometry geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond) {
+  const std::vector<int64_t>&qd = c.in(q).dims(), &kd = c.in(kt).dims(), &vd = c.in(v).dims();
+  if (qd.size() < 2 || kd.size() < 2 || vd.size() < 2)
+    c.fail("Q, Kt and V must have rank >= 2, got " + dims_str(qd) + ", " + dims_str(kd) + " and " + dims_str(vd));
+  Geometry g;
+  g.batch.assign(qd.begin(), qd.end() - 2);
+  g.tq = qd[qd.size() - 2];
+  g.d = qd.back();
+  g.tk = kd.back();
+  g.dv = vd.back();
+  if (kd[kd.size() - 2] != g.d || vd[vd.size() - 2] != g.tk)
+    c.fail("Q " + dims_str(qd) + ", Kt " + dims_str(kd) + " and V " + dims_str(vd) + " do not chain");
+  std::vector<int64_t> kb(kd.begin(), kd.end() - 2), vb(vd.begin(), vd.end() - 2), bd;
+  if (kb != vb || !broadcast_dims(g.batch, kb, &bd) || bd != g.batch)
+    c.fail("Kt " + dims_str(kd) + " and V " + dims_str(vd) + " must share batch dims that broadcast to Q's " +
+           dims_str(qd));
+  g.kv_strides = broadcast_strides(kb, g.batch);
+  g.pairs = numel_of(g.batch);
+  g.kv_count = numel_of(kb);
+  if (c.has(cond)) {
+    std::vector<int64_t> scores = g.batch;
+    scores.insert(scores.end(), {g.tq, g.tk});
+    if (!broadcast_dims(scores, c.in(cond).dims(), &bd) || bd != scores)
+      c.fail("cond " + dims_str(c.in(cond).dims()) + " does not broadcast to the scores " + dims_str(scores));
+    g.cond_strides = broadcast_strides(c.in(cond).dims(), scores);
+  }
+  return g;
+}
+
+// The scalars and the mask of one call.
+template <typename T>
+struct Params {
+  T scale = 1, fill = 0;
+  const bool* cond = nullptr;
+  int64_t row_stride = 0, col_stride = 0;  // the mask's, over a pair's (tq, tk) scores
+  bool fill_vanishes = false;  // exp(fill - m) is 0 for any score m a row can hold: masked keys may be skipped
+  bool dropout = false;
+  uint32_t threshold = 0;
+  T keep_scale = 1;
+  uint64_t seed = 0;
+};
+
+template <typename T>
+T scalar(const KernelCtx& c, size_t i, const char* what) {
+  if (c.in(i).numel() != 1) c.fail(std::string(what) + " must be a scalar");
+  return c.in(i).data<T>()[0];
+}
+
+template <typename T>
+Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
+  const size_t scale = first_scalar, cond = scale + 1, fill = scale + 2, ratio = scale + 3, training = scale + 4;
+  Params<T> p;
+  p.scale = scalar<T>(c, scale, "scale");
+  if (c.has(cond) != c.has(fill)) c.fail("cond and fill come together");
+  if (c.has(cond)) {
+    p.cond = c.in(cond).data<bool>();
+    p.fill = scalar<T>(c, fill, "fill");
+    const size_t r = g.cond_strides.size();
+    p.row_stride = g.cond_strides[r - 2];
+    p.col_stride = g.cond_strides[r - 1];
+    p.fill_vanishes = p.fill <= T(-1e30);
+  }
+  if (c.has(ratio) && c.has(training) && c.in(training).to_int64().at(0) != 0) {
+    double rate = c.in(ratio).to_double().at(0);
+    if (rate < 0 || rate >= 1) c.fail("ratio " + std::to_string(rate) + " must be in [0, 1)");
+    p.dropout = rate > 0;
+    p.threshold = dropout_threshold(rate);
+    p.keep_scale = T(1.0 / (1.0 - rate));
+    p.seed = c.seed;
+  }
+  return p;
+}
+
+// The keys the tile of rows [r0, r1) of one pair reads: all but those every row masks, when skipping is exact.
+template <typename T>
+AttentionBand band_of(const Params<T>& p, const bool* pair_cond, int64_t r0, int64_t r1, int64_t tk) {
+  if (!p.cond || !p.fill_vanishes || p.col_stride != 1) return {0, tk, true};
+  AttentionBand b = open_band(pair_cond, p.row_stride, r0, r1, tk);
+  return b.every_row_open ? b : AttentionBand{0, tk, true};  // (a fully masked row softmaxes every key)
+}
+
+// s (mr, w) = the masked, scaled scores of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair.
+template <typename T>
+void scores(const Params<T>& p, const Geometry& g, const T* q, const T* kt, const bool* pair_cond, int64_t r0,
+            int64_t mr, int64_t j0, int64_t w, T* s) {
+  gemm<T>(false, false, mr, w, g.d, T(1), q + r0 * g.d, g.d, kt + j0, g.tk, T(0), s, w);
+  for (int64_t r = 0; r < mr; ++r) {
+    T* row = s + r * w;
+    if (!p.cond) {
+      for (int64_t j = 0; j < w; ++j) row[j] *= p.scale;
+      continue;
+    }
+    const bool* cr = pair_cond + (r0 + r) * p.row_stride + j0 * p.col_stride;
+    for (int64_t j = 0; j < w; ++j) row[j] = cr[j * p.col_stride] ? p.fill : row[j] * p.scale;
+  }
+}
+
+template <typename T>
+void exp_in_place(T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    exp_f32(x, x, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
+  }
+}
+
+// keep[j] for keys [j0, j0 + w) of score row `row` (flat over all pairs' scores, as a Dropout after the softmax
+// would number them).
+template <typename T>
+void dropout_row(const Params<T>& p, uint64_t row, int64_t tk, int64_t j0, int64_t w, bool* keep) {
+  const uint64_t base = row * uint64_t(tk) + uint64_t(j0);
+  for (int64_t j = 0; j < w; ++j) keep[j] = dropout_keeps(p.seed, base + uint64_t(j), p.threshold);
+}
+
+template <typename T>
+void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r0, const T* q, const T* kt, const T* v,
+                  T* y, T* lse, T* s) {
+  const int64_t mr = std::min(kRows, g.tq - r0), kv = g.kv_of(pair);
+  const T *qi = q + pair * g.tq * g.d, *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv;
+  const bool* ci = p.cond ? p.cond + g.cond_of(pair) : nullptr;
+  T *yi = y + (pair * g.tq + r0) * g.dv, *li = lse + pair * g.tq + r0;
+  T m[kRows], l[kRows];
+  bool keep[kKeys];
+  std::fill(m, m + mr, -std::numeric_limits<T>::infinity());
+  std::fill(l, l + mr, T(0));
+  std::fill(yi, yi + mr * g.dv, T(0));
+  AttentionBand band = band_of(p, ci, r0, r0 + mr, g.tk);
+  for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
+    const int64_t w = std::min(kKeys, band.hi - j0);
+    scores(p, g, qi, kti, ci, r0, mr, j0, w, s);
+    for (int64_t r = 0; r < mr; ++r) {
+      T* row = s + r * w;
+      const T mn = std::max(m[r], *std::max_element(row, row + w));
+      if (mn == -std::numeric_limits<T>::infinity()) {  // every score so far is -inf: nothing to add yet
+        std::fill(row, row + w, T(0));
+        continue;
+      }
+      const T alpha = std::exp(m[r] - mn);
+      for (int64_t j = 0; j < w; ++j) row[j] -= mn;
+      exp_in_place(row, w);
+      double sum = 0;
+      for (int64_t j = 0; j < w; ++j) sum += row[j];
+      l[r] = l[r] * alpha + T(sum);
+      m[r] = mn;
+      if (p.dropout) {
+        dropout_row(p, uint64_t(pair * g.tq + r0 + r), g.tk, j0, w, keep);
+        for (int64_t j = 0; j < w; ++j) row[j] = keep[j] ? row[j] * p.keep_scale : T(0);
+      }
+      if (alpha != T(1))
+        for (int64_t k = 0; k < g.dv; ++k) yi[r * g.dv + k] *= alpha;
+    }
+    gemm<T>(false, false, mr, g.dv, w, T(1), s, w, vi + j0 * g.dv, g.dv, T(1), yi, g.dv);
+  }
+  for (int64_t r = 0; r < mr; ++r) {
+    T* yr = yi + r * g.dv;
+    if (l[r] == T(0)) {  // every score -inf (a fully masked row under a fill of -inf): NaN, as Softmax gives
+      std::fill(yr, yr + g.dv, std::numeric_limits<T>::quiet_NaN());
+      li[r] = std::numeric_limits<T>::quiet_NaN();
+      continue;
+    }
+    const T inv = T(1) / l[r];
+    for (int64_t k = 0; k < g.dv; ++k) yr[k] *= inv;
+    li[r] = m[r] + std::log(l[r]);
+  }
+}
+
+void flash_attention(KernelCtx& c) {
+  Geometry g = geometry(c, 0, 1, 2, 4);
+  dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const Params<T> p = params<T>(c, g, 3);
+    const T *q = c.in(0).data<T>(), *kt = c.in(1).data<T>(), *v = c.in(2).data<T>();
+    T* y = c.out(0).data<T>();
+    std::vector<T> lse_scratch;
+    T* lse = c.wants(1) ? c.out(1).data<T>() : (lse_scratch.resize(size_t(g.pairs * g.tq)), lse_scratch.data());
+    const int64_t tiles = (g.tq + kRows - 1) / kRows;
+    parallel_for(g.pairs * tiles, kRows * g.tk * (g.d + g.dv) * 2, [&](int64_t b, int64_t e) {
+      std::vector<T> s(size_t(kRows * kKeys));
+      for (int64_t u = b; u < e; ++u) forward_tile(p, g, u / tiles, u % tiles * kRows, q, kt, v, y, lse, s.data());
+    });
+  });
+}
+
+// Tile buffers of one thread's backward.
+template <typename T>
+struct GradTiles {
+  std::vector<T> p = std::vector<T>(size_t(kRows * kKeys)), pd = p, ds = p, row_dots;
+  bool keep[kRows * kKeys];
+};
+
+// dQ, and the pair's share of dKt and dV (accumulated: heads sharing K and V run on one thread).
+template <typename T>
+void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T* dy, const T* q, const T* kt,
+                   const T* v, const T* y, const T* lse, T* dq, T* dkt, T* dv, GradTiles<T>& t) {
+  const int64_t kv = g.kv_of(pair);
+  const T *dyi = dy + pair * g.tq * g.dv, *qi = q + pair * g.tq * g.d, *yi = y + pair * g.tq * g.dv;
+  const T *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv, *li = lse + pair * g.tq;
+  T *dqi = dq + pair * g.tq * g.d, *dkti = dkt + kv * g.d * g.tk, *dvi = dv + kv * g.tk * g.dv;
+  const bool* ci = p.cond ? p.cond + g.cond_of(pair) : nullptr;
+  t.row_dots.resize(size_t(g.tq));
+  for (int64_t r = 0; r < g.tq; ++r) {  // D = rowsum(dY Y) = rowsum(dP P): the softmax gradient's row term
+    double dot = 0;
+    for (int64_t k = 0; k < g.dv; ++k) dot += double(dyi[r * g.dv + k]) * double(yi[r * g.dv + k]);
+    t.row_dots[size_t(r)] = T(dot);
+  }
+  std::fill(dqi, dqi + g.tq * g.d, T(0));
+  for (int64_t r0 = 0; r0 < g.tq; r0 += kRows) {
+    const int64_t mr = std::min(kRows, g.tq - r0);
+    AttentionBand band = band_of(p, ci, r0, r0 + mr, g.tk);
+    for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
+      const int64_t w = std::min(kKeys, band.hi - j0);
+      T *pp = t.p.data(), *pd = p.dropout ? t.pd.data() : pp, *ds = t.ds.data();
+      scores(p, g, qi, kti, ci, r0, mr, j0, w, pp);
+      for (int64_t r = 0; r < mr; ++r) {
+        T* row = pp + r * w;
+        for (int64_t j = 0; j < w; ++j) row[j] -= li[r0 + r];
+        exp_in_place(row, w);
+        if (p.dropout) {
+          bool* keep = t.keep + r * w;
+          dropout_row(p, uint64_t(pair * g.tq + r0 + r), g.tk, j0, w, keep);
+          for (int64_t j = 0; j < w; ++j) pd[r * w + j] = keep[j] ? row[j] * p.keep_scale : T(0);
+        }
+      }
+      // dV += Pd^T dY; dPd = dY V^T
+      gemm<T>(true, false, w, g.dv, mr, T(1), pd, w, dyi + r0 * g.dv, g.dv, T(1), dvi + j0 * g.dv, g.dv);
+      gemm<T>(false, true, mr, w, g.dv, T(1), dyi + r0 * g.dv, g.dv, vi + j0 * g.dv, g.dv, T(0), ds, w);
+      for (int64_t r = 0; r < mr; ++r) {  // dS = P (dP - D) scale, 0 where masked (the fill is a constant)
+        const bool* cr = ci ? ci + (r0 + r) * p.row_stride + j0 * p.col_stride : nullptr;
+        const T dr = t.row_dots[size_t(r0 + r)];
+        T *dsr = ds + r * w, *pr = pp + r * w;
+        const bool* keep = t.keep + r * w;
+        for (int64_t j = 0; j < w; ++j) {
+          T dp = p.dropout ? (keep[j] ? dsr[j] * p.keep_scale : T(0)) : dsr[j];
+          dsr[j] = cr && cr[j * p.col_stride] ? T(0) : pr[j] * (dp - dr) * p.scale;
+        }
+      }
+      // dQ += dS Kt^T; dKt += Q^T dS
+      gemm<T>(false, true, mr, g.d, w, T(1), ds, w, kti + j0, g.tk, T(1), dqi + r0 * g.d, g.d);
+      gemm<T>(true, false, g.d, w, mr, T(1), qi + r0 * g.d, g.d, ds, w, T(1), dkti + j0, g.tk);
+    }
+  }
+}
+
+void flash_attention_grad(KernelCtx& c) {
+  Geometry g = geometry(c, 1, 2, 3, 7);
+  if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != g.pairs * g.tq * g.dv)
+    c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
+  if (c.in(5).numel() != g.pairs * g.tq) c.fail("LSE " + dims_str(c.in(5).dims()) + " must hold a value per row");
+  dispatch<kWideFloats>(c.in(1).dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (c.in(5).dtype() != c.in(1).dtype()) c.fail("LSE must have Q's dtype (float32 for lower precisions)");
+    const Params<T> p = params<T>(c, g, 6);
+    const T *dy = c.in(0).data<T>(), *q = c.in(1).data<T>(), *kt = c.in(2).data<T>(), *v = c.in(3).data<T>();
+    const T *y = c.in(4).data<T>(), *lse = c.in(5).data<T>();
+    T *dq = c.out(0).data<T>(), *dkt = c.out(1).data<T>(), *dv = c.out(2).data<T>();
+    std::vector<std::vector<int64_t>> heads(size_t(g.kv_count));  // the pairs reading each K and V
+    for (int64_t i = 0; i < g.pairs; ++i) heads[size_t(g.kv_of(i))].push_back(i);
+    const int64_t per_kv = std::max<int64_t>(1, g.pairs / std::max<int64_t>(1, g.kv_count));
+    parallel_for(g.kv_count, per_kv * g.tq * g.tk * (g.d + g.dv) * 4, [&](int64_t b, int64_t e) {
+      GradTiles<T> t;
+      for (int64_t kv = b; kv < e; ++kv) {
+        std::fill(dkt + kv * g.d * g.tk, dkt + (kv + 1) * g.d * g.tk, T(0));
+        std::fill(dv + kv * g.tk * g.dv, dv + (kv + 1) * g.tk * g.dv, T(0));
+        for (int64_t pair : heads[size_t(kv)]) backward_pair(p, g, pair, dy, q, kt, v, y, lse, dq, dkt, dv, t);
+      }
+    });
+  });
+}
+
+const bool kRegistered =
+    register_kernels(kCpu, {
+                               in_float32({"com.onnxtrain", "FlashAttention", kernel(flash_attention)}),
+                               in_float32({"com.onnxtrain", "FlashAttentionGrad", kernel(flash_attention_grad)}),
+                           });
+
+}  // namespace
+}  // namespace onnxtrain::kernels

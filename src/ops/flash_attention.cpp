@@ -1,0 +1,116 @@
+// Memory-efficient attention, fused:
+// com.onnxtrain.FlashAttention(Q, Kt, V, scale, cond?, fill?, ratio?, training_mode?) -> (Y, LSE) computes
+//   Y = Dropout(Softmax(Where(cond, fill, (Q Kt) * scale)), ratio, training_mode) V
+// with Q (..., Tq, d), Kt (..., d, Tk) (the keys transposed, as exporters write the scores' product), V (..., Tk,
+// dv), the batch dims of K and V broadcast to Q's (grouped-query attention); LSE (..., Tq) is each row's log-sum-exp
+// of the scores, in float32 (float64 for float64 inputs). The kernel (kernels/cpu/flash_attention.cpp) runs tiles
+// of keys with an online softmax and never holds the (..., Tq, Tk) probabilities; the backward recomputes them a
+// tile at a time from LSE, so training stashes Q, K, V, Y and LSE instead of the probabilities (and the dropout
+// mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond, fill, ratio, training_mode) ->
+// (dQ, dKt, dV), which draws the forward's dropout mask again from the same random key.
+// The flash_attention_fusion pass makes it from what exporters write.
+#include "ops/grad.h"
+#include "ops/op.h"
+#include "ops/shape_util.h"
+
+namespace onnxtrain::ops {
+namespace {
+
+enum Input : size_t { kQ, kKt, kV, kScale, kCond, kFill, kRatio, kTraining };
+
+bool has_dropout(const ir::Node& n) { return n.input(kRatio) != nullptr; }
+
+// The batch dims of the three operands: Q's are the output's, K's and V's broadcast to them.
+Shape attention_batch(InferCtx& ctx, size_t q, size_t kt, size_t v) {
+  const Shape &qs = ctx.shape(q), &ks = ctx.shape(kt), &vs = ctx.shape(v);
+  if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2)
+    ctx.fail("Q, Kt and V must have rank >= 2, got " + shape_str(qs) + ", " + shape_str(ks) + " and " + shape_str(vs));
+  const Dim &d = qs.back(), &dk = ks[ks.size() - 2], &tk = ks.back(), &tv = vs[vs.size() - 2];
+  if (d.is_const() && dk.is_const() && d != dk)
+    ctx.fail("Q " + shape_str(qs) + " and Kt " + shape_str(ks) + " differ in the head size");
+  if (tk.is_const() && tv.is_const() && tk != tv)
+    ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in the number of keys");
+  Shape qb(qs.begin(), qs.end() - 2), kb(ks.begin(), ks.end() - 2), vb(vs.begin(), vs.end() - 2);
+  if (kb.size() != vb.size()) ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch rank");
+  for (size_t i = 0; i < kb.size(); ++i)
+    if (kb[i].is_const() && vb[i].is_const() && kb[i] != vb[i])
+      ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch dims");
+  Shape batch = broadcast_shapes(ctx, qb, kb);
+  if (batch.size() != qb.size()) ctx.fail("Kt " + shape_str(ks) + " has more batch dims than Q " + shape_str(qs));
+  for (size_t i = 0; i < qb.size(); ++i)
+    if (batch[i].is_const() && qb[i].is_const() && batch[i] != qb[i])
+      ctx.fail("Q " + shape_str(qs) + " must hold every batch index of Kt " + shape_str(ks));
+  return qb;
+}
+
+DType lse_dtype(DType q) { return q == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32; }
+
+class FlashAttentionOp : public Op {
+ public:
+  explicit FlashAttentionOp(const ir::Node& n) : dropout_(has_dropout(n)) {}
+  bool recomputable() const override { return true; }
+  bool is_random() const override { return dropout_; }
+  uint64_t host_inputs() const override { return input_bits({kRatio, kTraining}); }
+  bool differentiable_output(size_t i) const override { return i == 0; }
+  DType output_dtype(size_t i, const std::vector<DType>& in) const override {
+    return i == 1 ? lse_dtype(in[0]) : in[0];
+  }
+  Dim flops(const ir::Node& n) const override {
+    const ir::Value *q = n.inputs[kQ], *v = n.inputs[kV], *kt = n.inputs[kKt];
+    if (!q->has_shape || !v->has_shape || !kt->has_shape) return Dim(0);
+    Dim scores = shape_numel(Shape(q->shape.begin(), q->shape.end() - 1)) * kt->shape.back();
+    return scores * (Dim(2) * q->shape.back() + Dim(2) * v->shape.back() + Dim(8));
+  }
+  void infer(InferCtx& ctx) const override {
+    Shape batch = attention_batch(ctx, kQ, kKt, kV);
+    const Shape &qs = ctx.shape(kQ), &vs = ctx.shape(kV);
+    if (ctx.has(kCond) != ctx.has(kFill)) ctx.fail("cond and fill come together");
+    if (ctx.has(kCond) && ctx.dtype(kCond) != DType::kBool) ctx.fail("cond must be bool");
+    if (ctx.has(kCond) && ctx.rank(kCond) > int64_t(batch.size() + 2))
+      ctx.fail("cond " + shape_str(ctx.shape(kCond)) + " has a higher rank than the scores");
+    Shape y = batch, lse = batch;
+    y.push_back(qs[qs.size() - 2]);
+    y.push_back(vs.back());
+    lse.push_back(qs[qs.size() - 2]);
+    ctx.set(0, ctx.dtype(kQ), y);
+    ctx.set(1, lse_dtype(ctx.dtype(kQ)), lse);
+  }
+  void grad(GradCtx& g) const override {
+    if (!g.needs(kQ) && !g.needs(kKt) && !g.needs(kV)) return;
+    if (g.needs(kScale) || g.needs(kFill)) no_gradient(g);
+    const ir::Node& n = g.node();
+    std::vector<ir::Value*> in{g.dy(0), g.x(kQ), g.x(kKt), g.x(kV), g.y(0), g.y(1)};
+    for (size_t i = kScale; i <= kTraining; ++i) in.push_back(g.x(i));
+    while (!in.back()) in.pop_back();
+    std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, {}, "com.onnxtrain");
+    d[0]->producer->random_key = n.random_key.empty() ? n.name : n.random_key;  // the forward's dropout mask
+    for (size_t i = kQ; i <= kV; ++i)
+      if (g.needs(i)) g.set_dx(i, d[i]);
+  }
+
+ private:
+  bool dropout_;
+};
+
+class FlashAttentionGradOp : public Op {
+ public:
+  explicit FlashAttentionGradOp(const ir::Node& n) : dropout_(n.input(9) != nullptr) {}
+  bool is_random() const override { return dropout_; }
+  uint64_t host_inputs() const override { return input_bits({9, 10}); }
+  DType output_dtype(size_t i, const std::vector<DType>& in) const override { return in[1 + i]; }
+  void infer(InferCtx& ctx) const override {
+    attention_batch(ctx, 1, 2, 3);
+    for (size_t i = 0; i < 3; ++i) ctx.set(i, ctx.dtype(1 + i), ctx.shape(1 + i));
+  }
+
+ private:
+  bool dropout_;
+};
+
+const bool kRegistered = register_ops({
+    {"com.onnxtrain", "FlashAttention", factory<FlashAttentionOp>()},
+    {"com.onnxtrain", "FlashAttentionGrad", factory<FlashAttentionGradOp>()},
+});
+
+}  // namespace
+}  // namespace onnxtrain::ops

@@ -1,0 +1,143 @@
+"""com.onnxtrain.FlashAttention (online softmax over tiles of keys, no (Tq, Tk) buffer) against NumPy, its bfloat16
+path against its float32 result rounded, and flash_attention_fusion against the unfused graph it replaces: the same
+outputs and gradients under dropout, drawing the same mask. (Float64 gradients: test_gradcheck.py.)"""
+
+import numpy as np
+import pytest
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxtrain
+
+DOMAINS = [helper.make_opsetid("", 20), helper.make_opsetid("com.onnxtrain", 1)]
+TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
+
+
+def flash_model(dtype, scale, cond, fill, elem=None):
+    elem = elem or TYPES[dtype]
+    consts = [numpy_helper.from_array(np.array(scale, dtype), "scale")]
+    names = ["q", "kt", "v", "scale"]
+    if cond is not None:
+        consts += [numpy_helper.from_array(cond, "cond"), numpy_helper.from_array(np.array(fill, dtype), "fill")]
+        names += ["cond", "fill"]
+    node = helper.make_node("FlashAttention", names, ["y", "lse"], domain="com.onnxtrain")
+    inputs = [helper.make_tensor_value_info(n, elem, None) for n in ["q", "kt", "v"]]
+    outputs = [helper.make_tensor_value_info("y", elem, None), helper.make_tensor_value_info("lse", TensorProto.FLOAT
+                                                                                             if dtype != np.float64
+                                                                                             else TensorProto.DOUBLE,
+                                                                                             None)]
+    graph = helper.make_graph([node], "flash", inputs, outputs, initializer=consts)
+    return helper.make_model(graph, opset_imports=DOMAINS).SerializeToString()
+
+
+def reference(q, kt, v, scale, cond, fill):
+    s = np.matmul(q.astype(np.float64), kt.astype(np.float64)) * scale
+    if cond is not None:
+        s = np.where(cond, fill, s)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.exp(s - m)
+    total = e.sum(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.matmul(e / total, v.astype(np.float64)), (np.log(total) + m)[..., 0]
+
+
+T = 70
+MASKS = {
+    "none": None,
+    "causal": np.triu(np.ones((T, 300), bool), 231),  # two tiles of keys; the first rows skip most of them
+    "padding": np.broadcast_to(np.arange(300) >= 250, (2, 1, 1, 300)).copy(),
+    "per_batch": np.stack([np.triu(np.ones((T, 300), bool), 231), np.tril(np.ones((T, 300), bool), -1)])[:, None],
+    "rows_fully_masked": np.concatenate([np.ones((3, 300), bool), np.triu(np.ones((T - 3, 300), bool), 234)]),
+}
+CASES = [(m, f) for m in MASKS for f in ([-np.inf, np.finfo(np.float32).min, -3.0] if MASKS[m] is not None else [0])
+         if (m, f) != ("rows_fully_masked", -np.inf)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mask,fill", CASES)
+def test_flash_attention_matches_numpy(dtype, mask, fill):
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 3, T, 16)).astype(dtype)
+    kt = rng.standard_normal((2, 3, 16, 300)).astype(dtype)
+    v = rng.standard_normal((2, 3, 300, 8)).astype(dtype)
+    out = onnxtrain.Session.from_bytes(flash_model(dtype, 0.25, MASKS[mask], fill)).run({"q": q, "kt": kt, "v": v})
+    y, lse = reference(q, kt, v, 0.25, MASKS[mask], fill)
+    np.testing.assert_allclose(out["y"], y, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(out["lse"], lse, rtol=2e-5, atol=2e-6)
+
+
+def test_keys_and_values_shared_by_heads_are_broadcast():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((2, 6, 40, 8)).astype(np.float32)
+    kt = rng.standard_normal((2, 1, 8, 40)).astype(np.float32)
+    v = rng.standard_normal((2, 1, 40, 8)).astype(np.float32)
+    causal = np.triu(np.ones((40, 40), bool), 1)
+    out = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.3, causal, -np.inf)).run({"q": q, "kt": kt, "v": v})
+    np.testing.assert_allclose(out["y"], reference(q, kt, v, 0.3, causal, -np.inf)[0], rtol=2e-5, atol=2e-6)
+
+
+def test_a_fully_masked_row_of_minus_infinity_is_nan_as_softmax_makes_it():
+    q, kt, v = np.ones((1, 4, 8), np.float32), np.ones((1, 8, 4), np.float32), np.ones((1, 4, 2), np.float32)
+    cond = np.array([[True] * 4, [False, True, True, True], [False, False, True, True], [False] * 4])
+    y = onnxtrain.Session.from_bytes(flash_model(np.float32, 1.0, cond, -np.inf)).run({"q": q, "kt": kt, "v": v})["y"]
+    assert np.isnan(y[0, 0]).all() and not np.isnan(y[0, 1:]).any()
+
+
+def test_bfloat16_is_the_float32_result_rounded():
+    rng = np.random.default_rng(3)
+    q, kt, v = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(torch.bfloat16)
+                for s in [(2, 3, 50, 16), (2, 3, 16, 50), (2, 3, 50, 16)])
+    causal = np.triu(np.ones((50, 50), bool), 1)
+    low = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.25, causal, -np.inf, TensorProto.BFLOAT16))
+    wide = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.25, causal, -np.inf))
+    got = torch.from_dlpack(low.run({"q": q, "kt": kt, "v": v})["y"])
+    want = torch.tensor(wide.run({"q": q.float().numpy(), "kt": kt.float().numpy(), "v": v.float().numpy()})["y"])
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want.to(torch.bfloat16))
+
+
+def attention_with_dropout(keep_mask_output):
+    """Loss = sum(MatMul(Dropout(AttentionSoftmax(q, kt)), v) * r); with the Dropout's mask a graph output (which
+    keeps the fusion away) or not (fused)."""
+    rng = np.random.default_rng(4)
+    consts = [numpy_helper.from_array(np.array(0.25, np.float32), "scale"),
+              numpy_helper.from_array(np.triu(np.ones((40, 40), bool), 1), "cond"),
+              numpy_helper.from_array(np.array(-np.inf, np.float32), "fill"),
+              numpy_helper.from_array(np.array(0.3, np.float32), "ratio"),
+              numpy_helper.from_array(np.array(True), "training"),
+              numpy_helper.from_array(rng.uniform(0.5, 1.5, (2, 3, 40, 8)).astype(np.float32), "r")]
+    nodes = [helper.make_node("AttentionSoftmax", ["q", "kt", "scale", "cond", "fill"], ["p"], domain="com.onnxtrain"),
+             helper.make_node("Dropout", ["p", "ratio", "training"], ["pd", "mask"], name="drop"),
+             helper.make_node("MatMul", ["pd", "v"], ["y"]),
+             helper.make_node("Mul", ["y", "r"], ["w"]),
+             helper.make_node("ReduceSum", ["w"], ["loss"], keepdims=0)]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+              for n, s in [("q", [2, 3, 40, 8]), ("kt", [2, 3, 8, 40]), ("v", [2, 3, 40, 8])]]
+    outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+               helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if keep_mask_output:
+        outputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, None))
+    graph = helper.make_graph(nodes, "attention", inputs, outputs, initializer=consts)
+    model = helper.make_model(graph, opset_imports=DOMAINS).SerializeToString()
+    return onnxtrain.Session.for_training(model, ["q", "kt", "v"], "loss")
+
+
+def test_fusion_draws_the_unfused_dropout_mask_and_gives_its_gradients(tmp_path):
+    rng = np.random.default_rng(5)
+    feeds = {"q": rng.standard_normal((2, 3, 40, 8)).astype(np.float32),
+             "kt": rng.standard_normal((2, 3, 8, 40)).astype(np.float32),
+             "v": rng.standard_normal((2, 3, 40, 8)).astype(np.float32)}
+    results = []
+    for unfused in [True, False]:
+        session = attention_with_dropout(unfused)
+        session.save(str(tmp_path / "optimized.onnx"))
+        ops = {n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
+        assert ("FlashAttention" in ops) != unfused and ("Dropout" in ops) == unfused
+        out, state = session.run_forward(dict(feeds), seed=11)
+        results.append((out, session.run_backward(state)))
+    (out_u, grads_u), (out_f, grads_f) = results
+    assert 0.2 < 1 - out_u["mask"].mean() < 0.4  # dropout did drop
+    np.testing.assert_allclose(out_f["y"], out_u["y"], rtol=1e-5, atol=1e-6)
+    for name in feeds:
+        np.testing.assert_allclose(grads_f[name], grads_u[name], rtol=1e-4, atol=1e-5)
