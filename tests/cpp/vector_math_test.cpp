@@ -130,7 +130,26 @@ TEST(VectorMath, MaskedSoftmaxGradMatchesDoublePrecision) {
     for (int64_t i = 0; i < n; ++i) {
       double want = c[size_t(i)] ? 0.0 : double(y[size_t(i)]) * (double(dy[size_t(i)]) - dot) * 0.125;
       ASSERT_NEAR(dx[size_t(i)], want, 1e-6 * (1 + std::abs(want))) << "n " << n << " i " << i;
-      if (c[size_t(i)]) ASSERT_EQ(dx[size_t(i)], 0.f);
+      if (c[size_t(i)]) {
+        ASSERT_EQ(dx[size_t(i)], 0.f);
+      }
     }
+  }
+}
+
+TEST(VectorMath, MaxAndMaskedScaleOfEveryLengthAndTail) {
+  for (int64_t n : {0, 1, 7, 8, 9, 31, 100}) {
+    std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+    std::unique_ptr<bool[]> c(new bool[size_t(n) + 1]);
+    float want = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+      x[size_t(i)] = float((i * 37) % 11) - 5.f + (i == n - 1 ? 20.f : 0.f);  // the largest last: the tail counts
+      want = std::max(want, x[size_t(i)]);
+      c[size_t(i)] = i % 4 == 2;
+    }
+    EXPECT_EQ(kernels::max_f32(x.data(), n), want) << "n " << n;
+    kernels::masked_scale_f32(x.data(), c.get(), 0.5f, -INFINITY, y.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(y[size_t(i)], c[size_t(i)] ? -INFINITY : x[size_t(i)] * 0.5f) << "n " << n << " i " << i;
   }
 }

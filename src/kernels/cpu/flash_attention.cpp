@@ -129,17 +129,41 @@ void scores(const Params<T>& p, const Geometry& g, const T* q, const T* kt, cons
       continue;
     }
     const bool* cr = pair_cond + (r0 + r) * p.row_stride + j0 * p.col_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      if (p.col_stride == 1) {
+        masked_scale_f32(row, cr, p.scale, p.fill, row, w);
+        continue;
+      }
+    }
     for (int64_t j = 0; j < w; ++j) row[j] = cr[j * p.col_stride] ? p.fill : row[j] * p.scale;
   }
 }
 
+// x = exp(x - shift), vectorized for float32.
 template <typename T>
-void exp_in_place(T* x, int64_t n) {
+void exp_shifted(T* x, T shift, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] -= shift;
   if constexpr (std::is_same_v<T, float>) {
     exp_f32(x, x, n);
   } else {
     for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
   }
+}
+
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return max_f32(x, n);
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+template <typename T>
+double row_sum(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return sum_f32(x, n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  return sum;
 }
 
 // keep[j] for keys [j0, j0 + w) of score row `row` (flat over all pairs' scores, as a Dropout after the softmax
@@ -168,17 +192,14 @@ void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r
     scores(p, g, qi, kti, ci, r0, mr, j0, w, s);
     for (int64_t r = 0; r < mr; ++r) {
       T* row = s + r * w;
-      const T mn = std::max(m[r], *std::max_element(row, row + w));
+      const T mn = std::max(m[r], row_max(row, w));
       if (mn == -std::numeric_limits<T>::infinity()) {  // every score so far is -inf: nothing to add yet
         std::fill(row, row + w, T(0));
         continue;
       }
       const T alpha = std::exp(m[r] - mn);
-      for (int64_t j = 0; j < w; ++j) row[j] -= mn;
-      exp_in_place(row, w);
-      double sum = 0;
-      for (int64_t j = 0; j < w; ++j) sum += row[j];
-      l[r] = l[r] * alpha + T(sum);
+      exp_shifted(row, mn, w);
+      l[r] = l[r] * alpha + T(row_sum(row, w));
       m[r] = mn;
       if (p.dropout) {
         dropout_row(p, uint64_t(pair * g.tq + r0 + r), g.tk, j0, w, keep);
@@ -251,8 +272,7 @@ void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T*
       scores(p, g, qi, kti, ci, r0, mr, j0, w, pp);
       for (int64_t r = 0; r < mr; ++r) {
         T* row = pp + r * w;
-        for (int64_t j = 0; j < w; ++j) row[j] -= li[r0 + r];
-        exp_in_place(row, w);
+        exp_shifted(row, li[r0 + r], w);
         if (p.dropout) {
           bool* keep = t.keep + r * w;
           dropout_row(p, uint64_t(pair * g.tq + r0 + r), g.tk, j0, w, keep);
@@ -266,11 +286,15 @@ void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T*
         const bool* cr = ci ? ci + (r0 + r) * p.row_stride + j0 * p.col_stride : nullptr;
         const T dr = t.row_dots[size_t(r0 + r)];
         T *dsr = ds + r * w, *pr = pp + r * w;
-        const bool* keep = t.keep + r * w;
-        for (int64_t j = 0; j < w; ++j) {
-          T dp = p.dropout ? (keep[j] ? dsr[j] * p.keep_scale : T(0)) : dsr[j];
-          dsr[j] = cr && cr[j * p.col_stride] ? T(0) : pr[j] * (dp - dr) * p.scale;
+        if (p.dropout) {
+          const bool* keep = t.keep + r * w;
+          for (int64_t j = 0; j < w; ++j) dsr[j] = keep[j] ? dsr[j] * p.keep_scale : T(0);
         }
+        for (int64_t j = 0; j < w; ++j) dsr[j] = pr[j] * (dsr[j] - dr) * p.scale;
+        if (cr && p.col_stride == 1)
+          for (int64_t j = 0; j < w; ++j) dsr[j] = cr[j] ? T(0) : dsr[j];
+        else if (cr)
+          for (int64_t j = 0; j < w; ++j) dsr[j] = cr[j * p.col_stride] ? T(0) : dsr[j];
       }
       // dQ += dS Kt^T; dKt += Q^T dS
       gemm<T>(false, true, mr, g.d, w, T(1), ds, w, kti + j0, g.tk, T(1), dqi + r0 * g.d, g.d);

@@ -149,10 +149,8 @@ void mean_var_f32(const float* x, int64_t n, double* mean, double* var) {
 
 void exp_f32(const float* x, float* y, int64_t n) { map8<exp8>(x, y, n); }
 
-namespace {
-
 // y[i] = c[i] ? fill : x[i] * scale.
-void masked_scale(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
+void masked_scale_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
   const __m256 s = _mm256_set1_ps(scale), f = _mm256_set1_ps(fill);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -162,6 +160,19 @@ void masked_scale(const float* x, const bool* c, float scale, float fill, float*
   }
   for (; i < n; ++i) y[i] = c[i] ? fill : x[i] * scale;
 }
+
+float max_f32(const float* x, int64_t n) {
+  __m256 mv = _mm256_set1_ps(-__builtin_inff());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float m = *std::max_element(lanes, lanes + 8);
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+namespace {
 
 bool all_masked8(const bool* c) {
   uint64_t bytes;
@@ -266,7 +277,7 @@ void masked_softmax_grad_f32(const float* dy, const float* y, const bool* c, flo
 }
 
 void masked_softmax_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n) {
-  masked_scale(x, c, scale, fill, y, n);
+  masked_scale_f32(x, c, scale, fill, y, n);
   softmax(y, y, n, c, fill);
 }
 

@@ -28,6 +28,10 @@ void softmax_f32(const float* x, float* y, int64_t n);
 void masked_softmax_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n);
 // The masked softmax's gradient: dx = c ? 0 : y * (dy - sum(dy * y)) * scale (the products summed in double).
 void masked_softmax_grad_f32(const float* dy, const float* y, const bool* c, float scale, float* dx, int64_t n);
+// y = c ? fill : x * scale (y may be x).
+void masked_scale_f32(const float* x, const bool* c, float scale, float fill, float* y, int64_t n);
+// The largest of n floats (-inf for none; NaNs are not propagated).
+float max_f32(const float* x, int64_t n);
 // The sum of n floats, accumulated in double four lanes at a time.
 double sum_f32(const float* x, int64_t n);
 // The mean and the (biased) variance of n floats, accumulated in double: a sum, then the centred sum of squares.
