@@ -28,6 +28,9 @@ namespace onnxtrain {
 struct SessionOptions : runtime::CompileOptions {
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the device's allocator when null
+  // Whether the allocator keeps its free blocks between steps; by default each run() and run_backward() ends by
+  // returning them to the system (CachingAllocator::trim).
+  bool keep_cache = false;
 };
 
 // What one forward call leaves for its backward call: the stashed activations
@@ -114,6 +117,7 @@ class Session {
  private:
   Session(memory::Executable exe, SessionOptions options);
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
+  void end_of_step();  // trims the allocator unless told to keep its cache
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 
   memory::Executable exe_;

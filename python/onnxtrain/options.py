@@ -24,6 +24,9 @@ class Options:
     # ONNXTRAIN_MEMORY_TIMELINE: a PNG path; the first training step's allocations and frees are recorded and
     # drawn there (the data goes to the same path with .json)
     memory_timeline: str = ""
+    # ONNXTRAIN_KEEP_CACHE=1: the allocator keeps its free blocks between steps (by default each backward ends by
+    # returning them to the system, so none idle while PyTorch's optimizer and the next batch allocate)
+    keep_cache: bool = False
 
     def resolved(self):
         """These options with the environment's overrides applied and checked."""
@@ -33,23 +36,27 @@ class Options:
         o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
-        level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL", os.environ.get("ORTMODULE_MEMORY_OPT_LEVEL", o.memory_opt_level))
+        level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL",
+                               os.environ.get("ORTMODULE_MEMORY_OPT_LEVEL", o.memory_opt_level))
         if str(level) not in ("0", "1", "2"):
             raise ValueError(f"onnxtrain: memory optimizer level '{level}' is not 0, 1 or 2")
         o.memory_opt_level = int(level)
         o.memory_timeline = os.environ.get("ONNXTRAIN_MEMORY_TIMELINE", o.memory_timeline)
         folder = os.path.dirname(os.path.abspath(o.memory_timeline)) if o.memory_timeline else ""
         if folder and not os.path.isdir(folder):
-            raise ValueError(f"onnxtrain: ONNXTRAIN_MEMORY_TIMELINE / Options.memory_timeline is '{o.memory_timeline}', "
-                             f"but the folder {folder} does not exist")
-        o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", "1" if o.print_memory_stats else "0") == "1"
+            raise ValueError(f"onnxtrain: ONNXTRAIN_MEMORY_TIMELINE / Options.memory_timeline is "
+                             f"'{o.memory_timeline}', but the folder {folder} does not exist")
+        flag = {True: "1", False: "0"}
+        o.keep_cache = os.environ.get("ONNXTRAIN_KEEP_CACHE", flag[o.keep_cache]) == "1"
+        o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", flag[o.print_memory_stats]) == "1"
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
         o.memory_budget = "" if budget in (0, "0", "") else str(budget)
         from onnxtrain._onnxtrain import check_memory_budget
 
         check_memory_budget(o.memory_budget)  # a ConfigError quoting it
         if o.fallback not in ("raise", "torch"):
-            raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; use 'raise' or 'torch'")
+            raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; "
+                             "use 'raise' or 'torch'")
         if o.log_level not in logging.getLevelNamesMapping():
             raise ValueError(f"onnxtrain: log level '{o.log_level}' is not one of DEBUG, INFO, WARNING, ERROR")
         return o

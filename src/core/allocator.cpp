@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -30,6 +32,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     p = it->second;
     free_blocks_.erase(it);
   } else {
+    release_beyond_high_water(rounded);
     p = memory_.reserve(rounded, kAlignment);
     if (!p) {
       release_free_blocks();
@@ -42,6 +45,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   }
   used_[p] = {block, rounded};
   s_.allocated += rounded;
+  high_water_ = std::max(high_water_, s_.allocated);
   s_.num_allocs++;
   update_peaks();
   if (observer_) observer_(p, int64_t(rounded));
@@ -93,6 +97,23 @@ void CachingAllocator::set_limit(int64_t bytes) {
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
   release_free_blocks();
+}
+
+void CachingAllocator::trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_free_blocks();
+  high_water_ = s_.allocated;
+}
+
+void CachingAllocator::release_beyond_high_water(size_t bytes) {
+  const int64_t bound = std::max(high_water_, s_.allocated + int64_t(bytes));
+  while (!free_blocks_.empty() && s_.cached + int64_t(bytes) > bound) {
+    auto largest = std::prev(free_blocks_.end());
+    memory_.release(largest->second);
+    s_.cached -= int64_t(largest->first);
+    free_blocks_.erase(largest);
+  }
+  s_.inactive = s_.cached - s_.allocated;
 }
 
 void CachingAllocator::release_free_blocks() {

@@ -1,4 +1,7 @@
-// A small size-keyed caching allocator whose statistics are public API, one per device.
+// A small size-keyed caching allocator whose statistics are public API, one per device. It never holds more
+// than it has had to: on a miss, cached blocks are returned to the system until the new block fits under the
+// highest allocated total since the last trim(), so the bytes it reserves (cached) peak where the allocated bytes
+// peak, and a step's process memory is the planned peak, not the planned peak plus fragments of other sizes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +45,9 @@ class CachingAllocator {
   void set_limit(int64_t bytes);
   // Returns unused cached blocks to the system.
   void empty_cache();
+  // empty_cache(), and a new high-water mark from here: what a session calls at the end of each step, so that
+  // between steps no memory idles in this cache while PyTorch's optimizer and the next batch allocate beside it.
+  void trim();
   // Called (under the allocator's lock: it must not allocate from this allocator) with every block handed
   // out (+rounded bytes) and taken back (-rounded bytes); an empty function removes it.
   using Observer = std::function<void(const void* block, int64_t bytes)>;
@@ -56,12 +62,16 @@ class CachingAllocator {
  private:
   void update_peaks();
   void release_free_blocks();  // with mu_ held
+  // With mu_ held, before reserving `bytes` more: releases free blocks, largest first, until the cache fits
+  // under the high-water mark (or holds no free block).
+  void release_beyond_high_water(size_t bytes);
   Device device_;
   DeviceMemory& memory_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_blocks_;         // block size -> block
   std::map<void*, std::pair<size_t, size_t>> used_;  // block -> (block size, rounded request)
   MemoryStats s_;
+  int64_t high_water_ = 0;  // the highest allocated total since the last trim()
   Observer observer_;
 };
 

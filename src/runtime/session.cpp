@@ -151,12 +151,19 @@ void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds
 }
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {
-  runtime::Env env;
-  feed(env, feeds, false);
-  runtime::execute(exe_.plan, 0, exe_.plan.steps().size(), env, alloc_, next_seed(), profile_.get(), recorder_.get());
   std::map<std::string, Tensor> out;
-  for (const ir::Value* v : exe_.graph->outputs) out[v->name] = env.at(v);
+  {
+    runtime::Env env;
+    feed(env, feeds, false);
+    runtime::execute(exe_.plan, 0, exe_.plan.steps().size(), env, alloc_, next_seed(), profile_.get(), recorder_.get());
+    for (const ir::Value* v : exe_.graph->outputs) out[v->name] = env.at(v);
+  }
+  end_of_step();
   return out;
+}
+
+void Session::end_of_step() {
+  if (!options_.keep_cache) alloc_->trim();
 }
 
 std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run_forward(
@@ -204,6 +211,7 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state,
   std::map<std::string, Tensor> grads;
   for (size_t i = 0; i < exe_.grads.size(); ++i) grads[exe_.wrt[i]] = state.env_.at(exe_.grads[i]);
   state.env_.clear();
+  end_of_step();
   return grads;
 }
 

@@ -47,3 +47,35 @@ TEST(Allocator, LimitRaisesTypedErrorNamingTheRequest) {
   a.free(p);
   EXPECT_NO_THROW(a.free(a.allocate(1000)));
 }
+
+// Blocks of one size freed, then requests of another that they cannot serve: without the high-water rule the
+// cache would hold both sets (3 x 4096 idle beside 3 x 8192 in use); with it, it never reserves past the highest
+// allocated total.
+TEST(Allocator, CachedBytesPeakWhereAllocatedBytesPeak) {
+  CachingAllocator a;
+  void* small[3];
+  for (auto& p : small) p = a.allocate(4096);
+  for (auto* p : small) a.free(p);
+  EXPECT_EQ(a.stats().cached, 3 * 4096);  // (idle, but under the high water of 3 x 4096)
+  void* big[3];
+  for (auto& p : big) p = a.allocate(16384);
+  auto s = a.stats();
+  EXPECT_EQ(s.peak_cached, s.peak_allocated);
+  EXPECT_EQ(s.cached, 3 * 16384);
+  for (auto* p : big) a.free(p);
+  // A block that fits is reused as before, whatever the high water.
+  void* again = a.allocate(16000);
+  EXPECT_EQ(a.stats().cached, 3 * 16384);
+  a.free(again);
+  // trim() returns every free block and starts a new high water: the next step reserves only what it uses.
+  a.trim();
+  EXPECT_EQ(a.stats().cached, 0);
+  void* p = a.allocate(64);
+  void* q = a.allocate(64);
+  a.free(p);
+  void* r = a.allocate(128);  // a miss: the idle 64 goes first, the high water (128) being what it may hold
+  s = a.stats();
+  EXPECT_EQ(s.cached, 64 + 128);
+  a.free(q);
+  a.free(r);
+}
