@@ -60,7 +60,9 @@ def build(config):
     model = CharLM(cls(vocab=8192, dim=384, heads=6, layers=6, block=128, dropout=0.1)).train()
     if config.startswith("compile"):
         if config == "compile-budget-0.5":
-            torch._functorch.config.activation_memory_budget = 0.5
+            import torch._functorch.config as functorch_config
+
+            functorch_config.activation_memory_budget = 0.5
         model = torch.compile(model)
     elif config.startswith("onnxtrain"):
         keep = config.endswith("-keep")  # the allocator's free blocks kept between steps (Options.keep_cache)

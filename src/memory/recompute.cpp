@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "memory/layers.h"
 #include "onnxtrain/error.h"
 #include "ops/op.h"
 #include "passes/pass.h"
@@ -163,11 +164,13 @@ std::vector<ConfigEntry> parse_config(const std::string& text) {
 }
 
 // What earlier rewrites made: every cloned value, and every cloned node. A later clone reads
-// cloned values instead of forward ones (so every recomputed target really leaves the stash),
-// and a node already cloned (another output of LayerNormalization, say) is not cloned again.
+// cloned values instead of forward ones (so every recomputed target really leaves the stash), but for the
+// checkpoints (layer inputs: stashed, so that recomputing a layer never recomputes the ones before it), and a node
+// already cloned (another output of LayerNormalization, say) is not cloned again.
 struct Clones {
   std::map<const ir::Value*, ir::Value*> values;
   std::set<const ir::Node*> nodes;
+  std::set<const ir::Value*> checkpoints;
 };
 
 static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) {
@@ -177,7 +180,8 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
     if (done.nodes.count(n)) continue;
     done.nodes.insert(n);
     std::vector<ir::Value*> ins, outs;
-    for (ir::Value* u : n->inputs) ins.push_back(u && clone_of.count(u) ? clone_of[u] : u);
+    for (ir::Value* u : n->inputs)
+      ins.push_back(u && clone_of.count(u) && !done.checkpoints.count(u) ? clone_of[u] : u);
     for (ir::Value* v : n->outputs) {
       if (!v) {
         outs.push_back(nullptr);
@@ -214,73 +218,6 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
                           target->consumers.end());
 }
 
-std::vector<const ir::Node*> detect_layers(const ir::Graph& g) {
-  auto is_add = [](const ir::Node* n) { return n && n->op_type == "Add"; };
-  std::vector<const ir::Node*> starts;
-  for (auto& n : g.nodes()) {
-    if (n->backward || n->op_type != "LayerNormalization") continue;
-    const ir::Value* in = n->inputs[0];
-    bool residual = is_add(in->producer);
-    for (const ir::Node* c : in->consumers) residual = residual || (is_add(c) && !c->backward);
-    if (!residual) continue;
-    // Does the output reach a Softmax before another LayerNormalization?
-    std::vector<const ir::Value*> todo = {n->outputs[0]};
-    std::set<const ir::Node*> seen;
-    bool attention = false;
-    while (!todo.empty() && !attention) {
-      const ir::Value* v = todo.back();
-      todo.pop_back();
-      for (const ir::Node* c : v->consumers) {
-        if (c->backward || !seen.insert(c).second || c->op_type == "LayerNormalization") continue;
-        if (c->op_type == "Softmax" || c->op_type == "MaskedSoftmax" || c->op_type == "AttentionSoftmax" ||
-            c->op_type == "FlashAttention")
-          attention = true;  // (the fused forms too)
-        for (const ir::Value* o : c->outputs)
-          if (o) todo.push_back(o);
-      }
-    }
-    if (attention) starts.push_back(n.get());
-  }
-  return starts;
-}
-
-// The forward nodes of the detected transformer layers (from the first start to the last layer's end) and
-// each layer's input, its checkpoint: it stays stashed (recomputing it would chain the layers).
-struct Layers {
-  std::set<const ir::Node*> nodes;
-  std::set<const ir::Value*> checkpoints;
-  size_t count = 0;
-};
-
-static Layers find_layers(const ir::Graph& g) {
-  Layers r;
-  auto starts = detect_layers(g);
-  r.count = starts.size();
-  if (starts.empty()) return r;
-  for (const ir::Node* s : starts) r.checkpoints.insert(s->inputs[0]);
-  // A layer spans from its start to the next start; the last one to the last LayerNormalization after it.
-  const ir::Node* end = nullptr;
-  bool inside = false;
-  for (auto& n : g.nodes())
-    if (!n->backward && n->op_type == "LayerNormalization") end = n.get();
-  for (auto& n : g.nodes()) {
-    if (n->backward) continue;
-    if (n.get() == starts.front()) inside = true;
-    if (n.get() == end && n.get() != starts.back()) inside = false;
-    if (inside) r.nodes.insert(n.get());
-  }
-  return r;
-}
-
-// A size for `dims`, unbound symbols (when no batch was given) taken as 128.
-static int64_t eval_or_default(const Dim& d, Bindings dims) {
-  std::vector<std::string> syms;
-  d.symbols(&syms);
-  for (auto& s : syms) dims.emplace(s, 128);
-  auto v = d.eval(dims);
-  return v ? *v : 0;
-}
-
 // One Cast, recomputed at every level: a parameter (or input) cast to another dtype (autocast's bf16 weights), or an
 // up-cast whose narrower input is stashed instead (bf16 logits cast to float32 for the loss): a copy's work.
 static bool cast_at_every_level(const Candidate& c) {
@@ -288,9 +225,8 @@ static bool cast_at_every_level(const Candidate& c) {
   return c.compromise ? is_upcast(c.nodes[0]) : !c.nodes[0]->input(0)->producer;
 }
 
-// Which candidates the config and the level choose; `by_config` marks the config's. Levels choose, among the
-// candidates inside the layers (compromised ones too at level 2), the cheapest set that keeps at most
-// kLevelKeep of the stash made inside the layers (for the budget's dims, else 128 for each dim).
+// Which candidates the config and the level choose; `by_config` marks the config's. Levels choose every candidate
+// inside the layers but their inputs (compromised ones too at level 2): layer-wise checkpointing.
 static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const std::vector<Candidate>& candidates,
                                                     const RecomputeOptions& o, const Layers& layers,
                                                     std::vector<bool>* by_config) {
@@ -314,22 +250,16 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
     }
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
     if (level_allows && !switched_off && layers.nodes.count(c.target->producer) &&
-        !layers.checkpoints.count(c.target)) {
-      items.push_back({eval_or_default(c.bytes, o.dims), eval_or_default(c.cost, o.dims)});
-      index.push_back(i);
-    }
-  }
-  if (!items.empty()) {
-    int64_t stash = 0;
-    for (const ir::Value* v : stashed_values(g))
-      if (layers.nodes.count(v->producer)) stash += eval_or_default(bytes_of(v), o.dims);
-    for (size_t k : choose_cheapest(items, stash - int64_t(kLevelKeep * double(stash))).chosen) pick[index[k]] = true;
+        std::find(layers.inputs.begin(), layers.inputs.end(), c.target) == layers.inputs.end())
+      pick[i] = true;
   }
   return pick;
 }
 
-static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, const std::vector<bool>& pick) {
+static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, const std::vector<bool>& pick,
+                    const Layers& layers) {
   Clones done;
+  done.checkpoints.insert(layers.inputs.begin(), layers.inputs.end());
   for (size_t i = 0; i < candidates.size(); ++i)
     if (pick[i]) clone_into_backward(g, candidates[i], done);
   if (done.nodes.empty()) return;
@@ -394,12 +324,14 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   }
   Layers layers;
   if (o.level > 0) {
-    layers = find_layers(g);
+    layers = detect_layers(g);
     std::ostringstream os;
-    os << "level " << o.level << ": " << layers.count
-       << " transformer layers; inside them the cheapest plans that keep " << kLevelKeep * 100 << "% of their stash";
-    if (!layers.count)
-      os << " found: nothing recomputed (no LayerNormalization on a residual stream reaches a Softmax)";
+    os << "level " << o.level << ": " << layers.count() << " transformer layers";
+    if (layers.count())
+      os << "; each recomputed in backward from its input (layer-wise checkpointing"
+         << (o.level == 2 ? ", with compromised plans)" : ")");
+    else
+      os << " found (no attention whose output joins a residual stream): nothing recomputed";
     report.level = os.str();
   }
   std::vector<bool> by_config;
@@ -415,7 +347,7 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
     bool asks = e != o.config.end() && (e->strategy == 2 || (e->strategy == 1 && !r.compromise));
     if (asks && e->count > r.frequency) r.requested += e->count - r.frequency;
   }
-  rewrite(g, candidates, pick);
+  rewrite(g, candidates, pick, layers);
   return report;
 }
 

@@ -32,8 +32,6 @@ struct Candidate {
   std::vector<const ir::Value*> kept;
 };
 constexpr int64_t kBytesCost = 8;
-// Levels 1 and 2 keep at most this fraction of the stash made inside the transformer layers.
-constexpr double kLevelKeep = 0.3;
 
 // One candidate per stashed activation whose producer chain is recomputable within `node_cap` nodes; for a
 // stashed activation without one, a compromised candidate when stopping at up-casts makes one.
@@ -69,16 +67,11 @@ struct RecomputeReport {
   std::string json(const Bindings& dims = {}) const;
 };
 
-// Transformer layers, detected from structure: each starts at a LayerNormalization whose input is a
-// residual stream (an Add's output, or read by an Add) and whose output reaches a Softmax (or a fused
-// MaskedSoftmax or AttentionSoftmax) before any other LayerNormalization; it ends where the next one starts. Returns
-// the starting nodes, in order.
-std::vector<const ir::Node*> detect_layers(const ir::Graph& g);
-
 struct RecomputeOptions {
   std::vector<ConfigEntry> config;
-  // 0 the config only; 1 the cheapest plain plans inside transformer layers that keep kLevelKeep of their stash
-  // (each layer's input stays stashed: its checkpoint); 2 compromised plans too. At every level, casts of
+  // 0 the config only; 1 every plain plan inside the transformer layers (memory/layers.h) but for their inputs,
+  // which stay stashed: layer-wise checkpointing; 2 compromised plans too. (The cheaper middle ground, the
+  // cheapest plans that keep a fraction of the stash, is a budget: stash_fraction.) At every level, casts of
   // parameters (autocast's bf16 weights) are cast again in backward rather than stashed, unless a config entry
   // names their cluster; so are lone up-casts, their narrower input stashed instead (the bf16 logits
   // that autocast casts to float32 for the loss).

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "ir/onnx_io.h"
+#include "memory/layers.h"
 #include "ops/op.h"
 #include "python/dlpack_bridge.h"
 #include "python/init.h"
@@ -116,7 +117,7 @@ void init_session(py::module_& m) {
           "(the allocator's, during the step), at_peak (the peak by category: stash, gradient, recompute, "
           "transient) and total (the whole step); without_plans: as if no recompute plan were applied.")
       .def(
-          "transformer_layers", [](const Session& s) { return memory::detect_layers(s.graph()).size(); },
+          "transformer_layers", [](const Session& s) { return memory::detect_layers(s.graph()).count(); },
           "How many transformer layers the memory optimizer detects in the forward graph.")
       .def("memory_timeline", &Session::memory_timeline, py::arg("dims"),
            "The predicted allocation timeline of one run for these dims, as JSON (see onnxtrain.timeline).")
