@@ -218,6 +218,10 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
                           target->consumers.end());
 }
 
+static bool is_checkpoint(const Layers& layers, const ir::Value* v) {
+  return std::find(layers.inputs.begin(), layers.inputs.end(), v) != layers.inputs.end();
+}
+
 // One Cast, recomputed at every level: a parameter (or input) cast to another dtype (autocast's bf16 weights), or an
 // up-cast whose narrower input is stashed instead (bf16 logits cast to float32 for the loss): a copy's work.
 static bool cast_at_every_level(const Candidate& c) {
@@ -249,8 +253,7 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
       continue;
     }
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
-    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) &&
-        std::find(layers.inputs.begin(), layers.inputs.end(), c.target) == layers.inputs.end())
+    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !is_checkpoint(layers, c.target))
       pick[i] = true;
   }
   return pick;
@@ -274,13 +277,15 @@ static int64_t eval_or_throw(const Dim& d, const Bindings& dims, const std::stri
 }
 
 // Adds to `pick` the cheapest further plans that save what the options ask (a fraction of the stash kept, or
-// bytes saved); the report says how much they save and whether that is enough.
+// bytes saved); the report says how much they save and whether that is enough. Layer inputs are not offered:
+// they are the checkpoints every layer's recompute starts from.
 static void choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candidates, const RecomputeOptions& o,
-                              std::vector<bool>* pick, RecomputeReport* report) {
+                              const Layers& layers, std::vector<bool>* pick, RecomputeReport* report) {
   std::vector<Item> items;
   std::vector<size_t> index;  // items -> candidates
   int64_t saved_anyway = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!(*pick)[i] && is_checkpoint(layers, candidates[i].target)) continue;
     int64_t bytes = eval_or_throw(candidates[i].bytes, o.dims, "'" + candidates[i].target->name + "'");
     if ((*pick)[i]) {
       saved_anyway += bytes;
@@ -322,9 +327,8 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
     report.clusters[it->second].frequency++;
     row_of.push_back(it->second);
   }
-  Layers layers;
+  const Layers layers = detect_layers(g);  // (their inputs are checkpoints for every plan)
   if (o.level > 0) {
-    layers = detect_layers(g);
     std::ostringstream os;
     os << "level " << o.level << ": " << layers.count() << " transformer layers";
     if (layers.count())
@@ -336,7 +340,7 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   }
   std::vector<bool> by_config;
   std::vector<bool> pick = choose_by_config_and_level(g, candidates, o, layers, &by_config);
-  if (o.stash_fraction > 0 || o.save_bytes > 0) choose_for_budget(g, candidates, o, &pick, &report);
+  if (o.stash_fraction > 0 || o.save_bytes > 0) choose_for_budget(g, candidates, o, layers, &pick, &report);
   for (size_t i = 0; i < candidates.size(); ++i) {
     ClusterReport& r = report.clusters[row_of[i]];
     r.applied += pick[i];

@@ -42,39 +42,33 @@ std::unique_ptr<memory::Executable> planned_like(const memory::Executable& base,
   return e;
 }
 
-// A budget on the step's peak: the least stash to save whose cheapest plans bring the rewritten step's predicted
-// peak under it, found by doubling the estimate from the peak, then bisecting. Each try rewrites a copy of the
-// graph and plans it as it will run. Returns the bytes to save; `text` says how the budget was met.
+// A budget on the step's peak: the stash to save whose cheapest plans bring the rewritten step's predicted peak
+// under it. The saves tried are a fixed ladder (k/32 of the stash, k = 0, 1, ...), the first that fits wins, and
+// when none fits the lowest peak of the ladder does: so a tighter budget never gets a higher peak than a looser
+// one (it takes the looser one's rung when that rung fits it too, and otherwise a rung under the tighter budget).
+// Each try rewrites a copy of the graph and plans it as it will run. Returns the bytes to save; `text` says how
+// the budget was met.
 int64_t stash_to_save(const memory::Executable& e, memory::RecomputeOptions ro, const CompileOptions& o,
                       std::string* text) {
+  constexpr int kRungs = 32;
   const int64_t limit = o.memory_budget.peak_bytes;
   bool met = true;
-  int64_t saved = 0;
+  int64_t saved = 0, stash = 0;
   auto peak_with = [&](int64_t need) {
     ro.save_bytes = need;
     auto h = e.graph->clone();
     memory::RecomputeReport r = memory::apply_recompute(*h, ro);
     met = r.met, saved = r.saved;
-    return memory::predict(*planned_like(e, std::move(h), o), o.memory_dims).total();
+    memory::MemoryPrediction p = memory::predict(*planned_like(e, std::move(h), o), o.memory_dims);
+    if (!need) stash = p.stash;
+    return p.total();
   };
   const int64_t before = peak_with(0);
-  int64_t peak = before, lo = 0, need = std::max<int64_t>(before - limit, 0), step = need, best = 0, best_saved = saved;
-  if (peak > limit) {
-    for (peak = peak_with(need); peak > limit && met; peak = peak_with(need)) {
-      lo = need;
-      need += std::max<int64_t>(step, 1);
-      step *= 2;
-    }
-    best = need, best_saved = saved;
-    if (peak <= limit) {
-      for (int round = 0; round < 12 && need - lo > 1; ++round) {  // the least need that still fits
-        int64_t mid = lo + (need - lo) / 2, p = peak_with(mid);
-        if (p <= limit)
-          need = mid, peak = p, best = mid, best_saved = saved;
-        else
-          lo = mid;
-      }
-    }
+  int64_t peak = before, best = 0, best_saved = 0;
+  for (int k = 1; k <= kRungs && peak > limit; ++k) {
+    const int64_t need = stash * k / kRungs, p = peak_with(need);
+    if (p < peak || p <= limit) peak = p, best = need, best_saved = saved;
+    if (!met) break;  // every plan taken: the rungs above would take the same
   }
   std::ostringstream os;
   os << "budget " << o.memory_budget.str() << ": predicted peak " << memory::mib(before) << " without its plans, "

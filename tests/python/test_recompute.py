@@ -204,3 +204,32 @@ def test_a_malformed_budget_is_a_config_error_quoting_it(model, text):
     b, wrt, _ = model
     with pytest.raises(onnxtrain.ConfigError, match="memory budget '" + re.escape(text) + "'"):
         onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=text, memory_dims={"batch": 4, "seq": 16})
+
+
+def measured_step_peak(session, feeds):
+    """The allocator's peak over one training step, above what was allocated before it."""
+    onnxtrain.reset_peak_stats()
+    base = onnxtrain.allocator_stats()["allocated"]
+    step(session, feeds)
+    return onnxtrain.allocator_stats()["peak_allocated"] - base
+
+
+def test_what_a_budget_budgets_never_rises_as_it_falls(model):
+    """A sweep of step-peak budgets (from no plan's peak to below what any plan reaches): each tighter budget's
+    measured peak is at most the looser one's (torch.compile's activation memory budget is not monotone: pytorch
+    issue 197838); a sweep of stash budgets: the measured stash likewise."""
+    b, wrt, feeds = model
+    dims = {"batch": 4, "seq": 16}
+    hi = onnxtrain.Session.for_training(b, wrt, "loss").predict_memory(dims)["total"]
+    lo = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims).predict_memory(dims)["total"]
+    peaks = []
+    for k in range(10, -4, -1):
+        budget = f"{int(lo + (hi - lo) * k / 10)}B"
+        peaks.append((budget, measured_step_peak(onnxtrain.Session.for_training(
+            b, wrt, "loss", memory_budget=budget, memory_dims=dims), feeds)))
+    assert all(t[1] <= l[1] for l, t in zip(peaks, peaks[1:])) and peaks[-1][1] < peaks[0][1], str(peaks)
+    stashes = []
+    for fraction in np.linspace(1.0, 0.05, 12):
+        session = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=f"{fraction:.2f}", memory_dims=dims)
+        stashes.append((f"{fraction:.2f}", step(session, feeds)[1]))
+    assert all(t[1] <= l[1] for l, t in zip(stashes, stashes[1:])) and stashes[-1][1] < stashes[0][1], str(stashes)
