@@ -1,18 +1,47 @@
 #include "core/device.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 namespace onnxtrain {
 
 namespace {
+// Blocks of 1 MiB and more are mapped from the system and unmapped on release, so that what the allocator returns
+// leaves the process (malloc would keep it in its heap, resident); smaller ones come from malloc.
 class HostMemory : public DeviceMemory {
  public:
-  void* reserve(size_t bytes, size_t alignment) override { return std::aligned_alloc(alignment, bytes); }
-  void release(void* block) override { std::free(block); }
+  static constexpr size_t kMapped = size_t(1) << 20;
+  void* reserve(size_t bytes, size_t alignment) override {
+    if (bytes < kMapped || alignment > 4096) return std::aligned_alloc(alignment, bytes);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    mapped_[p] = bytes;
+    return p;
+  }
+  void release(void* block) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = mapped_.find(block);
+      if (it != mapped_.end()) {
+        munmap(block, it->second);
+        mapped_.erase(it);
+        return;
+      }
+    }
+    std::free(block);
+  }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   bool host_readable() const override { return true; }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<void*, size_t> mapped_;
 };
 }  // namespace
 

@@ -28,7 +28,7 @@ class DeviceMemory {
   virtual bool host_readable() const = 0;
 };
 
-// The host's memory (aligned_alloc, free, memcpy).
+// The host's memory: blocks of 1 MiB and more mapped from the system (mmap, munmap), smaller ones from malloc.
 DeviceMemory& host_memory();
 
 }  // namespace onnxtrain

@@ -1,12 +1,14 @@
 // Memory-efficient attention, fused:
-// com.onnxtrain.FlashAttention(Q, Kt, V, scale, cond?, fill?, ratio?, training_mode?) -> (Y, LSE) computes
-//   Y = Dropout(Softmax(Where(cond, fill, (Q Kt) * scale)), ratio, training_mode) V
+// com.onnxtrain.FlashAttention(Q, Kt, V, scale?, cond?, fill?, ratio?, training_mode?, bias?) -> (Y, LSE) computes
+//   Y = Dropout(Softmax(Where(cond, fill, (Q Kt) * scale + bias)), ratio, training_mode) V
+// (scale 1 when omitted; bias a constant of the graph, such as the additive masks scaled_dot_product_attention and
+// transformers build, broadcast to the scores)
 // with Q (..., Tq, d), Kt (..., d, Tk) (the keys transposed, as exporters write the scores' product), V (..., Tk,
 // dv), the batch dims of K and V broadcast to Q's (grouped-query attention); LSE (..., Tq) is each row's log-sum-exp
 // of the scores, in float32 (float64 for float64 inputs). The kernel (kernels/cpu/flash_attention.cpp) runs tiles
 // of keys with an online softmax and never holds the (..., Tq, Tk) probabilities; the backward recomputes them a
 // tile at a time from LSE, so training stashes Q, K, V, Y and LSE instead of the probabilities (and the dropout
-// mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond, fill, ratio, training_mode) ->
+// mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond, fill, ratio, training_mode, bias) ->
 // (dQ, dKt, dV), which draws the forward's dropout mask again from the same random key.
 // The flash_attention_fusion pass makes it from what exporters write.
 #include "ops/grad.h"
@@ -16,7 +18,7 @@
 namespace onnxtrain::ops {
 namespace {
 
-enum Input : size_t { kQ, kKt, kV, kScale, kCond, kFill, kRatio, kTraining };
+enum Input : size_t { kQ, kKt, kV, kScale, kCond, kFill, kRatio, kTraining, kBias };
 
 bool has_dropout(const ir::Node& n) { return n.input(kRatio) != nullptr; }
 
@@ -68,6 +70,9 @@ class FlashAttentionOp : public Op {
     if (ctx.has(kCond) && ctx.dtype(kCond) != DType::kBool) ctx.fail("cond must be bool");
     if (ctx.has(kCond) && ctx.rank(kCond) > int64_t(batch.size() + 2))
       ctx.fail("cond " + shape_str(ctx.shape(kCond)) + " has a higher rank than the scores");
+    if (ctx.has(kBias) && ctx.rank(kBias) > int64_t(batch.size() + 2))
+      ctx.fail("bias " + shape_str(ctx.shape(kBias)) + " has a higher rank than the scores");
+    if (ctx.has(kBias) && ctx.dtype(kBias) != ctx.dtype(kQ)) ctx.fail("bias must have Q's dtype");
     Shape y = batch, lse = batch;
     y.push_back(qs[qs.size() - 2]);
     y.push_back(vs.back());
@@ -77,10 +82,10 @@ class FlashAttentionOp : public Op {
   }
   void grad(GradCtx& g) const override {
     if (!g.needs(kQ) && !g.needs(kKt) && !g.needs(kV)) return;
-    if (g.needs(kScale) || g.needs(kFill)) no_gradient(g);
+    if (g.needs(kScale) || g.needs(kFill) || g.needs(kBias)) no_gradient(g);
     const ir::Node& n = g.node();
     std::vector<ir::Value*> in{g.dy(0), g.x(kQ), g.x(kKt), g.x(kV), g.y(0), g.y(1)};
-    for (size_t i = kScale; i <= kTraining; ++i) in.push_back(g.x(i));
+    for (size_t i = kScale; i <= kBias; ++i) in.push_back(g.x(i));
     while (!in.back()) in.pop_back();
     std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, {}, "com.onnxtrain");
     d[0]->producer->random_key = n.random_key.empty() ? n.name : n.random_key;  // the forward's dropout mask

@@ -1,9 +1,14 @@
-// Flash attention fusion: MatMul(P, V) with P = com.onnxtrain.AttentionSoftmax(Q, Kt, scale, cond, fill), or
-// P = Dropout(that, ratio, training_mode), P and the softmax read by nothing else, becomes
-// com.onnxtrain.FlashAttention(Q, Kt, V, scale, cond, fill[, ratio, training_mode]) -> (Y, LSE): attention that
-// never holds the (..., Tq, Tk) probabilities, and whose training stashes the row log-sum-exp instead of them. The
-// fused node keeps the Dropout's random key and numbers the scores as it did, so it drops the same elements.
+// Flash attention fusion: MatMul(P, V) with P = S or Dropout(S, ratio, training_mode), where S is
+//   com.onnxtrain.AttentionSoftmax(Q, Kt, scale, cond, fill) (what masked_softmax_fusion and
+//   attention_softmax_fusion make of a scaled, masked_fill-ed product), or
+//   Softmax(Z + bias) or Softmax(Z), Z = Q Kt or (Q Kt) * scale, bias computed from no trainable weight (what
+//   scaled_dot_product_attention exports: its scale applied to Q and Kt beforehand, its masks additive),
+// every value between read by nothing else, becomes com.onnxtrain.FlashAttention(Q, Kt, V, ...) -> (Y, LSE):
+// attention that never holds the (..., Tq, Tk) probabilities, and whose training stashes the row log-sum-exp
+// instead of them. The fused node keeps the Dropout's random key and numbers the scores as it did, so it drops
+// the same elements.
 #include <algorithm>
+#include <set>
 
 #include "passes/pass.h"
 
@@ -28,6 +33,62 @@ bool fits(const ir::Value* q, const ir::Value* kt, const ir::Value* v, const ir:
          same_shape(kt, v, 2, 2);
 }
 
+bool constant_scalar(const ir::Value* v) {
+  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
+}
+
+// Whether v is computed from no trainable initializer (a mask, not a learned bias: its gradient is not formed).
+bool untrained(const ir::Value* v) {
+  std::vector<const ir::Value*> todo = {v};
+  std::set<const ir::Value*> seen;
+  while (!todo.empty()) {
+    const ir::Value* u = todo.back();
+    todo.pop_back();
+    if (!u || !seen.insert(u).second) continue;
+    if (u->trainable) return false;
+    if (u->producer) todo.insert(todo.end(), u->producer->inputs.begin(), u->producer->inputs.end());
+  }
+  return true;
+}
+
+// The attention a plain Softmax ends, as FlashAttention's inputs before V (Q, Kt, scale, cond, fill, ratio,
+// training_mode, bias: V, ratio and training_mode left empty) and the nodes it replaces; false when it is not one.
+bool plain_attention(const ir::Graph& g, const ir::Node* softmax, std::vector<ir::Value*>* in,
+                     std::vector<const ir::Node*>* nodes) {
+  if (softmax->op_type != "Softmax" || !softmax->domain.empty() || softmax->opset < 13) return false;
+  ir::Value* x = softmax->inputs[0];
+  int64_t axis = softmax->attr_int("axis", -1);
+  if (!x->has_shape || (axis != -1 && axis != int64_t(x->shape.size()) - 1) || !sole_reader(g, x, softmax))
+    return false;
+  ir::Value *z = x, *bias = nullptr, *scale = nullptr;
+  ir::Node* add = x->producer;
+  if (add && add->op_type == "Add" && add->domain.empty()) {
+    for (const char* op : {"MatMul", "Mul"})  // (the product itself first: a mask may be scaled too)
+      for (size_t k = 0; k < 2 && z == x; ++k) {
+        ir::Node* p = add->inputs[k]->producer;
+        if (p && p->op_type == op && p->domain.empty()) z = add->inputs[k], bias = add->inputs[1 - k];
+      }
+    if (z == x || !sole_reader(g, z, add) || !untrained(bias) || bias->dtype != x->dtype || !bias->has_shape ||
+        bias->shape.size() > x->shape.size())
+      return false;
+    nodes->push_back(add);
+  }
+  ir::Node* mm = z->producer;
+  if (mm && mm->op_type == "Mul" && mm->domain.empty()) {
+    size_t which = constant_scalar(mm->inputs[1]) ? 1 : constant_scalar(mm->inputs[0]) ? 0 : 2;
+    if (which == 2 || mm->inputs[which]->dtype != x->dtype) return false;
+    scale = mm->inputs[which];
+    ir::Value* product = mm->inputs[1 - which];
+    if (!sole_reader(g, product, mm)) return false;
+    nodes->push_back(mm);
+    mm = product->producer;
+  }
+  if (!mm || mm->op_type != "MatMul" || !mm->domain.empty()) return false;
+  nodes->push_back(mm);
+  *in = {mm->inputs[0], mm->inputs[1], scale, nullptr, nullptr, nullptr, nullptr, bias};
+  return true;
+}
+
 class FlashAttentionFusion : public Pass {
  public:
   std::string name() const override { return "flash_attention_fusion"; }
@@ -44,19 +105,31 @@ class FlashAttentionFusion : public Pass {
         continue;
       ir::Value* probs = dropout ? dropout->inputs[0] : p;
       ir::Node* softmax = probs->producer;
-      if (!softmax || softmax->op_type != "AttentionSoftmax" || softmax->domain != "com.onnxtrain" ||
-          !sole_reader(g, p, mm) || (dropout && !sole_reader(g, probs, dropout)))
+      if (!softmax || !sole_reader(g, p, mm) || (dropout && !sole_reader(g, probs, dropout))) continue;
+      // in: Q, Kt, scale, cond, fill, ratio, training_mode, bias (V goes in third)
+      std::vector<ir::Value*> in;
+      std::vector<const ir::Node*> replaced{softmax, mm};
+      if (softmax->op_type == "AttentionSoftmax" && softmax->domain == "com.onnxtrain") {
+        in = {softmax->inputs[0],
+              softmax->inputs[1],
+              softmax->inputs[2],
+              softmax->inputs[3],
+              softmax->inputs[4],
+              nullptr,
+              nullptr,
+              nullptr};
+      } else if (!plain_attention(g, softmax, &in, &replaced)) {
         continue;
-      ir::Value *q = softmax->inputs[0], *kt = softmax->inputs[1];
-      if (!fits(q, kt, v, probs)) continue;
-      std::vector<ir::Value*> in{q, kt, v, softmax->inputs[2], softmax->inputs[3], softmax->inputs[4]};
-      if (dropout) in.insert(in.end(), {dropout->input(1), dropout->input(2)});
+      }
+      if (!fits(in[0], in[1], v, probs)) continue;
+      in.insert(in.begin() + 2, v);
+      if (dropout) in[6] = dropout->input(1), in[7] = dropout->input(2);
       while (!in.back()) in.pop_back();
       ir::Value* lse = g.add_value(g.unique_name(softmax->name + "_lse"));
       ir::Node* f = add_fused(g, "com.onnxtrain", 1, "FlashAttention", in, {mm->outputs[0], lse},
                               g.unique_name(softmax->name + "_flash"), mm->backward);
       if (dropout) f->random_key = dropout->random_key.empty() ? dropout->name : dropout->random_key;
-      gone.insert(gone.end(), {softmax, mm});
+      gone.insert(gone.end(), replaced.begin(), replaced.end());
       if (dropout) gone.push_back(dropout);
     }
     return remove_all(g, gone, true);

@@ -79,3 +79,17 @@ TEST(Allocator, CachedBytesPeakWhereAllocatedBytesPeak) {
   a.free(q);
   a.free(r);
 }
+
+// Host blocks of 1 MiB and more are mapped and unmapped (what the allocator trims leaves the process); smaller
+// ones come from malloc. Both are writable through their whole size and released without a trace.
+TEST(Allocator, HostMemoryServesSmallAndMappedBlocks) {
+  onnxtrain::DeviceMemory& host = onnxtrain::host_memory();
+  for (size_t bytes : {size_t(64), size_t(1) << 20, (size_t(3) << 20) + 64}) {
+    auto* p = static_cast<unsigned char*>(host.reserve(bytes, CachingAllocator::kAlignment));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % CachingAllocator::kAlignment, 0u);
+    p[0] = 1, p[bytes - 1] = 2;
+    EXPECT_EQ(p[0] + p[bytes - 1], 3);
+    host.release(p);
+  }
+}

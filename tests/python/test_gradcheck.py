@@ -120,7 +120,11 @@ CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 6), r(2, 3, 6, 3), C
                                   Const(np.array(-np.inf))], domain="com.onnxtrain"),
           Case("FlashAttention", [r(2, 6, 4), r(2, 4, 6), r(2, 6, 3), Const(np.array(0.5)),
                                   Const(np.triu(np.ones((6, 6), dtype=bool), 1)), Const(np.array(-np.inf)),
-                                  Const(np.array(0.4)), Const(np.array(True))], domain="com.onnxtrain")]
+                                  Const(np.array(0.4)), Const(np.array(True))], domain="com.onnxtrain"),
+          # an additive mask (-inf above the diagonal, a padding key) and no scale, as SDPA exports attention
+          Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 5), r(2, 3, 5, 3), None, None, None, None, None,
+                                  Const(np.where(np.triu(np.ones((5, 5), dtype=bool), 1), -np.inf, 0.0)
+                                        + np.array([0, 0, 0, 0, -2.0]))], domain="com.onnxtrain")]
 for op in ["Softmax", "LogSoftmax"]:
     CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
 REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,

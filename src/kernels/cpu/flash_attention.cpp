@@ -29,14 +29,27 @@ constexpr int64_t kRows = 32, kKeys = 256;
 struct Geometry {
   std::vector<int64_t> batch;  // Q's batch dims, the output's
   int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  std::vector<int64_t> kv_strides;    // K's and V's batch index over `batch`
-  std::vector<int64_t> cond_strides;  // the mask's over (batch..., tq, tk); empty without one
+  std::vector<int64_t> kv_strides;  // K's and V's batch index over `batch`
+  // The mask's and the bias's over (batch..., tq, tk); empty without them.
+  std::vector<int64_t> cond_strides, bias_strides;
   int64_t kv_count = 0;
-  int64_t kv_of(int64_t pair) const { return broadcast_offsets<1>(pair, batch, {&kv_strides})[0]; }
-  int64_t cond_of(int64_t pair) const { return broadcast_offsets<1>(pair, batch, {&cond_strides})[0]; }
+  int64_t offset(const std::vector<int64_t>& strides, int64_t pair) const {
+    return broadcast_offsets<1>(pair, batch, {&strides})[0];
+  }
+  int64_t kv_of(int64_t pair) const { return offset(kv_strides, pair); }
 };
 
-Geometry geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond) {
+// Strides of input i (broadcast to the scores) over (batch..., tq, tk).
+std::vector<int64_t> score_strides(const KernelCtx& c, const Geometry& g, size_t i, const char* what) {
+  std::vector<int64_t> scores = g.batch, bd;
+  scores.insert(scores.end(), {g.tq, g.tk});
+  if (!broadcast_dims(scores, c.in(i).dims(), &bd) || bd != scores)
+    c.fail(std::string(what) + " " + dims_str(c.in(i).dims()) + " does not broadcast to the scores " +
+           dims_str(scores));
+  return broadcast_strides(c.in(i).dims(), scores);
+}
+
+Geometry geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond, size_t bias) {
   const std::vector<int64_t>&qd = c.in(q).dims(), &kd = c.in(kt).dims(), &vd = c.in(v).dims();
   if (qd.size() < 2 || kd.size() < 2 || vd.size() < 2)
     c.fail("Q, Kt and V must have rank >= 2, got " + dims_str(qd) + ", " + dims_str(kd) + " and " + dims_str(vd));
@@ -55,13 +68,8 @@ Geometry geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond
   g.kv_strides = broadcast_strides(kb, g.batch);
   g.pairs = numel_of(g.batch);
   g.kv_count = numel_of(kb);
-  if (c.has(cond)) {
-    std::vector<int64_t> scores = g.batch;
-    scores.insert(scores.end(), {g.tq, g.tk});
-    if (!broadcast_dims(scores, c.in(cond).dims(), &bd) || bd != scores)
-      c.fail("cond " + dims_str(c.in(cond).dims()) + " does not broadcast to the scores " + dims_str(scores));
-    g.cond_strides = broadcast_strides(c.in(cond).dims(), scores);
-  }
+  if (c.has(cond)) g.cond_strides = score_strides(c, g, cond, "cond");
+  if (c.has(bias)) g.bias_strides = score_strides(c, g, bias, "bias");
   return g;
 }
 
@@ -71,6 +79,8 @@ struct Params {
   T scale = 1, fill = 0;
   const bool* cond = nullptr;
   int64_t row_stride = 0, col_stride = 0;  // the mask's, over a pair's (tq, tk) scores
+  const T* bias = nullptr;
+  int64_t bias_row = 0, bias_col = 0;
   bool fill_vanishes = false;  // exp(fill - m) is 0 for any score m a row can hold: masked keys may be skipped
   bool dropout = false;
   uint32_t threshold = 0;
@@ -86,9 +96,17 @@ T scalar(const KernelCtx& c, size_t i, const char* what) {
 
 template <typename T>
 Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
-  const size_t scale = first_scalar, cond = scale + 1, fill = scale + 2, ratio = scale + 3, training = scale + 4;
+  const size_t scale = first_scalar, cond = scale + 1, fill = scale + 2, ratio = scale + 3, training = scale + 4,
+               bias = scale + 5;
   Params<T> p;
-  p.scale = scalar<T>(c, scale, "scale");
+  if (c.has(scale)) p.scale = scalar<T>(c, scale, "scale");
+  if (c.has(bias)) {
+    if (c.in(bias).dtype() != c.in(first_scalar - 3).dtype()) c.fail("bias must have Q's dtype");
+    p.bias = c.in(bias).data<T>();
+    const size_t r = g.bias_strides.size();
+    p.bias_row = g.bias_strides[r - 2];
+    p.bias_col = g.bias_strides[r - 1];
+  }
   if (c.has(cond) != c.has(fill)) c.fail("cond and fill come together");
   if (c.has(cond)) {
     p.cond = c.in(cond).data<bool>();
@@ -109,33 +127,50 @@ Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
   return p;
 }
 
-// The keys the tile of rows [r0, r1) of one pair reads: all but those every row masks, when skipping is exact.
+// The keys the tile of rows [r0, r1) of one pair reads: all but those every row masks, when skipping is exact (a
+// mask whose fill vanishes under exp, or a bias of such values where there is no mask).
 template <typename T>
-AttentionBand band_of(const Params<T>& p, const bool* pair_cond, int64_t r0, int64_t r1, int64_t tk) {
-  if (!p.cond || !p.fill_vanishes || p.col_stride != 1) return {0, tk, true};
-  AttentionBand b = open_band(pair_cond, p.row_stride, r0, r1, tk);
-  return b.every_row_open ? b : AttentionBand{0, tk, true};  // (a fully masked row softmaxes every key)
+AttentionBand band_of(const Params<T>& p, const bool* pair_cond, const T* pair_bias, int64_t r0, int64_t r1,
+                      int64_t tk) {
+  const AttentionBand all{0, tk, true};
+  if (p.cond) {
+    if (pair_bias || !p.fill_vanishes || p.col_stride != 1) return all;
+    AttentionBand b = open_band(pair_cond, p.row_stride, r0, r1, tk);
+    return b.every_row_open ? b : all;  // (a fully masked row softmaxes every key)
+  }
+  if (!pair_bias || p.bias_col != 1) return all;
+  AttentionBand b{tk, 0, true};
+  for (int64_t r = r0; r < (p.bias_row ? r1 : r0 + 1); ++r) {
+    const T* row = pair_bias + r * p.bias_row;
+    int64_t lo = 0, hi = tk;
+    while (lo < tk && row[lo] <= T(-1e30)) ++lo;
+    if (lo == tk) return all;
+    while (row[hi - 1] <= T(-1e30)) --hi;
+    b.lo = std::min(b.lo, lo), b.hi = std::max(b.hi, hi);
+  }
+  return b;
 }
 
-// s (mr, w) = the masked, scaled scores of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair.
+// s (mr, w) = the scaled, biased, masked scores of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair.
 template <typename T>
-void scores(const Params<T>& p, const Geometry& g, const T* q, const T* kt, const bool* pair_cond, int64_t r0,
-            int64_t mr, int64_t j0, int64_t w, T* s) {
-  gemm<T>(false, false, mr, w, g.d, T(1), q + r0 * g.d, g.d, kt + j0, g.tk, T(0), s, w);
+void scores(const Params<T>& p, const Geometry& g, const T* q, const T* kt, const bool* pair_cond, const T* pair_bias,
+            int64_t r0, int64_t mr, int64_t j0, int64_t w, T* s) {
+  gemm<T>(false, false, mr, w, g.d, p.scale, q + r0 * g.d, g.d, kt + j0, g.tk, T(0), s, w);
   for (int64_t r = 0; r < mr; ++r) {
     T* row = s + r * w;
-    if (!p.cond) {
-      for (int64_t j = 0; j < w; ++j) row[j] *= p.scale;
-      continue;
+    if (pair_bias) {
+      const T* br = pair_bias + (r0 + r) * p.bias_row + j0 * p.bias_col;
+      for (int64_t j = 0; j < w; ++j) row[j] += br[j * p.bias_col];
     }
+    if (!p.cond) continue;
     const bool* cr = pair_cond + (r0 + r) * p.row_stride + j0 * p.col_stride;
     if constexpr (std::is_same_v<T, float>) {
       if (p.col_stride == 1) {
-        masked_scale_f32(row, cr, p.scale, p.fill, row, w);
+        masked_scale_f32(row, cr, 1.f, p.fill, row, w);
         continue;
       }
     }
-    for (int64_t j = 0; j < w; ++j) row[j] = cr[j * p.col_stride] ? p.fill : row[j] * p.scale;
+    for (int64_t j = 0; j < w; ++j) row[j] = cr[j * p.col_stride] ? p.fill : row[j];
   }
 }
 
@@ -179,17 +214,18 @@ void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r
                   T* y, T* lse, T* s) {
   const int64_t mr = std::min(kRows, g.tq - r0), kv = g.kv_of(pair);
   const T *qi = q + pair * g.tq * g.d, *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv;
-  const bool* ci = p.cond ? p.cond + g.cond_of(pair) : nullptr;
+  const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
+  const T* bi = p.bias ? p.bias + g.offset(g.bias_strides, pair) : nullptr;
   T *yi = y + (pair * g.tq + r0) * g.dv, *li = lse + pair * g.tq + r0;
   T m[kRows], l[kRows];
   bool keep[kKeys];
   std::fill(m, m + mr, -std::numeric_limits<T>::infinity());
   std::fill(l, l + mr, T(0));
   std::fill(yi, yi + mr * g.dv, T(0));
-  AttentionBand band = band_of(p, ci, r0, r0 + mr, g.tk);
+  AttentionBand band = band_of(p, ci, bi, r0, r0 + mr, g.tk);
   for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
     const int64_t w = std::min(kKeys, band.hi - j0);
-    scores(p, g, qi, kti, ci, r0, mr, j0, w, s);
+    scores(p, g, qi, kti, ci, bi, r0, mr, j0, w, s);
     for (int64_t r = 0; r < mr; ++r) {
       T* row = s + r * w;
       const T mn = std::max(m[r], row_max(row, w));
@@ -224,7 +260,7 @@ void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r
 }
 
 void flash_attention(KernelCtx& c) {
-  Geometry g = geometry(c, 0, 1, 2, 4);
+  Geometry g = geometry(c, 0, 1, 2, 4, 8);
   dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Params<T> p = params<T>(c, g, 3);
@@ -255,7 +291,8 @@ void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T*
   const T *dyi = dy + pair * g.tq * g.dv, *qi = q + pair * g.tq * g.d, *yi = y + pair * g.tq * g.dv;
   const T *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv, *li = lse + pair * g.tq;
   T *dqi = dq + pair * g.tq * g.d, *dkti = dkt + kv * g.d * g.tk, *dvi = dv + kv * g.tk * g.dv;
-  const bool* ci = p.cond ? p.cond + g.cond_of(pair) : nullptr;
+  const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
+  const T* bi = p.bias ? p.bias + g.offset(g.bias_strides, pair) : nullptr;
   t.row_dots.resize(size_t(g.tq));
   for (int64_t r = 0; r < g.tq; ++r) {  // D = rowsum(dY Y) = rowsum(dP P): the softmax gradient's row term
     double dot = 0;
@@ -265,11 +302,11 @@ void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T*
   std::fill(dqi, dqi + g.tq * g.d, T(0));
   for (int64_t r0 = 0; r0 < g.tq; r0 += kRows) {
     const int64_t mr = std::min(kRows, g.tq - r0);
-    AttentionBand band = band_of(p, ci, r0, r0 + mr, g.tk);
+    AttentionBand band = band_of(p, ci, bi, r0, r0 + mr, g.tk);
     for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
       const int64_t w = std::min(kKeys, band.hi - j0);
       T *pp = t.p.data(), *pd = p.dropout ? t.pd.data() : pp, *ds = t.ds.data();
-      scores(p, g, qi, kti, ci, r0, mr, j0, w, pp);
+      scores(p, g, qi, kti, ci, bi, r0, mr, j0, w, pp);
       for (int64_t r = 0; r < mr; ++r) {
         T* row = pp + r * w;
         exp_shifted(row, li[r0 + r], w);
@@ -304,7 +341,7 @@ void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T*
 }
 
 void flash_attention_grad(KernelCtx& c) {
-  Geometry g = geometry(c, 1, 2, 3, 7);
+  Geometry g = geometry(c, 1, 2, 3, 7, 11);
   if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != g.pairs * g.tq * g.dv)
     c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
   if (c.in(5).numel() != g.pairs * g.tq) c.fail("LSE " + dims_str(c.in(5).dims()) + " must hold a value per row");
