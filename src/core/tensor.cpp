@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/allocator.h"
+#include "onnxtrain/error.h"
 
 namespace onnxtrain {
 
@@ -36,6 +37,15 @@ int64_t numel_of(const std::vector<int64_t>& d) {
   return n;
 }
 
+size_t checked_nbytes(const std::vector<int64_t>& dims, DType dtype, const std::string& what) {
+  int64_t n = int64_t(dtype_size(dtype));
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw ShapeError(what + ": a tensor of shape " + dims_str(dims) + " and dtype " + dtype_name(dtype) +
+                       (d < 0 ? " has a negative dim" : " would hold more than 2^63 bytes"));
+  return size_t(n);
+}
+
 std::string dims_str(const std::vector<int64_t>& d) {
   std::string r = "[";
   for (size_t i = 0; i < d.size(); ++i) r += (i ? ", " : "") + std::to_string(d[i]);
@@ -44,7 +54,7 @@ std::string dims_str(const std::vector<int64_t>& d) {
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc)
     : dtype_(dtype), dims_(std::move(dims)) {
-  storage_ = Storage::allocate(size_t(numel_of(dims_)) * dtype_size(dtype_), alloc);
+  storage_ = Storage::allocate(checked_nbytes(dims_, dtype_, "tensor"), alloc);
 }
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<Storage> storage)

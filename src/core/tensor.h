@@ -72,5 +72,8 @@ class Tensor {
 
 std::string dims_str(const std::vector<int64_t>& d);
 int64_t numel_of(const std::vector<int64_t>& d);
+// The bytes of a tensor of these dims and dtype, checked: a negative dim, or an element count or byte size past
+// 2^63, is a ShapeError naming `what` (a node's output, a model's tensor) and the shape.
+size_t checked_nbytes(const std::vector<int64_t>& dims, DType dtype, const std::string& what);
 
 }  // namespace onnxtrain
