@@ -55,8 +55,7 @@ static std::filesystem::path external_path(const std::string& base_dir, const st
   fs::path rel(location);
   if (rel.has_root_name() || rel.has_root_directory())
     throw ModelError(where + ": external data location '" + location +
-                     "' is absolute; it must lie in the model's "
-                     "folder");
+                     "' is absolute; it must lie in the model's folder");
   for (const fs::path& part : rel)
     if (part == "..") throw ModelError(where + ": external data location '" + location + "' leaves the model's folder");
   std::error_code ec;

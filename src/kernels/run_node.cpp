@@ -39,11 +39,11 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>
     if (!n.outputs[i]) continue;
     const ops::OutputInfo& o = shapes.outputs()[i];
     std::vector<int64_t> dims = ops::concrete(n, o.shape);
-    checked_nbytes(dims, o.dtype, n.where() + ": output " + std::to_string(i));
+    const size_t bytes = checked_nbytes(dims, o.dtype, n.where() + ": output " + std::to_string(i));
     const Tensor* reuse = i < args.reuse.size() ? args.reuse[i] : nullptr;
     if (view && i == 0) {
       outs[i] = Tensor(o.dtype, dims, inputs[0]->storage());
-    } else if (reuse && reuse->nbytes() == size_t(numel_of(dims)) * dtype_size(o.dtype)) {
+    } else if (reuse && reuse->nbytes() == bytes) {
       outs[i] = Tensor(o.dtype, dims, reuse->storage());
     } else {
       outs[i] = Tensor(o.dtype, dims, args.alloc);

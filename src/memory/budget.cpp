@@ -20,7 +20,8 @@ static bool parse_number(const std::string& text, double* out) {
 }
 
 int64_t parse_size(const std::string& text, const std::string& what) {
-  static const std::pair<const char*, int64_t> units[] = {{"GiB", 1LL << 30}, {"MiB", 1LL << 20}, {"KiB", 1LL << 10}, {"B", 1}};
+  static const std::pair<const char*, int64_t> units[] = {
+      {"GiB", 1LL << 30}, {"MiB", 1LL << 20}, {"KiB", 1LL << 10}, {"B", 1}};
   double v = 0;
   for (auto& [suffix, scale] : units) {
     std::string s(suffix);
@@ -55,7 +56,8 @@ Budget parse_budget(const std::string& text) {
     }
   } catch (const InputError&) {
   }
-  throw ConfigError("memory budget '" + text + "': give a fraction of the stash in (0, 1] such as 0.3, or a size for "
+  throw ConfigError("memory budget '" + text +
+                    "': give a fraction of the stash in (0, 1] such as 0.3, or a size for "
                     "the step's peak such as 6GiB or 512MiB");
 }
 

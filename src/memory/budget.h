@@ -22,7 +22,7 @@ struct Budget {
   int64_t peak_bytes = 0;     // fit the whole step's predicted peak in this many bytes
   Bindings dims;              // the batch it is for
   bool empty() const { return stash_fraction == 0 && peak_bytes == 0; }
-  std::string str() const;    // "50% of the stash", "6.00 GiB for the step's peak"
+  std::string str() const;  // "50% of the stash", "6.00 GiB for the step's peak"
 };
 // "" (none), a fraction in (0, 1] ("0.3"), or a size ("6GiB"); anything else is a ConfigError quoting it.
 Budget parse_budget(const std::string& text);
@@ -35,7 +35,7 @@ struct Item {
 struct Choice {
   std::vector<size_t> chosen;  // indices into the items, ascending
   int64_t saved = 0;
-  bool met = false;            // false: even every item saves less than `need`
+  bool met = false;  // false: even every item saves less than `need`
 };
 // The subset saving at least `need` bytes at the least total cost (exact in units of the gcd of the sizes, or
 // of need / 65536 when coarser); when none does, every item.

@@ -51,11 +51,10 @@ std::set<const ir::Value*> ancestors(const ir::Node& n) {
   return seen;
 }
 
-// The values computed from `from` (forward nodes at or after position `start`), in one pass over the sorted nodes;
-// `visit` sees each reached node with the set so far and may stop the walk by returning true.
+// Walks the values computed from `from` (forward nodes at or after position `start`), in one pass over the sorted
+// nodes; `visit` sees each reached node with the set so far and may stop the walk by returning true.
 template <typename Visit>
-std::set<const ir::Value*> descendants(const ir::Graph& g, std::vector<const ir::Value*> from, size_t start,
-                                       Visit visit) {
+void descendants(const ir::Graph& g, std::vector<const ir::Value*> from, size_t start, Visit visit) {
   std::set<const ir::Value*> reached(from.begin(), from.end());
   for (size_t i = start; i < g.nodes().size(); ++i) {
     const ir::Node& n = *g.nodes()[i];
@@ -65,7 +64,6 @@ std::set<const ir::Value*> descendants(const ir::Graph& g, std::vector<const ir:
     for (const ir::Value* o : n.outputs)
       if (o) reached.insert(o);
   }
-  return reached;
 }
 
 bool is_add(const ir::Node& n) { return n.domain.empty() && (n.op_type == "Add" || n.op_type == "Sum"); }
@@ -96,7 +94,7 @@ Layers detect_layers(const ir::Graph& g) {
     const ir::Node& n = *g.nodes()[i];
     if (!forward(&n) || !is_attention(n)) continue;
     const ir::Value* x = layer_input(g, i);
-    if (x && std::find(r.inputs.begin(), r.inputs.end(), x) == r.inputs.end()) r.inputs.push_back(x);
+    if (x && !r.has_input(x)) r.inputs.push_back(x);
   }
   if (r.inputs.empty()) return r;
   // From the first reader of the first layer's input to the last Add of two values computed from the last's.

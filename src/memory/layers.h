@@ -5,6 +5,7 @@
 // dropout anywhere, fused or unfused attention, grouped-query heads, GELU or SwiGLU MLPs and parallel residuals
 // (GPT-NeoX: the MLP's output joins first, the stream after).
 #pragma once
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct Layers {
   // The forward nodes from the first layer's input to the last layer's last residual Add.
   std::set<const ir::Node*> nodes;
   size_t count() const { return inputs.size(); }
+  bool has_input(const ir::Value* v) const { return std::find(inputs.begin(), inputs.end(), v) != inputs.end(); }
 };
 
 Layers detect_layers(const ir::Graph& g);

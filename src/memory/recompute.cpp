@@ -170,7 +170,7 @@ std::vector<ConfigEntry> parse_config(const std::string& text) {
 struct Clones {
   std::map<const ir::Value*, ir::Value*> values;
   std::set<const ir::Node*> nodes;
-  std::set<const ir::Value*> checkpoints;
+  const Layers& layers;
 };
 
 static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) {
@@ -180,8 +180,7 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
     if (done.nodes.count(n)) continue;
     done.nodes.insert(n);
     std::vector<ir::Value*> ins, outs;
-    for (ir::Value* u : n->inputs)
-      ins.push_back(u && clone_of.count(u) && !done.checkpoints.count(u) ? clone_of[u] : u);
+    for (ir::Value* u : n->inputs) ins.push_back(u && clone_of.count(u) && !done.layers.has_input(u) ? clone_of[u] : u);
     for (ir::Value* v : n->outputs) {
       if (!v) {
         outs.push_back(nullptr);
@@ -218,10 +217,6 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
                           target->consumers.end());
 }
 
-static bool is_checkpoint(const Layers& layers, const ir::Value* v) {
-  return std::find(layers.inputs.begin(), layers.inputs.end(), v) != layers.inputs.end();
-}
-
 // One Cast, recomputed at every level: a parameter (or input) cast to another dtype (autocast's bf16 weights), or an
 // up-cast whose narrower input is stashed instead (bf16 logits cast to float32 for the loss): a copy's work.
 static bool cast_at_every_level(const Candidate& c) {
@@ -231,14 +226,11 @@ static bool cast_at_every_level(const Candidate& c) {
 
 // Which candidates the config and the level choose; `by_config` marks the config's. Levels choose every candidate
 // inside the layers but their inputs (compromised ones too at level 2): layer-wise checkpointing.
-static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const std::vector<Candidate>& candidates,
-                                                    const RecomputeOptions& o, const Layers& layers,
-                                                    std::vector<bool>* by_config) {
+static std::vector<bool> choose_by_config_and_level(const std::vector<Candidate>& candidates, const RecomputeOptions& o,
+                                                    const Layers& layers, std::vector<bool>* by_config) {
   std::vector<bool> pick(candidates.size(), false);
   by_config->assign(candidates.size(), false);
   std::map<std::string, int64_t> counted;  // cluster -> occurrences the config took so far (forward order)
-  std::vector<Item> items;
-  std::vector<size_t> index;  // items -> candidates
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Candidate& c = candidates[i];
     auto e = std::find_if(o.config.begin(), o.config.end(), [&](auto& x) { return x.cluster == c.cluster; });
@@ -253,7 +245,7 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
       continue;
     }
     bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
-    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !is_checkpoint(layers, c.target))
+    if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !layers.has_input(c.target))
       pick[i] = true;
   }
   return pick;
@@ -261,8 +253,7 @@ static std::vector<bool> choose_by_config_and_level(const ir::Graph& g, const st
 
 static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, const std::vector<bool>& pick,
                     const Layers& layers) {
-  Clones done;
-  done.checkpoints.insert(layers.inputs.begin(), layers.inputs.end());
+  Clones done{{}, {}, layers};
   for (size_t i = 0; i < candidates.size(); ++i)
     if (pick[i]) clone_into_backward(g, candidates[i], done);
   if (done.nodes.empty()) return;
@@ -285,7 +276,7 @@ static void choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& 
   std::vector<size_t> index;  // items -> candidates
   int64_t saved_anyway = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (!(*pick)[i] && is_checkpoint(layers, candidates[i].target)) continue;
+    if (!(*pick)[i] && layers.has_input(candidates[i].target)) continue;
     int64_t bytes = eval_or_throw(candidates[i].bytes, o.dims, "'" + candidates[i].target->name + "'");
     if ((*pick)[i]) {
       saved_anyway += bytes;
@@ -339,7 +330,7 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
     report.level = os.str();
   }
   std::vector<bool> by_config;
-  std::vector<bool> pick = choose_by_config_and_level(g, candidates, o, layers, &by_config);
+  std::vector<bool> pick = choose_by_config_and_level(candidates, o, layers, &by_config);
   if (o.stash_fraction > 0 || o.save_bytes > 0) choose_for_budget(g, candidates, o, layers, &pick, &report);
   for (size_t i = 0; i < candidates.size(); ++i) {
     ClusterReport& r = report.clusters[row_of[i]];

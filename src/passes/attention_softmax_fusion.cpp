@@ -19,9 +19,10 @@ class AttentionSoftmaxFusion : public Pass {
       ir::Node* mm = scores ? scores->producer : nullptr;
       if (!mm || mm->op_type != "MatMul" || !mm->domain.empty() || !sole_reader(g, scores, s)) continue;
       ir::Value *a = mm->inputs[0], *b = mm->inputs[1];
-      if (!a->has_shape || !b->has_shape || a->shape.size() < 2 || b->shape.size() < 2 || !dtype_is_float(a->dtype)) continue;
-      add_fused(g, "com.onnxtrain", 1, "AttentionSoftmax", {a, b, s->inputs[1], s->inputs[2], s->inputs[3]}, {s->outputs[0]},
-                g.unique_name(s->name + "_attention"), s->backward);
+      if (!a->has_shape || !b->has_shape || a->shape.size() < 2 || b->shape.size() < 2 || !dtype_is_float(a->dtype))
+        continue;
+      add_fused(g, "com.onnxtrain", 1, "AttentionSoftmax", {a, b, s->inputs[1], s->inputs[2], s->inputs[3]},
+                {s->outputs[0]}, g.unique_name(s->name + "_attention"), s->backward);
       gone.insert(gone.end(), {mm, s});
     }
     return remove_all(g, gone, true);

@@ -15,10 +15,9 @@
 namespace onnxtrain::passes {
 namespace {
 
-bool same_shape(const ir::Value* a, const ir::Value* b, size_t drop_a, size_t drop_b) {
-  if (a->shape.size() < drop_a || b->shape.size() < drop_b || a->shape.size() - drop_a != b->shape.size() - drop_b)
-    return false;
-  return std::equal(a->shape.begin(), a->shape.end() - int64_t(drop_a), b->shape.begin());
+// Whether two matrices (rank >= 2) have the same batch dims.
+bool same_batch(const ir::Value* a, const ir::Value* b) {
+  return a->shape.size() == b->shape.size() && std::equal(a->shape.begin(), a->shape.end() - 2, b->shape.begin());
 }
 
 bool unread(const ir::Graph& g, const ir::Value* v) {
@@ -29,12 +28,8 @@ bool unread(const ir::Graph& g, const ir::Value* v) {
 bool fits(const ir::Value* q, const ir::Value* kt, const ir::Value* v, const ir::Value* scores) {
   for (const ir::Value* x : {q, kt, v, scores})
     if (!x->has_shape || x->shape.size() < 2) return false;
-  return dtype_is_float(q->dtype) && kt->dtype == q->dtype && v->dtype == q->dtype && same_shape(q, scores, 2, 2) &&
-         same_shape(kt, v, 2, 2);
-}
-
-bool constant_scalar(const ir::Value* v) {
-  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
+  return dtype_is_float(q->dtype) && kt->dtype == q->dtype && v->dtype == q->dtype && same_batch(q, scores) &&
+         same_batch(kt, v);
 }
 
 // Whether v is computed from no trainable initializer (a mask, not a learned bias: its gradient is not formed).

@@ -47,8 +47,8 @@ class GeluRecomputeFusion : public Pass {
         }
     }
     for (auto [gelu, grad] : pairs) {
-      add_fused(g, "com.onnxtrain", 1, "GeluAndGrad", {grad->inputs[0], gelu->inputs[0]}, {grad->outputs[0], gelu->outputs[0]},
-                g.unique_name(gelu->name + "_and_grad"), true);
+      add_fused(g, "com.onnxtrain", 1, "GeluAndGrad", {grad->inputs[0], gelu->inputs[0]},
+                {grad->outputs[0], gelu->outputs[0]}, g.unique_name(gelu->name + "_and_grad"), true);
       gone.insert(gone.end(), {gelu, grad});
     }
     return remove_all(g, gone, true);

@@ -21,7 +21,8 @@ class LinearFusion : public Pass {
       const ir::Node* t = wt ? wt->producer : nullptr;
       if (!x || !t || t->op_type != "Transpose" || !t->domain.empty() || !sole_reader(g, wt, m)) continue;
       ir::Value* w = t->inputs[0];
-      if (!w || !w->has_shape || w->shape.size() != 2 || t->attr_ints("perm", {1, 0}) != std::vector<int64_t>{1, 0}) continue;
+      if (!w || !w->has_shape || w->shape.size() != 2 || t->attr_ints("perm", {1, 0}) != std::vector<int64_t>{1, 0})
+        continue;
       // A bias: the MatMul's only reader adds a vector of W's rows.
       ir::Node* add = m->outputs[0]->consumers.size() == 1 ? m->outputs[0]->consumers[0] : nullptr;
       ir::Value* bias = nullptr;

@@ -8,10 +8,6 @@
 namespace onnxtrain::passes {
 namespace {
 
-bool constant_scalar(const ir::Value* v) {
-  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
-}
-
 class MaskedSoftmaxFusion : public Pass {
  public:
   std::string name() const override { return "masked_softmax_fusion"; }
@@ -27,7 +23,8 @@ class MaskedSoftmaxFusion : public Pass {
       ir::Node* where = w->producer;
       if (!where || where->op_type != "Where" || !where->domain.empty() || !sole_reader(g, w, s)) continue;
       ir::Value *cond = where->inputs[0], *fill = where->inputs[1], *z = where->inputs[2];
-      if (!constant_scalar(fill) || !z || !z->producer || !sole_reader(g, z, where) || !cond || !cond->has_shape) continue;
+      if (!constant_scalar(fill) || !z || !z->producer || !sole_reader(g, z, where) || !cond || !cond->has_shape)
+        continue;
       ir::Node* mul = z->producer;
       if (mul->op_type != "Mul" || !mul->domain.empty() || !z->has_shape || z->shape != w->shape) continue;
       size_t which = constant_scalar(mul->inputs[1]) ? 1 : constant_scalar(mul->inputs[0]) ? 0 : 2;
@@ -35,8 +32,8 @@ class MaskedSoftmaxFusion : public Pass {
       ir::Value *x = mul->inputs[1 - which], *scale = mul->inputs[which];
       if (!x->has_shape || x->shape != w->shape || x->dtype != fill->dtype || scale->dtype != x->dtype) continue;
       ir::Value* out = s->outputs[0];
-      add_fused(g, "com.onnxtrain", 1, "MaskedSoftmax", {x, scale, cond, fill}, {out}, g.unique_name(s->name + "_masked"),
-                s->backward);
+      add_fused(g, "com.onnxtrain", 1, "MaskedSoftmax", {x, scale, cond, fill}, {out},
+                g.unique_name(s->name + "_masked"), s->backward);
       gone.insert(gone.end(), {mul, where, s});
     }
     return remove_all(g, gone, true);

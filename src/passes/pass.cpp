@@ -22,6 +22,10 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   return r;
 }
 
+bool constant_scalar(const ir::Value* v) {
+  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
+}
+
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
   return v->consumers.size() == 1 && v->consumers[0] == reader &&
          std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();

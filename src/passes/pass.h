@@ -30,6 +30,8 @@ std::unique_ptr<Pass> flash_attention_fusion();
 // Not in the default list: the memory optimizer runs it on its recompute clones.
 std::unique_ptr<Pass> gelu_recompute_fusion();
 
+// Whether v is a float constant of one element that training does not update (a scale, a fill).
+bool constant_scalar(const ir::Value* v);
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);
 // A fusion's new node: `op_type` in `domain` at `opset` reads `inputs` and now makes `outs` (values made by the

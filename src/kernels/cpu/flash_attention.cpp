@@ -24,6 +24,8 @@ namespace onnxtrain::kernels {
 namespace {
 
 constexpr int64_t kRows = 32, kKeys = 256;
+// A fill or bias at or below this vanishes under exp next to any score a row can hold: its keys may be skipped.
+constexpr double kVanishes = -1e30;
 
 // Where the operands sit: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), the mask read with strides.
 struct Geometry {
@@ -114,7 +116,7 @@ Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
     const size_t r = g.cond_strides.size();
     p.row_stride = g.cond_strides[r - 2];
     p.col_stride = g.cond_strides[r - 1];
-    p.fill_vanishes = p.fill <= T(-1e30);
+    p.fill_vanishes = p.fill <= T(kVanishes);
   }
   if (c.has(ratio) && c.has(training) && c.in(training).to_int64().at(0) != 0) {
     double rate = c.in(ratio).to_double().at(0);
@@ -143,9 +145,9 @@ AttentionBand band_of(const Params<T>& p, const bool* pair_cond, const T* pair_b
   for (int64_t r = r0; r < (p.bias_row ? r1 : r0 + 1); ++r) {
     const T* row = pair_bias + r * p.bias_row;
     int64_t lo = 0, hi = tk;
-    while (lo < tk && row[lo] <= T(-1e30)) ++lo;
+    while (lo < tk && row[lo] <= T(kVanishes)) ++lo;
     if (lo == tk) return all;
-    while (row[hi - 1] <= T(-1e30)) --hi;
+    while (row[hi - 1] <= T(kVanishes)) --hi;
     b.lo = std::min(b.lo, lo), b.hi = std::max(b.hi, hi);
   }
   return b;
