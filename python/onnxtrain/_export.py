@@ -5,6 +5,7 @@ graph), training BatchNorm's updated statistics as extra outputs."""
 import contextlib
 import dataclasses
 import io
+import threading
 import warnings
 
 import onnx
@@ -73,6 +74,11 @@ def fix_scaled_dot_product_attention_casts(model):
                     a.i = onnx.TensorProto.BFLOAT16
 
 
+# PyTorch's exporter, fork_rng, redirect_stdout and catch_warnings all change process-wide state: one export at
+# a time (modules built in two threads at once otherwise fail inside the exporter).
+_EXPORT_LOCK = threading.Lock()
+
+
 def export(module, schema, tensors, names, training):
     flat = _Flat(module, schema)
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
@@ -80,7 +86,8 @@ def export(module, schema, tensors, names, training):
     axes = {n: {i: f"{n}_dim{i}" for i in range(t.dim())} for n, t in zip(names, tensors)}
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     try:  # tracing runs the module once: it must not draw from PyTorch's generator either
-        with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        with (_EXPORT_LOCK, torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
+              warnings.catch_warnings()):
             warnings.simplefilter("ignore")
             torch.onnx.export(flat, tuple(tensors), f, input_names=names, dynamic_axes=axes, dynamo=False,
                               export_params=False, training=mode, do_constant_folding=False, opset_version=OPSET)

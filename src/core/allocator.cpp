@@ -48,7 +48,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   high_water_ = std::max(high_water_, s_.allocated);
   s_.num_allocs++;
   update_peaks();
-  if (observer_) observer_(p, int64_t(rounded));
+  for (auto& [id, observe] : observers_) observe(p, int64_t(rounded));
   return p;
 }
 
@@ -58,7 +58,7 @@ void CachingAllocator::free(void* p) {
   auto it = used_.find(p);
   if (it == used_.end()) return;
   s_.allocated -= it->second.second;
-  if (observer_) observer_(p, -int64_t(it->second.second));
+  for (auto& [id, observe] : observers_) observe(p, -int64_t(it->second.second));
   free_blocks_.emplace(it->second.first, p);
   used_.erase(it);
   s_.num_frees++;
@@ -84,9 +84,15 @@ void CachingAllocator::reset_peaks() {
   s_.peak_inactive = s_.inactive;
 }
 
-void CachingAllocator::set_observer(Observer observer) {
+int CachingAllocator::add_observer(Observer observer) {
   std::lock_guard<std::mutex> lock(mu_);
-  observer_ = std::move(observer);
+  observers_[next_observer_] = std::move(observer);
+  return next_observer_++;
+}
+
+void CachingAllocator::remove_observer(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observers_.erase(id);
 }
 
 void CachingAllocator::set_limit(int64_t bytes) {

@@ -48,10 +48,12 @@ class CachingAllocator {
   // empty_cache(), and a new high-water mark from here: what a session calls at the end of each step, so that
   // between steps no memory idles in this cache while PyTorch's optimizer and the next batch allocate beside it.
   void trim();
-  // Called (under the allocator's lock: it must not allocate from this allocator) with every block handed
-  // out (+rounded bytes) and taken back (-rounded bytes); an empty function removes it.
+  // Each observer is called (under the allocator's lock: it must not allocate from this allocator) with every
+  // block handed out (+rounded bytes) and taken back (-rounded bytes), on the thread that allocates or frees it,
+  // until removed by the id add_observer returned. Several can watch one allocator at once.
   using Observer = std::function<void(const void* block, int64_t bytes)>;
-  void set_observer(Observer observer);
+  int add_observer(Observer observer);
+  void remove_observer(int id);
 
   // The host's allocator.
   static CachingAllocator& global();
@@ -72,7 +74,8 @@ class CachingAllocator {
   std::map<void*, std::pair<size_t, size_t>> used_;  // block -> (block size, rounded request)
   MemoryStats s_;
   int64_t high_water_ = 0;  // the highest allocated total since the last trim()
-  Observer observer_;
+  std::map<int, Observer> observers_;
+  int next_observer_ = 0;
 };
 
 }  // namespace onnxtrain

@@ -1,9 +1,10 @@
-// Records every allocation and free the caching allocator serves while it is
-// installed, with the step of the execution plan that was running and, for
-// blocks that hold a node's output, the value they hold.
+// Records the allocations a session makes while it is installed (on the threads running that session's calls,
+// so that two sessions sharing one allocator each record their own), and the frees of those blocks, with the
+// step of the execution plan that was running and, for blocks that hold a node's output, the value they hold.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "core/allocator.h"
@@ -12,26 +13,42 @@
 namespace onnxtrain::runtime {
 
 struct AllocationEvent {
-  size_t step = 0;                  // the plan step running when it happened
-  int64_t bytes = 0;                // > 0 an allocation, < 0 a free (rounded, as the allocator counts)
-  const ir::Value* value = nullptr; // the value the block held (nullptr: kernel scratch)
+  size_t step = 0;                   // the plan step running when it happened
+  int64_t bytes = 0;                 // > 0 an allocation, < 0 a free (rounded, as the allocator counts)
+  const ir::Value* value = nullptr;  // the value the block held (nullptr: kernel scratch)
 };
 
 class MemoryRecorder {
  public:
-  // Installs itself as `alloc`'s observer until destroyed.
+  // Observes `alloc` until destroyed.
   explicit MemoryRecorder(CachingAllocator& alloc);
   ~MemoryRecorder();
   MemoryRecorder(const MemoryRecorder&) = delete;
   MemoryRecorder& operator=(const MemoryRecorder&) = delete;
 
-  void at_step(size_t step) { step_ = step; }
+  // While one lives, the allocations of its thread are `recorder`'s (none when null).
+  class Scope {
+   public:
+    explicit Scope(MemoryRecorder* recorder);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    MemoryRecorder* previous_;
+  };
+
+  void at_step(size_t step);
   // The executor names the value a block it just allocated holds.
   void label(const void* block, const ir::Value* v);
+  // What was recorded; read when recording has ended.
   const std::vector<AllocationEvent>& events() const { return events_; }
 
  private:
+  void observe(const void* block, int64_t bytes);
   CachingAllocator& alloc_;
+  int observer_id_;
+  std::mutex mu_;  // the allocator calls observe() from any thread that frees a block
   size_t step_ = 0;
   std::vector<AllocationEvent> events_;
   std::map<const void*, size_t> open_;  // live block -> its allocation event

@@ -34,7 +34,7 @@ std::string Session::memory_timeline(const Bindings& dims) const {
 }
 
 void Session::start_memory_recording() {
-  recorder_.reset();  // one observer at a time
+  recorder_.reset();  // a new recording of this session
   recorder_ = std::make_unique<runtime::MemoryRecorder>(*alloc_);
 }
 

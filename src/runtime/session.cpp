@@ -151,6 +151,7 @@ void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds
 }
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {
+  runtime::MemoryRecorder::Scope recording(recorder_.get());
   std::map<std::string, Tensor> out;
   {
     runtime::Env env;
@@ -169,6 +170,7 @@ void Session::end_of_step() {
 std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run_forward(
     const std::map<std::string, Tensor>& feeds, std::optional<uint64_t> seed) {
   if (!exe_.training) throw Error("run_forward needs a session built for training");
+  runtime::MemoryRecorder::Scope recording(recorder_.get());
   auto state = std::make_unique<RunState>();
   state->seed_ = seed ? *seed : next_seed();
   feed(state->env_, feeds, true);
@@ -187,6 +189,7 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state,
                                                     const std::map<std::string, Tensor>& output_grads) {
   if (!exe_.training) throw Error("run_backward needs a session built for training");
   if (state.consumed_) throw Error("run_backward: this RunState was already used by a backward call");
+  runtime::MemoryRecorder::Scope recording(recorder_.get());
   for (auto& [name, t] : output_grads) {
     auto it = std::find_if(exe_.forward_outputs.begin(), exe_.forward_outputs.end(),
                            [&](auto* v) { return v->name == name; });
