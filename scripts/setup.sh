@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 apt_packages=(g++ protobuf-compiler libprotobuf-dev libopenblas-openmp-dev libgtest-dev
-  nlohmann-json3-dev libcli11-dev zlib1g-dev libonnx-dev libonnx-testdata libdlpack-dev libdnnl-dev)
+  nlohmann-json3-dev libcli11-dev zlib1g-dev libonnx-dev libonnx-testdata libdlpack-dev libdnnl-dev
+  clang libclang-rt-14-dev libomp-14-dev)  # the last three: the sanitizer and fuzzing build (scripts/fuzz.sh)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

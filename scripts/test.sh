@@ -2,7 +2,10 @@
 # Sets everything up (scripts/setup.sh), then runs the whole test suite: the C++
 # tests, the ONNX backend conformance suites (Debian's libonnx-testdata and the
 # one the installed onnx package builds; their single-op tests also in bfloat16
-# and float16) and the Python tests.
+# and float16) and the Python tests; then, built with clang under AddressSanitizer
+# and UndefinedBehaviorSanitizer, the C++ tests, the conformance suites, the fuzz
+# targets' saved regressions and a short fuzzing run of each target
+# (ONNXTRAIN_FUZZ_SECONDS each, 45 by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -31,3 +34,20 @@ ONNXTRAIN_CPU_DISABLE=avx512 conformance "$onnx_suite-bfloat16-no-avx512" build/
 
 echo "== Python tests"
 .venv/bin/python -m pytest -q -p no:cacheprovider
+
+echo "== Under AddressSanitizer and UndefinedBehaviorSanitizer (clang, build-sanitize/): the C++ tests, the conformance"
+echo "   suites, then each fuzz target's saved regressions and a short fuzzing run (scripts/fuzz.sh)"
+bash scripts/sanitize-build.sh
+(cd build-sanitize && ctest --output-on-failure -j2 | tail -n 3)
+export OMP_NUM_THREADS=1 UBSAN_OPTIONS=print_stacktrace=1
+sanitized() {  # name, folder, [options]
+  local log="build-sanitize/conformance-$1.txt"
+  if build-sanitize/onnxtrain conformance "$2" "${@:3}" >"$log" 2>&1; then status=0; else status=$?; fi
+  grep -E '^FAIL |ERROR|runtime error' "$log" || true
+  echo "$1 (sanitized): $(tail -n 1 "$log")"
+  return "$status"
+}
+sanitized libonnx-testdata /usr/share/libonnx-testdata/data/node --skip-list tests/conformance/libonnx-testdata-1.12.skip
+sanitized "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
+sanitized "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
+bash scripts/fuzz.sh "${ONNXTRAIN_FUZZ_SECONDS:-45}"

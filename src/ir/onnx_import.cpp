@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ir/onnx_io.h"
+#include "ir/onnx_schema.h"
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::ir {
@@ -15,15 +16,23 @@ namespace onnxtrain::ir {
 constexpr int64_t kCheckerMaxOpset = 17;
 constexpr int64_t kCheckerMaxIrVersion = 8;
 
-static Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& base_dir, const std::string& where) {
+static Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& base_dir,
+                                   const std::string& where) {
   switch (a.type()) {
-    case onnx::AttributeProto::INT: return int64_t(a.i());
-    case onnx::AttributeProto::FLOAT: return a.f();
-    case onnx::AttributeProto::STRING: return a.s();
-    case onnx::AttributeProto::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
-    case onnx::AttributeProto::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
-    case onnx::AttributeProto::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
-    case onnx::AttributeProto::TENSOR: return tensor_from_proto(a.t(), base_dir, where + " attribute '" + a.name() + "'");
+    case onnx::AttributeProto::INT:
+      return int64_t(a.i());
+    case onnx::AttributeProto::FLOAT:
+      return a.f();
+    case onnx::AttributeProto::STRING:
+      return a.s();
+    case onnx::AttributeProto::INTS:
+      return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    case onnx::AttributeProto::FLOATS:
+      return std::vector<float>(a.floats().begin(), a.floats().end());
+    case onnx::AttributeProto::STRINGS:
+      return std::vector<std::string>(a.strings().begin(), a.strings().end());
+    case onnx::AttributeProto::TENSOR:
+      return tensor_from_proto(a.t(), base_dir, where + " attribute '" + a.name() + "'");
     default:
       throw UnsupportedError(where + ": attribute '" + a.name() + "' has a kind onnxtrain does not support (" +
                              std::to_string(int(a.type())) + ")");
@@ -39,10 +48,14 @@ static void set_type(Value* v, const onnx::TypeProto& type, bool is_graph_input)
   v->shape.clear();
   for (int i = 0; i < tt.shape().dim_size(); ++i) {
     const auto& d = tt.shape().dim(i);
-    if (d.has_dim_value()) v->shape.push_back(Dim(d.dim_value()));
-    else if (d.has_dim_param() && !d.dim_param().empty()) v->shape.push_back(Dim::symbol(d.dim_param()));
-    else if (is_graph_input) v->shape.push_back(Dim::symbol(v->name + "_dim" + std::to_string(i)));
-    else v->has_shape = false;  // inference will fill it
+    if (d.has_dim_value())
+      v->shape.push_back(Dim(d.dim_value()));
+    else if (d.has_dim_param() && !d.dim_param().empty())
+      v->shape.push_back(Dim::symbol(d.dim_param()));
+    else if (is_graph_input)
+      v->shape.push_back(Dim::symbol(v->name + "_dim" + std::to_string(i)));
+    else
+      v->has_shape = false;  // inference will fill it
   }
 }
 
@@ -87,7 +100,8 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& model, const std::st
   auto value_for = [&](const std::string& name, const std::string& where) -> Value* {
     if (name.empty()) return nullptr;
     Value* v = g->find(name);
-    if (!v) throw ModelError(where + ": input '" + name + "' is not produced by any earlier node, input or initializer");
+    if (!v)
+      throw ModelError(where + ": input '" + name + "' is not produced by any earlier node, input or initializer");
     return v;
   };
   int index = 0;
@@ -111,6 +125,7 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& model, const std::st
     n->domain = np.domain() == "ai.onnx" ? "" : np.domain();
     auto it = g->opsets.find(n->domain);
     n->opset = it == g->opsets.end() ? 0 : it->second;
+    check_arity(*n);
   }
   for (auto& out : gp.output()) {
     Value* v = g->find(out.name());

@@ -64,6 +64,10 @@ Dim scratch_bytes(Device device, const ir::Node& n) {
 
 void KernelCtx::fail(const std::string& msg) const { throw ShapeError(node.where() + ": " + msg); }
 
+void KernelCtx::absent(const char* what, size_t i) const {
+  fail(std::string(what) + " " + std::to_string(i) + " is not given");
+}
+
 void KernelCtx::scratch_overrun(size_t need) const {
   throw Error(node.where() + ": internal error: the kernel needs " + std::to_string(need) + " bytes of scratch, " +
               std::to_string(scratch_bytes) + " were declared");

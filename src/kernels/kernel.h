@@ -35,11 +35,20 @@ struct KernelCtx {
     return reinterpret_cast<T*>(scratch + offset);
   }
   [[noreturn]] void scratch_overrun(size_t need) const;
-  const Tensor& in(size_t i) const { return *inputs.at(i); }
+  // Input i, which must be given (else a ShapeError naming the node).
+  const Tensor& in(size_t i) const {
+    if (!has(i)) absent("input", i);
+    return *inputs[i];
+  }
   bool has(size_t i) const { return i < inputs.size() && inputs[i]; }
-  Tensor& out(size_t i) const { return *outputs.at(i); }
+  // Output i, which must be requested.
+  Tensor& out(size_t i) const {
+    if (!wants(i)) absent("output", i);
+    return *outputs[i];
+  }
   bool wants(size_t i) const { return i < outputs.size() && outputs[i]; }
   [[noreturn]] void fail(const std::string& msg) const;
+  [[noreturn]] void absent(const char* what, size_t i) const;
 };
 
 using KernelFn = std::function<void(const ops::Op&, KernelCtx&)>;

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "ir/onnx_schema.h"
 #include "kernels/run_node.h"
 #include "onnxtrain/error.h"
 #include "ops/bind.h"
@@ -69,6 +70,7 @@ static void propagate_known_values(ir::Node& n) {
 }
 
 void infer_node(ir::Graph& g, ir::Node& n) {
+  ir::check_input_types(n);
   if (ops::infer_symbolic(g, n)) propagate_known_values(n);
 }
 

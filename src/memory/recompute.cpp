@@ -1,6 +1,7 @@
 #include "memory/recompute.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -135,8 +136,11 @@ static ConfigEntry parse_entry(const std::string& entry) {
 
 std::vector<ConfigEntry> parse_config(const std::string& text) {
   std::vector<std::string> items;
-  // A file: a path that exists or ends in .json; anything else is an inline list.
-  bool is_file = std::ifstream(text).good() || (text.size() > 5 && text.compare(text.size() - 5, 5, ".json") == 0);
+  // A file: a path to a regular file or one ending in .json (a device or folder is never read); anything else is
+  // an inline list.
+  std::error_code ec;
+  bool is_file = std::filesystem::is_regular_file(text, ec) ||
+                 (text.size() > 5 && text.compare(text.size() - 5, 5, ".json") == 0);
   bool inline_list = !is_file;
   if (inline_list) {
     std::stringstream ss(text);
@@ -147,7 +151,8 @@ std::vector<ConfigEntry> parse_config(const std::string& text) {
     }
   } else if (!text.empty()) {
     std::ifstream f(text);
-    if (!f) throw ConfigError("memory config file '" + text + "' cannot be read");
+    if (!f || !std::filesystem::is_regular_file(text, ec))
+      throw ConfigError("memory config file '" + text + "' cannot be read");
     try {
       for (auto& e : nlohmann::json::parse(f)) items.push_back(e.get<std::string>());
     } catch (const nlohmann::json::exception& e) {

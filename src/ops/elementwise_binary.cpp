@@ -18,7 +18,7 @@ std::optional<std::vector<Dim>> fold_values(InferCtx& ctx, G g) {
   const auto* b = ctx.propagated(1);
   if (!a || !b || ctx.rank(0) > 1 || ctx.rank(1) > 1) return std::nullopt;
   if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return std::nullopt;
-  std::vector<Dim> r(std::max(a->size(), b->size()));
+  std::vector<Dim> r(a->size() == 1 ? b->size() : a->size());  // one of 1 element broadcasts, even to 0
   for (size_t i = 0; i < r.size(); ++i) {
     auto v = g((*a)[a->size() == 1 ? 0 : i], (*b)[b->size() == 1 ? 0 : i]);
     if (!v) return std::nullopt;

@@ -64,9 +64,13 @@ Dim InferCtx::fresh(const std::string& hint) {
 
 void InferCtx::fail(const std::string& msg) const { throw ShapeError(node_.where() + ": " + msg); }
 
+const InputInfo& InferCtx::input(size_t i) const {
+  if (i >= in_.size()) fail("has no input " + std::to_string(i) + " (" + std::to_string(in_.size()) + " given)");
+  return in_[i];
+}
+
 int64_t InferCtx::axis(int64_t a, int64_t rank) const {
-  if (a < -rank || a >= (rank == 0 ? 1 : rank))
-    fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+  if (a < -rank || a >= rank) fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
   return a < 0 ? a + rank : a;
 }
 

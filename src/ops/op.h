@@ -50,9 +50,9 @@ class InferCtx {
   const ir::Node& node() const { return node_; }
   size_t num_inputs() const { return in_.size(); }
   bool has(size_t i) const { return i < in_.size() && in_[i].present; }
-  DType dtype(size_t i) const { return in_.at(i).dtype; }
-  const Shape& shape(size_t i) const { return in_.at(i).shape; }
-  int64_t rank(size_t i) const { return int64_t(in_.at(i).shape.size()); }
+  DType dtype(size_t i) const { return input(i).dtype; }
+  const Shape& shape(size_t i) const { return input(i).shape; }
+  int64_t rank(size_t i) const { return int64_t(input(i).shape.size()); }
   // Input i's data (a constant, or at run time the tensor), which the shape function reads on the host: the op
   // declares i in Op::host_inputs().
   const Tensor* tensor(size_t i) const {
@@ -90,6 +90,7 @@ class InferCtx {
   int64_t axis(int64_t a, int64_t rank) const;
 
  private:
+  const InputInfo& input(size_t i) const;  // a ShapeError naming the node when the node has no input i
   const ir::Node& node_;
   std::vector<InputInfo> in_;
   std::vector<OutputInfo> out_;

@@ -243,6 +243,8 @@ class RangeOp : public Op {
   uint64_t host_inputs() const override { return input_bits({0, 1, 2}); }
   explicit RangeOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override {
+    for (size_t i = 0; i < 3; ++i)
+      if (ctx.rank(i) != 0) ctx.fail("input " + std::to_string(i) + " is not a scalar");
     Dim n;
     auto s = ctx.value(0), l = ctx.value(1), d = ctx.value(2);
     if (s && l && d && (*d)[0].is_const() && (*d)[0].value() != 0) {
@@ -253,7 +255,11 @@ class RangeOp : public Op {
     } else if (ctx.tensor(0) && ctx.tensor(1) && ctx.tensor(2)) {
       double st = ctx.tensor(0)->to_double()[0], li = ctx.tensor(1)->to_double()[0], de = ctx.tensor(2)->to_double()[0];
       if (de == 0) ctx.fail("delta is zero");
-      n = Dim(std::max<int64_t>(0, int64_t(std::ceil((li - st) / de))));
+      double count = std::ceil((li - st) / de);
+      if (!(count < 9.2e18))  // NaN and counts past int64 too
+        ctx.fail("start " + std::to_string(st) + ", limit " + std::to_string(li) + " and delta " + std::to_string(de) +
+                 " give no countable number of elements");
+      n = Dim(count > 0 ? int64_t(count) : 0);
     } else {
       n = ctx.fresh("range");
     }

@@ -28,7 +28,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   nlohmann::json entries = nlohmann::json::array();
   std::string data;
   for (auto& [name, t] : c.tensors) {
-    entries.push_back({{"name", name}, {"dtype", dtype_name(t.dtype())}, {"dims", t.dims()}, {"offset", data.size()},
+    entries.push_back({{"name", name},
+                       {"dtype", dtype_name(t.dtype())},
+                       {"dims", t.dims()},
+                       {"offset", data.size()},
                        {"nbytes", t.nbytes()}});
     data.append(static_cast<const char*>(t.raw()), t.nbytes());
   }
@@ -54,14 +57,17 @@ Checkpoint read_checkpoint(const std::string& path) {
   std::string bytes = ss.str();
   std::string where = "checkpoint '" + path + "'";
   if (bytes.size() < 20 || std::memcmp(bytes.data(), kMagic, 8) != 0)
-    throw CheckpointError(where + ": not an onnxtrain checkpoint (bad magic or too short: " + std::to_string(bytes.size()) + " bytes)");
+    throw CheckpointError(
+        where + ": not an onnxtrain checkpoint (bad magic or too short: " + std::to_string(bytes.size()) + " bytes)");
   uint32_t version;
   uint64_t hlen;
   std::memcpy(&version, bytes.data() + 8, 4);
   std::memcpy(&hlen, bytes.data() + 12, 8);
   if (version != kVersion)
-    throw CheckpointError(where + ": format version " + std::to_string(version) + ", this onnxtrain reads version " + std::to_string(kVersion));
-  if (20 + hlen > bytes.size()) throw CheckpointError(where + ": truncated (header of " + std::to_string(hlen) + " bytes)");
+    throw CheckpointError(where + ": format version " + std::to_string(version) + ", this onnxtrain reads version " +
+                          std::to_string(kVersion));
+  if (hlen > bytes.size() - 20)
+    throw CheckpointError(where + ": truncated (header of " + std::to_string(hlen) + " bytes)");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.substr(20, hlen));
@@ -71,18 +77,26 @@ Checkpoint read_checkpoint(const std::string& path) {
     c.optimizer = header.at("optimizer");
     uint64_t data_bytes = header.at("data_bytes");
     const char* data = bytes.data() + 20 + hlen;
-    if (20 + hlen + data_bytes != bytes.size())
-      throw CheckpointError(where + ": truncated or padded (" + std::to_string(bytes.size()) + " bytes, expected " +
-                            std::to_string(20 + hlen + data_bytes) + ")");
-    uint64_t crc = crc32(0L, reinterpret_cast<const Bytef*>(data), uInt(data_bytes));
-    if (crc != header.at("data_crc32").get<uint64_t>()) throw CheckpointError(where + ": data checksum mismatch (corrupt)");
+    if (data_bytes != bytes.size() - 20 - hlen)
+      throw CheckpointError(where + ": truncated or padded (" + std::to_string(bytes.size() - 20 - hlen) +
+                            " bytes of data, the header says " + std::to_string(data_bytes) + ")");
+    uint64_t crc = crc32_z(0L, reinterpret_cast<const Bytef*>(data), size_t(data_bytes));
+    if (crc != header.at("data_crc32").get<uint64_t>())
+      throw CheckpointError(where + ": data checksum mismatch (corrupt)");
     for (auto& e : header.at("tensors")) {
       std::string name = e.at("name");
       std::vector<int64_t> dims = e.at("dims");
       uint64_t offset = e.at("offset"), nbytes = e.at("nbytes");
-      Tensor t(dtype_named(e.at("dtype"), where), dims);
-      if (t.nbytes() != nbytes || offset + nbytes > data_bytes)
+      DType dtype = dtype_named(e.at("dtype"), where);
+      size_t need;
+      try {
+        need = checked_nbytes(dims, dtype, "tensor '" + name + "'");
+      } catch (const ShapeError& bad) {
+        throw CheckpointError(where + ": " + bad.what());
+      }
+      if (need != nbytes || offset > data_bytes || nbytes > data_bytes - offset)
         throw CheckpointError(where + ": tensor '" + name + "' does not fit its dims or the data section");
+      Tensor t(dtype, dims);
       std::memcpy(t.raw(), data + offset, nbytes);
       c.tensors[name] = t;
     }

@@ -192,7 +192,7 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state,
   runtime::MemoryRecorder::Scope recording(recorder_.get());
   for (auto& [name, t] : output_grads) {
     auto it = std::find_if(exe_.forward_outputs.begin(), exe_.forward_outputs.end(),
-                           [&](auto* v) { return v->name == name; });
+                           [&name = name](auto* v) { return v->name == name; });
     if (it == exe_.forward_outputs.end())
       throw InputError("output gradient for '" + name + "', which is not a model output");
     ir::Value* gin = exe_.output_grads[size_t(it - exe_.forward_outputs.begin())];

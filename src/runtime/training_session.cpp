@@ -169,8 +169,11 @@ void TrainingSession::load_checkpoint(const std::string& path) {
   for (auto& n : params_) values[n] = take("param/" + n, values_.at(n));
   for (auto& n : buffers_) values[n] = take("buffer/" + n, values_.at(n));
   for (auto& [key, t] : c.tensors) {
-    if (key.rfind("state1/", 0) == 0) s1[key.substr(7)] = take(key, values.at(key.substr(7)));
-    if (key.rfind("state2/", 0) == 0) s2[key.substr(7)] = take(key, values.at(key.substr(7)));
+    bool first = key.rfind("state1/", 0) == 0, second = key.rfind("state2/", 0) == 0;
+    if (!first && !second) continue;
+    auto param = values.find(key.substr(7));
+    if (param == values.end()) throw CheckpointError(where + ": '" + key + "' is the state of no parameter");
+    (first ? s1 : s2)[param->first] = take(key, param->second);
   }
   for (auto& [n, t] : values) std::memcpy(values_.at(n).raw(), t.raw(), t.nbytes());  // in place: feeds share storage
   state1_ = s1;

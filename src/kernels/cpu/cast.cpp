@@ -29,10 +29,9 @@ To convert(From v) {
     return v;
   else if constexpr (std::is_same_v<To, bool>)
     return to_double(v) != 0;
-  else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
-    double d = to_double(v);
-    return std::isfinite(d) ? To(int64_t(d)) : To(0);
-  } else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>)
+  else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>)
+    return from_double<To>(std::trunc(to_double(v)));
+  else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>)
     return To(v);
   else
     return from_double<To>(to_double(v));

@@ -1,6 +1,8 @@
 // Dtype dispatch: calls fn with a value of the C++ type for a DType.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -68,16 +70,25 @@ inline double to_double(T v) {
   else
     return double(v);
 }
+// To an integer type: NaN is 0 and values past the type's range saturate (C++ leaves converting them undefined,
+// ONNX leaves the result unspecified).
 template <typename T>
 inline T from_double(double v) {
-  if constexpr (std::is_same_v<T, Half>)
+  if constexpr (std::is_same_v<T, Half>) {
     return float_to_half(float(v));
-  else if constexpr (std::is_same_v<T, BFloat16>)
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
     return float_to_bf16(float(v));
-  else if constexpr (std::is_same_v<T, bool>)
+  } else if constexpr (std::is_same_v<T, bool>) {
     return v != 0;
-  else
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return T(0);
+    // The bounds as doubles: the lowest is a power of two (exact); max() rounds up to one, so compare with >=.
+    if (v <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
     return T(v);
+  } else {
+    return T(v);
+  }
 }
 
 }  // namespace onnxtrain::kernels

@@ -72,7 +72,7 @@ void pow(KernelCtx& c) {
                                 if (b == T(2)) return T(a * a);
                                 return T(std::pow(acc_t<T>(a), acc_t<T>(b)));
                               } else {
-                                return T(std::pow(double(a), double(b)));
+                                return from_double<T>(std::pow(double(a), double(b)));
                               }
                             });
       return;
@@ -84,7 +84,7 @@ void pow(KernelCtx& c) {
       T* o = c.out(0).data<T>();
       broadcast_rows<2>(c.out(0).dims(), {&x.dims(), &y.dims()}, [&](int64_t oo, auto off, auto st, int64_t len) {
         for (int64_t j = 0; j < len; ++j)
-          o[oo + j] = T(std::pow(double(a[off[0] + j * st[0]]), double(b[off[1] + j * st[1]])));
+          o[oo + j] = from_double<T>(std::pow(to_double(a[off[0] + j * st[0]]), to_double(b[off[1] + j * st[1]])));
       });
     });
   });

@@ -20,6 +20,15 @@ int64_t checked_index(const KernelCtx& c, int64_t i, int64_t n) {
   return i < 0 ? i + n : i;
 }
 
+// GatherElements/ScatterElements: the indices have the data's rank and, off the axis, no larger dims.
+void check_elements_shape(const KernelCtx& c, const Tensor& idx, const Tensor& x, int64_t axis) {
+  bool fits = idx.rank() == x.rank() && axis >= 0 && axis < x.rank();
+  for (int64_t d = 0; fits && d < x.rank(); ++d) fits = d == axis || idx.dims()[size_t(d)] <= x.dims()[size_t(d)];
+  if (!fits)
+    c.fail("indices " + dims_str(idx.dims()) + " do not fit data " + dims_str(x.dims()) + " along axis " +
+           std::to_string(axis));
+}
+
 // GatherElements/ScatterElements: the data offset of position i of the index
 // tensor (dims idx_dims), whose coordinate along `axis` is replaced by `index`.
 int64_t element_offset(const KernelCtx& c, int64_t i, const std::vector<int64_t>& idx_dims, const Tensor& x,
@@ -69,6 +78,7 @@ void gather(const ops::IndexAttrs& at, KernelCtx& c) {
 void gather_elements(const ops::IndexAttrs& at, KernelCtx& c) {
   const Tensor &x = c.in(0), &idx = c.in(1);
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
+  check_elements_shape(c, idx, x, a);
   auto ind = idx.to_int64();
   const auto& id = idx.dims();
   auto xs = contiguous_strides(x.dims());
@@ -84,8 +94,10 @@ void gather_elements(const ops::IndexAttrs& at, KernelCtx& c) {
 void scatter_elements(const ops::IndexAttrs& at, KernelCtx& c) {
   const Tensor &x = c.in(0), &idx = c.in(1), &upd = c.in(2);
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
+  check_elements_shape(c, idx, x, a);
   auto ind = idx.to_int64();
   const auto& id = idx.dims();
+  if (upd.dims() != id) c.fail("updates " + dims_str(upd.dims()) + " are not shaped as indices " + dims_str(id));
   auto xs = contiguous_strides(x.dims());
   std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
   dispatch<kAll>(x.dtype(), c.node.where(), [&](auto tag) {
@@ -102,9 +114,14 @@ void scatter_elements(const ops::IndexAttrs& at, KernelCtx& c) {
 void scatter_nd(const ops::IndexAttrs& at, KernelCtx& c) {
   const Tensor &x = c.in(0), &idx = c.in(1), &upd = c.in(2);
   auto ind = idx.to_int64();
+  if (idx.rank() == 0 || idx.dims().back() > x.rank())
+    c.fail("indices " + dims_str(idx.dims()) + " do not index data " + dims_str(x.dims()));
   int64_t k = idx.dims().back(), n_upd = idx.numel() / std::max<int64_t>(k, 1);
   int64_t slice = 1;
   for (size_t d = size_t(k); d < x.dims().size(); ++d) slice *= x.dims()[d];
+  if (upd.numel() != n_upd * slice)
+    c.fail("updates " + dims_str(upd.dims()) + " do not fit indices " + dims_str(idx.dims()) + " into data " +
+           dims_str(x.dims()));
   auto xs = contiguous_strides(x.dims());
   std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
   dispatch<kAll>(x.dtype(), c.node.where(), [&](auto tag) {
@@ -123,12 +140,18 @@ void scatter_nd(const ops::IndexAttrs& at, KernelCtx& c) {
 void gather_nd(const ops::IndexAttrs& at, KernelCtx& c) {
   const Tensor &x = c.in(0), &idx = c.in(1);
   auto ind = idx.to_int64();
+  if (idx.rank() == 0 || at.batch_dims < 0 || at.batch_dims + idx.dims().back() > x.rank())
+    c.fail("indices " + dims_str(idx.dims()) + " do not index data " + dims_str(x.dims()) + " past " +
+           std::to_string(at.batch_dims) + " batch dims");
   int64_t k = idx.dims().back(), b = at.batch_dims;
   int64_t batch = 1;
   for (int64_t d = 0; d < b; ++d) batch *= x.dims()[size_t(d)];
   int64_t per_batch = idx.numel() / std::max<int64_t>(k, 1) / std::max<int64_t>(batch, 1);
   int64_t slice = 1;
   for (size_t d = size_t(b + k); d < x.dims().size(); ++d) slice *= x.dims()[d];
+  if (c.out(0).numel() != batch * per_batch * slice)
+    c.fail("output " + dims_str(c.out(0).dims()) + " does not hold what indices " + dims_str(idx.dims()) +
+           " gather from data " + dims_str(x.dims()));
   auto xs = contiguous_strides(x.dims());
   int64_t batch_stride = b > 0 ? xs[size_t(b - 1)] : 0;
   size_t es = dtype_size(x.dtype());
@@ -146,8 +169,9 @@ void gather_nd(const ops::IndexAttrs& at, KernelCtx& c) {
 void one_hot(const ops::IndexAttrs& at, KernelCtx& c) {
   const Tensor& idx = c.in(0);
   int64_t r = idx.rank() + 1, a = at.axis < 0 ? at.axis + r : at.axis;
-  int64_t depth = int64_t(c.in(1).to_double()[0]);
+  int64_t depth = c.out(0).dims()[size_t(a)];  // the depth input, as shape inference read it
   auto ind = idx.to_double();
+  if (c.in(2).numel() != 2) c.fail("values " + dims_str(c.in(2).dims()) + " are not (off, on)");
   ops::AxisView v = ops::axis_view(c.out(0).dims(), a);
   size_t es = dtype_size(c.in(2).dtype());
   const char* vals = static_cast<const char*>(c.in(2).raw());
@@ -155,7 +179,7 @@ void one_hot(const ops::IndexAttrs& at, KernelCtx& c) {
   for (int64_t p = 0; p < v.outer; ++p)
     for (int64_t j = 0; j < depth; ++j)
       for (int64_t q = 0; q < v.inner; ++q) {
-        int64_t i = int64_t(ind[size_t(p * v.inner + q)]);
+        int64_t i = from_double<int64_t>(ind[size_t(p * v.inner + q)]);
         if (i < 0) i += depth;
         std::memcpy(o + size_t((p * depth + j) * v.inner + q) * es, vals + (i == j ? es : 0), es);
       }

@@ -50,6 +50,9 @@ void loss(const LossAttrs& a, KernelCtx& c) {
   const Tensor& x = c.in(0);  // (N, C, d...)
   auto labels = c.in(1).to_int64();
   int64_t n = x.dims()[0], cls = x.dims()[1], d = x.numel() / std::max<int64_t>(n * cls, 1);
+  if (int64_t(labels.size()) != n * d || (c.has(2) && c.in(2).numel() != cls))
+    c.fail("scores " + dims_str(x.dims()) + ", labels " + dims_str(c.in(1).dims()) +
+           (c.has(2) ? " and weights " + dims_str(c.in(2).dims()) : std::string()) + " do not fit together");
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* w = c.has(2) ? c.in(2).data<T>() : nullptr;

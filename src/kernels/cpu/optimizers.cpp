@@ -14,13 +14,31 @@ namespace {
 
 using ops::OptimizerAttrs;
 
+// The number of tensors the node updates, after checking that it has R and T as scalars and, per tensor, its
+// groups (X, G, state...) of one dtype and shape.
+size_t tensors(const OptimizerAttrs& at, KernelCtx& c) {
+  size_t groups = size_t(at.groups), given = c.inputs.size();
+  if (given < 2 || (given - 2) % groups != 0)
+    c.fail(std::to_string(given) + " inputs are not R, T and " + std::to_string(groups) + " per tensor");
+  if (c.in(0).numel() != 1 || c.in(1).numel() != 1) c.fail("R and T are not single values");
+  size_t n = at.count(given);
+  for (size_t k = 0; k < n; ++k)
+    for (size_t g = 1; g < groups; ++g) {
+      const Tensor &x = c.in(2 + k), &y = c.in(2 + g * n + k);
+      if (x.dtype() != y.dtype() || x.dims() != y.dims())
+        c.fail("input " + std::to_string(2 + g * n + k) + " is " + dtype_name(y.dtype()) + dims_str(y.dims()) +
+               ", the tensor it goes with " + dtype_name(x.dtype()) + dims_str(x.dims()));
+    }
+  return n;
+}
+
 // Copies input `in` into output `out` (the update then runs in place on the output).
 void copy(KernelCtx& c, size_t in, size_t out) {
   if (c.wants(out)) std::memcpy(c.out(out).raw(), c.in(in).raw(), c.in(in).nbytes());
 }
 
 void momentum(const OptimizerAttrs& at, KernelCtx& c) {
-  size_t n = at.count(c.inputs.size());
+  size_t n = tensors(at, c);
   double lr = c.in(0).to_double()[0];
   int64_t t = c.in(1).to_int64()[0];
   for (size_t k = 0; k < n; ++k) {
@@ -35,7 +53,7 @@ void momentum(const OptimizerAttrs& at, KernelCtx& c) {
 }
 
 void adagrad(const OptimizerAttrs& at, KernelCtx& c) {
-  size_t n = at.count(c.inputs.size());
+  size_t n = tensors(at, c);
   double r = c.in(0).to_double()[0] / (1 + double(c.in(1).to_int64()[0]) * at.decay);
   for (size_t k = 0; k < n; ++k) {
     dispatch<kFloats>(c.in(2 + k).dtype(), c.node.where(), [&](auto tag) {
@@ -53,7 +71,7 @@ void adagrad(const OptimizerAttrs& at, KernelCtx& c) {
 }
 
 void adam(const OptimizerAttrs& at, KernelCtx& c) {
-  size_t n = at.count(c.inputs.size());
+  size_t n = tensors(at, c);
   double r = c.in(0).to_double()[0];
   int64_t t = c.in(1).to_int64()[0];
   if (t > 0) r = r * std::sqrt(1 - std::pow(at.beta, double(t))) / (1 - std::pow(at.alpha, double(t)));

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Fuzzing (issue 15) with libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer. Builds the targets
+# (scripts/sanitize-build.sh), replays the saved regressions (fuzz/regressions/TARGET/: every input that once
+# crashed a target, kept after its fix), then fuzzes each target for SECONDS (default 60) from its seeds and the
+# corpus earlier runs grew (build-sanitize/corpus/TARGET), and prints per target the executions, the coverage
+# reached and whether it crashed; a crashing input is left in build-sanitize/crashes/.
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]; targets: model training checkpoint memory_config.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(model training checkpoint memory_config)
+bash scripts/sanitize-build.sh
+
+# Seeds: the conformance suites' models, models exported from the test models, checkpoints of a trained session,
+# memory configs and budgets.
+seeds=build-sanitize/seeds
+if [ ! -d "$seeds/model" ]; then
+  mkdir -p "$seeds/model.tmp"
+  [ -d build/onnx-node-suite ] || .venv/bin/python tests/conformance/write_onnx_suite.py build/onnx-node-suite >/dev/null
+  for d in /usr/share/libonnx-testdata/data/node/*/ build/onnx-node-suite/*/; do
+    [ -f "$d/model.onnx" ] && cp "$d/model.onnx" "$seeds/model.tmp/$(basename "$(dirname "$d")")-$(basename "$d").onnx"
+  done
+  .venv/bin/python fuzz/export_seed_models.py "$seeds/model.tmp"
+  mv "$seeds/model.tmp" "$seeds/model"
+fi
+if [ ! -d "$seeds/checkpoint" ]; then
+  mkdir -p "$seeds/checkpoint"
+  ONNXTRAIN_FUZZ_WRITE_SEEDS="$seeds/checkpoint" build-sanitize/fuzz_checkpoint -runs=0 >/dev/null 2>&1
+fi
+seeds_of() {
+  case $1 in
+    model | training) echo "$seeds/model" ;;
+    checkpoint) echo "$seeds/checkpoint" ;;
+    memory_config) echo fuzz/seeds/memory_config ;;
+  esac
+}
+
+export OMP_NUM_THREADS=1 UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=allocator_may_return_null=1
+status=0
+mkdir -p build-sanitize/crashes
+for t in "${targets[@]}"; do
+  bin=build-sanitize/fuzz_$t
+  log=build-sanitize/fuzz-$t.log
+  if [ -d "fuzz/regressions/$t" ] && ! "$bin" fuzz/regressions/"$t"/* >"$log" 2>&1; then
+    echo "fuzz $t: a saved regression crashes again (see $log)"
+    status=1
+    continue
+  fi
+  mkdir -p "build-sanitize/corpus/$t"
+  if "$bin" "build-sanitize/corpus/$t" "$(seeds_of "$t")" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 \
+    -print_final_stats=1 -artifact_prefix="build-sanitize/crashes/$t-" >"$log" 2>&1; then
+    verdict="no crash"
+  else
+    verdict="CRASHED: $(grep -o 'Test unit written to .*' "$log" | tail -n 1) (see $log)"
+    status=1
+  fi
+  runs=$(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -n 1 || true)
+  echo "fuzz $t: $runs executions in ${seconds} s, ${cov:-no coverage line}; $verdict"
+done
+exit "$status"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds build-sanitize/ with clang under AddressSanitizer and UndefinedBehaviorSanitizer (undefined behaviour
+# stops the program): the C++ tests, the CLI (to run the conformance suites) and the libFuzzer targets of fuzz/.
+# Expects scripts/setup.sh to have run (clang and its runtimes are among its Debian packages). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+generator=()
+[ -f build-sanitize/CMakeCache.txt ] || ! command -v ninja >/dev/null || generator=(-G Ninja)
+CC=clang CXX=clang++ cmake -S . -B build-sanitize "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DONNXTRAIN_SANITIZE=ON -DONNXTRAIN_FUZZ=ON -DONNXTRAIN_BUILD_CLI=ON >/dev/null
+cmake --build build-sanitize -j"$(nproc)" | grep -E "error|warning: unused" || true
+test "${PIPESTATUS[0]}" -eq 0
