@@ -2,6 +2,7 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -130,6 +131,8 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& model, const std::st
   for (auto& out : gp.output()) {
     Value* v = g->find(out.name());
     if (!v) throw ModelError("graph output '" + out.name() + "' is not produced by any node");
+    if (std::find(g->outputs.begin(), g->outputs.end(), v) != g->outputs.end())
+      throw ModelError("graph output '" + out.name() + "' is listed twice");
     g->outputs.push_back(v);
   }
   return g;

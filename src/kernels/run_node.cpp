@@ -22,7 +22,8 @@ static std::vector<Tensor> host_copies(const ir::Node& n, const std::vector<cons
   return r;
 }
 
-std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>& given, const RunArgs& args) {
+static std::vector<Tensor> run_node_reading(const ir::Node& n, const std::vector<const Tensor*>& given,
+                                            const RunArgs& args) {
   std::vector<Tensor> on_host = host_copies(n, given);
   std::vector<const Tensor*> inputs = given;
   for (size_t i = 0; i < on_host.size(); ++i)
@@ -72,6 +73,10 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>
               scratch_bytes};
   kernel.fn(*n.op, c);
   return outs;
+}
+
+std::vector<Tensor> run_node(const ir::Node& n, const std::vector<const Tensor*>& given, const RunArgs& args) {
+  return ops::reading_node(n, [&] { return run_node_reading(n, given, args); });
 }
 
 }  // namespace onnxtrain::kernels

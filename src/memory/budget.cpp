@@ -26,11 +26,13 @@ int64_t parse_size(const std::string& text, const std::string& what) {
   for (auto& [suffix, scale] : units) {
     std::string s(suffix);
     if (text.size() > s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0) {
-      if (parse_number(text.substr(0, text.size() - s.size()), &v)) return int64_t(v * double(scale));
+      if (parse_number(text.substr(0, text.size() - s.size()), &v) && v * double(scale) < 0x1p63)
+        return int64_t(v * double(scale));
       break;
     }
   }
-  if (text.find_first_not_of("0123456789") == std::string::npos && parse_number(text, &v)) return int64_t(v);
+  if (text.find_first_not_of("0123456789") == std::string::npos && parse_number(text, &v) && v < 0x1p63)
+    return int64_t(v);
   throw InputError(what + ": '" + text + "' is not a size such as 6GiB, 512MiB, 100KiB or a number of bytes");
 }
 

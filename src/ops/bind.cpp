@@ -23,7 +23,7 @@ std::vector<std::string> unsupported_ops(const ir::Graph& g) {
   return {r.begin(), r.end()};
 }
 
-bool infer_symbolic(ir::Graph& g, ir::Node& n) {
+static bool infer_symbolic_reading(ir::Graph& g, ir::Node& n) {
   bool known = true;
   for (const ir::Value* v : n.inputs) known = known && (!v || (v->has_shape && v->dtype != DType::kUndefined));
   InferCtx ctx(n, symbolic_inputs(n), &g);
@@ -54,6 +54,10 @@ bool infer_symbolic(ir::Graph& g, ir::Node& n) {
     v->sym_value = o.value;
   }
   return true;
+}
+
+bool infer_symbolic(ir::Graph& g, ir::Node& n) {
+  return reading_node(n, [&] { return infer_symbolic_reading(g, n); });
 }
 
 void bind_node(ir::Node& n) {

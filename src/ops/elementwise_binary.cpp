@@ -194,9 +194,11 @@ class WhereOp : public Op {
     Shape s = broadcast_shapes(ctx, broadcast_shapes(ctx, ctx.shape(0), ctx.shape(1)), ctx.shape(2));
     std::optional<std::vector<Dim>> value;
     const auto *c = ctx.propagated(0), *x = ctx.propagated(1), *y = ctx.propagated(2);
-    if (c && x && y && s.size() <= 1) {  // selecting among known sizes
-      size_t n = std::max({c->size(), x->size(), y->size()});
-      value.emplace();
+    if (c && x && y && s.size() <= 1 && (s.empty() || s[0].is_const())) {  // selecting among known sizes
+      size_t n = s.empty() ? 1 : size_t(s[0].value());
+      bool fit = true;  // a value of one element broadcasts; any other has the output's size
+      for (auto* v : {c, x, y}) fit = fit && (v->size() == 1 || v->size() == n);
+      if (fit) value.emplace();
       for (size_t i = 0; i < n && value; ++i) {
         const Dim& ci = (*c)[c->size() == 1 ? 0 : i];
         if (!ci.is_const())

@@ -7,12 +7,14 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/dim.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 
@@ -164,6 +166,18 @@ std::vector<std::string> registered_ops();
 template <typename T>
 OpFactory factory() {
   return [](const ir::Node& n) { return std::make_shared<const T>(n); };
+}
+
+// Runs `f`, a shape function or kernel of node `n`: a read past the inputs, outputs or attribute values the node
+// has (std::out_of_range from a checked access) becomes a ShapeError naming the node.
+template <typename F>
+auto reading_node(const ir::Node& n, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::out_of_range& e) {
+    throw ShapeError(n.where() + ": reads an input, output or attribute value the node does not have (" +
+                     std::string(e.what()) + ")");
+  }
 }
 
 }  // namespace onnxtrain::ops

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/wrapping.h"
 #include "kernels/kernel.h"
 #include "ops/elementwise.h"
 
@@ -33,9 +34,9 @@ T mod(bool fmod, T a, T b) {  // fmod: the sign of a (C's fmod); else the sign o
     if (!fmod && r != 0 && ((r < 0) != (b < 0))) r += b;
     return r;
   } else {
-    if (b == 0) return T(0);
+    if (b == 0 || (kWraps<T> && b == T(-1))) return T(0);  // INT_MIN % -1 traps
     T r = T(a % b);
-    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
+    if (!fmod && r != 0 && ((r < 0) != (b < 0))) r = T(wrapping_add(r, b));
     return r;
   }
 }
@@ -43,7 +44,7 @@ T mod(bool fmod, T a, T b) {  // fmod: the sign of a (C's fmod); else the sign o
 template <typename T>
 T divide(T a, T b) {
   if constexpr (std::is_integral_v<T>)
-    return b == 0 ? T(0) : T(a / b);  // no trap on a zero divisor
+    return b == 0 ? T(0) : kWraps<T> && b == T(-1) ? T(wrapping_neg(a)) : T(a / b);  // no trap on 0 or -1
   else
     return a / b;
 }
@@ -151,9 +152,9 @@ auto nan_first_min = [](auto a, auto b) { return (std::isnan(double(a)) || a <= 
 
 const bool kRegistered = register_kernels(
     kCpu, {
-              {"", "Add", binary<kNumeric>([](auto, auto a, auto b) { return a + b; })},
-              {"", "Sub", binary<kNumeric>([](auto, auto a, auto b) { return a - b; })},
-              {"", "Mul", binary<kNumeric>([](auto, auto a, auto b) { return a * b; })},
+              {"", "Add", binary<kNumeric>([](auto, auto a, auto b) { return wrapping_add(a, b); })},
+              {"", "Sub", binary<kNumeric>([](auto, auto a, auto b) { return wrapping_sub(a, b); })},
+              {"", "Mul", binary<kNumeric>([](auto, auto a, auto b) { return wrapping_mul(a, b); })},
               {"", "Div", binary<kNumeric>([](auto, auto a, auto b) { return divide(a, b); })},
               {"", "Mod", binary<kNumeric>([](const BinaryAttrs& at, auto a, auto b) { return mod(at.fmod, a, b); })},
               {"", "PRelu", binary<kNumeric>([](auto, auto x, auto slope) { return x < 0 ? slope * x : x; })},
@@ -168,8 +169,8 @@ const bool kRegistered = register_kernels(
               {"", "Pow", kernel(pow)},
               {"", "Max", variadic(nan_first_max)},
               {"", "Min", variadic(nan_first_min)},
-              {"", "Sum", variadic([](auto a, auto b) { return a + b; })},
-              {"", "Mean", variadic([](auto a, auto b) { return a + b; }, true)},
+              {"", "Sum", variadic([](auto a, auto b) { return wrapping_add(a, b); })},
+              {"", "Mean", variadic([](auto a, auto b) { return wrapping_add(a, b); }, true)},
               {"", "Where", kernel(where)},
               {"", "Clip", kernel(clip)},
           });

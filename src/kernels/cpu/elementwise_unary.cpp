@@ -7,6 +7,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/vector_math.h"
+#include "kernels/cpu/wrapping.h"
 #include "kernels/kernel.h"
 #include "ops/elementwise.h"
 
@@ -143,8 +144,9 @@ void is_inf(const ops::IsInfAttrs& a, KernelCtx& c) {
 const bool kRegistered = register_kernels(
     kCpu,
     {
-        {"", "Abs", unary<kNumeric>([](auto, auto x) { return std::is_signed_v<decltype(x)> && x < 0 ? -x : x; })},
-        {"", "Neg", unary<kNumeric>([](auto, auto x) { return -x; })},
+        {"", "Abs",
+         unary<kNumeric>([](auto, auto x) { return std::is_signed_v<decltype(x)> && x < 0 ? wrapping_neg(x) : x; })},
+        {"", "Neg", unary<kNumeric>([](auto, auto x) { return wrapping_neg(x); })},
         {"", "Exp", unary<kFloats>([](auto, auto x) { return std::exp(x); }, exp_vector)},
         {"", "Log", unary<kFloats>([](auto, auto x) { return std::log(x); })},
         {"", "Sqrt", unary<kFloats>([](auto, auto x) { return std::sqrt(x); })},

@@ -13,14 +13,32 @@
 namespace onnxtrain::kernels {
 namespace {
 
-// Per-channel statistics over (N, spatial) of an (N, C, ...) tensor.
+// Per-channel statistics over (N, spatial) of an (N, C, ...) tensor: input 0, with `params` per-channel inputs
+// after it (checked to hold C values each).
 struct ChannelView {
   int64_t n, c, spatial;
 };
-ChannelView channel_view(const Tensor& x) {
+ChannelView channel_view(const KernelCtx& c, size_t params) {
+  const Tensor& x = c.in(0);
+  if (x.rank() == 0) c.fail("the input is a scalar, not (N, C, ...)");
   ChannelView v{x.dims()[0], x.rank() > 1 ? x.dims()[1] : 1, 1};
   for (int64_t i = 2; i < x.rank(); ++i) v.spatial *= x.dims()[size_t(i)];
+  for (size_t i = 1; i <= params; ++i)
+    if (c.in(i).numel() != v.c)
+      c.fail("input " + std::to_string(i) + " " + dims_str(c.in(i).dims()) + " does not hold one value for each of " +
+             std::to_string(v.c) + " channels");
   return v;
+}
+
+// Whether `p` (scale or bias) broadcasts over the normalized dims `norm` as their trailing part: right-aligned,
+// leading dims of 1, then the same dims to the end; the kernel then reads element j of a row at j % p's size.
+bool broadcasts_as_suffix(const std::vector<int64_t>& p, const std::vector<int64_t>& norm) {
+  if (p.size() > norm.size()) return false;
+  size_t off = norm.size() - p.size(), i = 0;
+  while (i < p.size() && p[i] == 1) ++i;
+  for (; i < p.size(); ++i)
+    if (p[i] != norm[off + i]) return false;
+  return true;
 }
 
 void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
@@ -28,6 +46,11 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
   int64_t rows = 1, n = 1;
   for (int64_t i = 0; i < x.rank(); ++i) (i < a ? rows : n) *= x.dims()[size_t(i)];
+  std::vector<int64_t> norm(x.dims().begin() + a, x.dims().end());
+  for (size_t i : {1, 2})
+    if (c.has(i) && !broadcasts_as_suffix(c.in(i).dims(), norm))
+      c.fail(std::string(i == 1 ? "scale " : "bias ") + dims_str(c.in(i).dims()) +
+             " does not broadcast over the normalized dims " + dims_str(norm));
   int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 0;
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -69,7 +92,7 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
 
 void batch_norm(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
-  ChannelView v = channel_view(x);
+  ChannelView v = channel_view(c, 4);
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();
@@ -106,7 +129,7 @@ void batch_norm(const ops::NormAttrs& at, KernelCtx& c) {
 
 void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
-  ChannelView v = channel_view(x);
+  ChannelView v = channel_view(c, 2);
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *xp = x.data<T>(), *scale = c.in(1).data<T>(), *bias = c.in(2).data<T>();

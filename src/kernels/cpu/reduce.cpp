@@ -17,9 +17,11 @@ namespace {
 
 using Kind = ops::ReduceAttrs::Kind;
 
+// Integers accumulate in uint64_t: sums and products wrap around (signed overflow would be undefined).
 template <typename T>
 T reduce_row(Kind kind, const T* x, int64_t n) {
-  using Acc = std::conditional_t<kFloat<T>, double, int64_t>;
+  using Acc = std::conditional_t<kFloat<T>, double, uint64_t>;
+  auto as_double = [](Acc a) { return kFloat<T> ? double(a) : double(int64_t(a)); };
   switch (kind) {
     case Kind::kMax: {
       T m = n ? x[0] : std::numeric_limits<T>::lowest();
@@ -43,10 +45,10 @@ T reduce_row(Kind kind, const T* x, int64_t n) {
     case Kind::kLogSumExp: {
       double m = -INFINITY;
       for (int64_t i = 0; i < n; ++i) m = std::max(m, double(x[i]));
-      if (std::isinf(m)) return T(m);
+      if (std::isinf(m)) return from_double<T>(m);
       double s = 0;
       for (int64_t i = 0; i < n; ++i) s += std::exp(double(x[i]) - m);
-      return T(m + std::log(s));
+      return from_double<T>(m + std::log(s));
     }
     default:
       break;
@@ -59,14 +61,13 @@ T reduce_row(Kind kind, const T* x, int64_t n) {
   }
   Acc s = 0;
   for (int64_t i = 0; i < n; ++i) {
-    Acc v = Acc(x[i]);
-    if (kind == Kind::kL1) v = v < 0 ? -v : v;
+    Acc v = x[i] < T(0) && kind == Kind::kL1 ? Acc(0) - Acc(x[i]) : Acc(x[i]);
     if (kind == Kind::kL2 || kind == Kind::kSumSquare) v = v * v;
     s += v;
   }
-  if (kind == Kind::kMean) return n ? T(double(s) / double(n)) : T(NAN);
-  if (kind == Kind::kL2) return T(std::sqrt(double(s)));
-  if (kind == Kind::kLogSum) return T(std::log(double(s)));
+  if (kind == Kind::kMean) return from_double<T>(n ? as_double(s) / double(n) : NAN);
+  if (kind == Kind::kL2) return from_double<T>(std::sqrt(as_double(s)));
+  if (kind == Kind::kLogSum) return from_double<T>(std::log(as_double(s)));
   return T(s);
 }
 
