@@ -4,6 +4,8 @@
 #include <cassert>
 #include <sstream>
 
+#include "onnxtrain/error.h"
+
 namespace onnxtrain {
 
 // An atom is a named symbol or an opaque function of other dims; `key` is its
@@ -38,6 +40,20 @@ Dim::Poly Dim::as_poly() const {
   return p;
 }
 
+// Sizes computed from a model's numbers: past int64 is a ShapeError, not a wrapped (undefined) value.
+static int64_t add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw ShapeError("a size overflows int64: " + std::to_string(a) + " + " + std::to_string(b));
+  return r;
+}
+static int64_t mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw ShapeError("a size overflows int64: " + std::to_string(a) + " * " + std::to_string(b));
+  return r;
+}
+
 Dim Dim::symbol(const std::string& name) {
   Poly p;
   p[{std::make_shared<const Atom>(Atom{Atom::kSymbol, name, Dim(), Dim()})}] = 1;
@@ -50,6 +66,7 @@ static std::string func_key(const char* f, const Dim& a, const Dim& b) {
 
 Dim Dim::floor_div(const Dim& a, const Dim& b) {
   if (a.is_const() && b.is_const() && b.value() != 0) {
+    if (b.value() == -1) return Dim(mul(a.value(), -1));
     int64_t q = a.value() / b.value();
     if ((a.value() % b.value() != 0) && ((a.value() < 0) != (b.value() < 0))) --q;
     return Dim(q);
@@ -74,7 +91,10 @@ Dim Dim::floor_div(const Dim& a, const Dim& b) {
       Monomial rest = m;
       for (auto& at : bm) {
         auto it = std::find_if(rest.begin(), rest.end(), [&](auto& x) { return x->key == at->key; });
-        if (it == rest.end()) { exact = false; break; }
+        if (it == rest.end()) {
+          exact = false;
+          break;
+        }
         rest.erase(it);
       }
       exact = exact && c % bc == 0;
@@ -128,23 +148,23 @@ Dim Dim::max(const Dim& a, const Dim& b) {
 }
 
 Dim operator+(const Dim& a, const Dim& b) {
-  if (a.is_const() && b.is_const()) return Dim(a.value_ + b.value_);
+  if (a.is_const() && b.is_const()) return Dim(add(a.value_, b.value_));
   Dim::Poly p = a.as_poly();
-  for (auto& [m, c] : b.as_poly()) p[m] += c;
+  for (auto& [m, c] : b.as_poly()) p[m] = add(p[m], c);
   return Dim::from_poly(std::move(p));
 }
 
 Dim operator-(const Dim& a, const Dim& b) { return a + b * Dim(-1); }
 
 Dim operator*(const Dim& a, const Dim& b) {
-  if (a.is_const() && b.is_const()) return Dim(a.value_ * b.value_);
+  if (a.is_const() && b.is_const()) return Dim(mul(a.value_, b.value_));
   Dim::Poly p;
   for (auto& [ma, ca] : a.as_poly())
     for (auto& [mb, cb] : b.as_poly()) {
       Dim::Monomial m = ma;
       m.insert(m.end(), mb.begin(), mb.end());
       std::sort(m.begin(), m.end(), [](auto& x, auto& y) { return x->key < y->key; });
-      p[m] += ca * cb;
+      p[m] = add(p[m], mul(ca, cb));
     }
   return Dim::from_poly(std::move(p));
 }
@@ -171,11 +191,16 @@ static std::optional<int64_t> eval_atom(const Dim::Atom& at, const Bindings& b) 
   auto x = at.a.eval(b), y = at.b.eval(b);
   if (!x || !y) return std::nullopt;
   switch (at.kind) {
-    case Dim::Atom::kFloorDiv: return *y == 0 ? std::nullopt : std::optional(Dim::floor_div(*x, *y).value());
-    case Dim::Atom::kCeilDiv: return *y == 0 ? std::nullopt : std::optional(Dim::floor_div(*x + *y - 1, *y).value());
-    case Dim::Atom::kMin: return std::min(*x, *y);
-    case Dim::Atom::kMax: return std::max(*x, *y);
-    default: return std::nullopt;
+    case Dim::Atom::kFloorDiv:
+      return *y == 0 ? std::nullopt : std::optional(Dim::floor_div(*x, *y).value());
+    case Dim::Atom::kCeilDiv:
+      return *y == 0 ? std::nullopt : std::optional(Dim::floor_div(add(add(*x, *y), -1), *y).value());
+    case Dim::Atom::kMin:
+      return std::min(*x, *y);
+    case Dim::Atom::kMax:
+      return std::max(*x, *y);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -187,9 +212,9 @@ std::optional<int64_t> Dim::eval(const Bindings& b) const {
     for (auto& at : m) {
       auto v = eval_atom(*at, b);
       if (!v) return std::nullopt;
-      prod *= *v;
+      prod = mul(prod, *v);
     }
-    sum += prod;
+    sum = add(sum, prod);
   }
   return sum;
 }
@@ -200,8 +225,10 @@ std::string Dim::str() const {
   bool first = true;
   for (auto& [m, c] : *poly_) {
     int64_t coef = c;
-    if (!first) os << (coef < 0 ? " - " : " + ");
-    else if (coef < 0) os << "-";
+    if (!first)
+      os << (coef < 0 ? " - " : " + ");
+    else if (coef < 0)
+      os << "-";
     if (coef < 0) coef = -coef;
     first = false;
     bool wrote = false;

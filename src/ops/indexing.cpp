@@ -114,9 +114,12 @@ class GatherNDOp : public IndexOp {
   }
   void infer(InferCtx& ctx) const override {
     const Shape &d = ctx.shape(0), &i = ctx.shape(1);
+    if (i.empty()) ctx.fail("indices are a scalar; they need a last dim, the index depth");
     if (!i.back().is_const()) ctx.unknown("the index depth");
     int64_t k = i.back().value();
-    if (attrs.batch_dims + k > ctx.rank(0)) ctx.fail("index depth " + std::to_string(k) + " exceeds the data rank");
+    if (attrs.batch_dims < 0 || k < 0 || attrs.batch_dims + k > ctx.rank(0) || attrs.batch_dims >= ctx.rank(1))
+      ctx.fail("index depth " + std::to_string(k) + " after " + std::to_string(attrs.batch_dims) +
+               " batch dims does not fit data of rank " + std::to_string(ctx.rank(0)));
     Shape out(i.begin(), i.end() - 1);
     out.insert(out.end(), d.begin() + attrs.batch_dims + k, d.end());
     ctx.set(0, ctx.dtype(0), out);
