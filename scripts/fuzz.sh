@@ -18,8 +18,9 @@ bash scripts/sanitize-build.sh
 seeds=build-sanitize/seeds
 if [ ! -d "$seeds/model" ]; then
   mkdir -p "$seeds/model.tmp"
-  [ -d build/onnx-node-suite ] || .venv/bin/python tests/conformance/write_onnx_suite.py build/onnx-node-suite >/dev/null
-  for d in /usr/share/libonnx-testdata/data/node/*/ build/onnx-node-suite/*/; do
+  suite=build/onnx-node-suite
+  [ -d $suite ] || .venv/bin/python tests/conformance/write_onnx_suite.py $suite >/dev/null
+  for d in /usr/share/libonnx-testdata/data/node/*/ $suite/*/; do
     [ -f "$d/model.onnx" ] && cp "$d/model.onnx" "$seeds/model.tmp/$(basename "$(dirname "$d")")-$(basename "$d").onnx"
   done
   .venv/bin/python fuzz/export_seed_models.py "$seeds/model.tmp"

@@ -47,7 +47,8 @@ sanitized() {  # name, folder, [options]
   echo "$1 (sanitized): $(tail -n 1 "$log")"
   return "$status"
 }
-sanitized libonnx-testdata /usr/share/libonnx-testdata/data/node --skip-list tests/conformance/libonnx-testdata-1.12.skip
+sanitized libonnx-testdata /usr/share/libonnx-testdata/data/node \
+  --skip-list tests/conformance/libonnx-testdata-1.12.skip
 sanitized "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
 sanitized "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
 bash scripts/fuzz.sh "${ONNXTRAIN_FUZZ_SECONDS:-45}"

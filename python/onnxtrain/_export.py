@@ -79,17 +79,23 @@ def fix_scaled_dot_product_attention_casts(model):
 _EXPORT_LOCK = threading.Lock()
 
 
-def export(module, schema, tensors, names, training):
+def export(module, schema, tensors, names, training, dynamic_dims=None):
+    """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
+    every tensor when None."""
     flat = _Flat(module, schema)
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
     f = io.BytesIO()
-    axes = {n: {i: f"{n}_dim{i}" for i in range(t.dim())} for n, t in zip(names, tensors)}
+    if dynamic_dims is None:
+        dynamic_dims = [range(t.dim()) for t in tensors]
+    axes = {n: {i: f"{n}_dim{i}" for i in dims} for n, dims in zip(names, dynamic_dims) if dims}
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     try:  # tracing runs the module once: it must not draw from PyTorch's generator either
         with (_EXPORT_LOCK, torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
               warnings.catch_warnings()):
             warnings.simplefilter("ignore")
-            torch.onnx.export(flat, tuple(tensors), f, input_names=names, dynamic_axes=axes, dynamo=False,
+            # Traced on the inputs alone: their history (another graph's output, say) is not the module's.
+            leaves = tuple(t.detach().requires_grad_(t.requires_grad) for t in tensors)
+            torch.onnx.export(flat, leaves, f, input_names=names, dynamic_axes=axes, dynamo=False,
                               export_params=False, training=mode, do_constant_folding=False, opset_version=OPSET)
     finally:
         with torch.no_grad():

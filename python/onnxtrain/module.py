@@ -32,6 +32,9 @@ class _Runner:
         self.training = training
         self.output_names = exported.output_names
         self.feed_names = exported.input_names + exported.state_names
+        # An argument the graph never reads is not among the exported model's inputs: it is not fed.
+        self.model_inputs = {i.name for i in exported.model.graph.input}
+        inputs_requiring_grad = [n for n in inputs_requiring_grad if n in self.model_inputs]
         params = dict(module.named_parameters())
         self.state = {**dict(module.named_buffers()), **params}
         model_bytes = exported.model.SerializeToString()
@@ -62,7 +65,7 @@ class _Runner:
             self.session.save(stem + "_optimized.onnx")
 
     def feeds(self, tensors):
-        feeds = {n: as_input(t) for n, t in zip(self.exported.input_names, tensors)}
+        feeds = {n: as_input(t) for n, t in zip(self.exported.input_names, tensors) if n in self.model_inputs}
         for n in self.exported.state_names:
             feeds[n] = as_input(self.state[n])
         return feeds
@@ -211,7 +214,9 @@ class Module(torch.nn.Module):
 
     def _build(self, full, tensors, names, training):
         t0 = time.perf_counter()
-        exported = export(self.module, full, tensors, names, self.module.training)
+        # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); all by default.
+        dynamic_dims = getattr(self.module, "dynamic_dims", None)
+        exported = export(self.module, full, tensors, names, self.module.training, dynamic_dims)
         t1 = time.perf_counter()
         self.export_count += 1
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]

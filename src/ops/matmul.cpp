@@ -66,7 +66,17 @@ class GemmOp : public OpWith<GemmAttrs> {
         n = attrs.tb ? b[0] : b[1];
     if (ka.is_const() && kb.is_const() && ka != kb)
       ctx.fail("inner dims differ: " + shape_str(a) + " x " + shape_str(b));
-    ctx.set(0, ctx.dtype(0), {m, n});
+    Shape out{m, n};
+    if (ctx.has(2)) {  // C broadcasts to (M, N) one way
+      const Shape& c = ctx.shape(2);
+      bool fits = c.size() <= 2;
+      for (size_t i = 0; fits && i < c.size(); ++i) {
+        const Dim &d = c[i], &o = out[2 - c.size() + i];
+        fits = !d.is_const() || !o.is_const() || d.value() == 1 || d == o;
+      }
+      if (!fits) ctx.fail("C " + shape_str(c) + " does not broadcast to " + shape_str(out));
+    }
+    ctx.set(0, ctx.dtype(0), out);
   }
 };
 

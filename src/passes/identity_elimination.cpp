@@ -1,5 +1,7 @@
 // Identity elimination: readers of an Identity's output read its input, and a
 // Dropout that can never drop (inference, or a ratio of 0) counts as an Identity.
+#include <algorithm>
+
 #include "ops/op.h"
 #include "passes/pass.h"
 
@@ -14,10 +16,15 @@ bool is_false_or_zero(const ir::Value* v) {
   return true;
 }
 
-bool passes_through(const ir::Node& n) {
+bool is_output(const ir::Graph& g, const ir::Value* v) {
+  return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+}
+
+bool passes_through(const ir::Graph& g, const ir::Node& n) {
   if (n.op_type == "Identity") return true;
   if (n.op_type != "Dropout" || n.opset < 12) return false;
-  bool mask_unused = n.outputs.size() < 2 || !n.outputs[1] || n.outputs[1]->consumers.empty();
+  const ir::Value* mask = n.outputs.size() < 2 ? nullptr : n.outputs[1];
+  bool mask_unused = !mask || (mask->consumers.empty() && !is_output(g, mask));
   bool inference = is_false_or_zero(n.input(2));
   bool zero_ratio = n.input(1) && is_false_or_zero(n.input(1));
   return mask_unused && (inference || zero_ratio);
@@ -29,10 +36,9 @@ class IdentityElimination : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (auto& n : g.nodes()) {
-      if (!passes_through(*n) || !n->inputs[0] || !n->outputs[0]) continue;
+      if (!passes_through(g, *n) || !n->inputs[0] || !n->outputs[0]) continue;
       ir::Value *in = n->inputs[0], *out = n->outputs[0];
-      // A graph output keeps its name: its producer stays.
-      if (std::find(g.outputs.begin(), g.outputs.end(), out) != g.outputs.end()) continue;
+      if (is_output(g, out)) continue;  // a graph output keeps its name: its producer stays
       g.replace_uses(out, in);
       gone.push_back(n.get());
     }
