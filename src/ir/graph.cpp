@@ -13,6 +13,16 @@ const char* attribute_kind_name(const Attribute& a) {
 
 std::string Value::type_str() const { return dtype_name(dtype) + (has_shape ? shape_str(shape) : std::string("[?]")); }
 
+Dim Value::bytes() const {
+  if (!has_shape) return Dim::symbol("bytes(" + name + ")");
+  try {
+    return shape_numel(shape) * Dim(int64_t(dtype_size(dtype)));
+  } catch (const ShapeError& e) {  // constant dims whose product overflows
+    throw ShapeError((producer ? producer->where() + ": output '" : "value '") + name + "' " + type_str() +
+                     " would hold more than 2^63 bytes (" + e.what() + ")");
+  }
+}
+
 std::string Node::where() const { return "node '" + name + "' (" + op_type + ")"; }
 
 template <typename T>

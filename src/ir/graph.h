@@ -31,6 +31,9 @@ struct Value {
   bool trainable = false;                     // an initializer that training updates: never folded
   std::optional<std::vector<Dim>> sym_value;  // elements of a small integer tensor, symbolically
   std::string type_str() const;               // "float32[batch, 4]"
+  // The bytes its elements take, from its shape; the symbol bytes(<name>) when the shape is known only at run
+  // time. A ShapeError naming the node that makes it when they would pass 2^63.
+  Dim bytes() const;
 };
 
 struct Node {

@@ -9,12 +9,6 @@
 
 namespace onnxtrain::memory {
 
-// A value whose shape is known only at run time gets a size symbol no binding gives.
-static Dim bytes_of(const ir::Value* v) {
-  if (!v->has_shape) return Dim::symbol("bytes(" + v->name + ")");
-  return shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype)));
-}
-
 // Bytes the allocator hands out for a request (a zero-byte scratch is no request).
 static int64_t rounded(int64_t bytes) { return int64_t(CachingAllocator::round_size(size_t(bytes == 0 ? 1 : bytes))); }
 
@@ -55,7 +49,7 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
           const ir::Value* root = cp.root;
           bool owned = p.values_.at(root).kind == AllocKind::kAllocate;
           bool dies_here = root_death.count(root) && root_death[root] == int(s);
-          bool same_size = bytes_of(cand) == bytes_of(out) && bytes_of(root) == bytes_of(out);
+          bool same_size = cand->bytes() == out->bytes() && root->bytes() == out->bytes();
           if (owned && dies_here && same_size) {
             vp.kind = AllocKind::kInPlace;
             src = cand;
@@ -69,7 +63,7 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
       } else {
         vp.kind = AllocKind::kAllocate;
         vp.root = out;
-        vp.bytes = bytes_of(out);
+        vp.bytes = out->bytes();
         root_death[out] = vp.last_use;
         p.allocs_[s].push_back(out);
       }

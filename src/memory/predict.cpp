@@ -11,7 +11,7 @@
 namespace onnxtrain::memory {
 
 static int64_t evaluated_bytes(const ir::Value* v, const Bindings& dims) {
-  Dim b = v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype))) : Dim::symbol("?");
+  Dim b = v->bytes();
   auto x = b.eval(dims);
   if (!x)
     throw ConfigError("memory prediction: the size of '" + v->name + "' (" + b.str() +

@@ -29,11 +29,6 @@ std::vector<const ir::Value*> stashed_values(const ir::Graph& g) {
   return r;
 }
 
-static Dim bytes_of(const ir::Value* v) {
-  return v->has_shape ? shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype)))
-                      : Dim::symbol("bytes(" + v->name + ")");
-}
-
 static bool is_upcast(const ir::Node* n) {
   return n->op_type == "Cast" && n->inputs[0] && n->outputs[0] &&
          dtype_size(n->outputs[0]->dtype) > dtype_size(n->inputs[0]->dtype);
@@ -100,13 +95,13 @@ std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
       c.cluster += n->op_type + "+";
       c.flops = c.flops + n->op->flops(*n);
       for (const ir::Value* v : n->inputs)
-        if (v) moved = moved + bytes_of(v);
+        if (v) moved = moved + v->bytes();
       for (const ir::Value* v : n->outputs)
-        if (v) moved = moved + bytes_of(v);
+        if (v) moved = moved + v->bytes();
     }
     c.cost = c.flops + moved * Dim(kBytesCost);
-    c.bytes = bytes_of(target);
-    for (const ir::Value* v : kept) c.bytes = c.bytes - bytes_of(v);
+    c.bytes = target->bytes();
+    for (const ir::Value* v : kept) c.bytes = c.bytes - v->bytes();
     out.push_back(c);
   }
   return out;
@@ -139,8 +134,8 @@ std::vector<ConfigEntry> parse_config(const std::string& text) {
   // A file: a path to a regular file or one ending in .json (a device or folder is never read); anything else is
   // an inline list.
   std::error_code ec;
-  bool is_file = std::filesystem::is_regular_file(text, ec) ||
-                 (text.size() > 5 && text.compare(text.size() - 5, 5, ".json") == 0);
+  bool is_file =
+      std::filesystem::is_regular_file(text, ec) || (text.size() > 5 && text.compare(text.size() - 5, 5, ".json") == 0);
   bool inline_list = !is_file;
   if (inline_list) {
     std::stringstream ss(text);
@@ -297,7 +292,7 @@ static void choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& 
     return;
   }
   int64_t stash = 0;
-  for (const ir::Value* v : stashed_values(g)) stash += eval_or_throw(bytes_of(v), o.dims, "'" + v->name + "'");
+  for (const ir::Value* v : stashed_values(g)) stash += eval_or_throw(v->bytes(), o.dims, "'" + v->name + "'");
   int64_t need = std::max<int64_t>(0, stash - int64_t(o.stash_fraction * double(stash)));
   Choice c = choose_cheapest(items, need - saved_anyway);
   for (size_t k : c.chosen) (*pick)[index[k]] = true;

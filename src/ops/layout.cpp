@@ -20,8 +20,14 @@ class TransposeOp : public OpWith<TransposeAttrs> {
     auto p = attrs.resolved(ctx.rank(0));
     if (int64_t(p.size()) != ctx.rank(0))
       ctx.fail("perm has " + std::to_string(p.size()) + " entries for rank " + std::to_string(ctx.rank(0)));
+    std::vector<bool> seen(p.size());
+    for (auto a : p) {
+      if (a < 0 || a >= ctx.rank(0) || seen[size_t(a)])
+        ctx.fail("perm " + dims_str(p) + " is not a permutation of the " + std::to_string(ctx.rank(0)) + " axes");
+      seen[size_t(a)] = true;
+    }
     Shape out;
-    for (auto a : p) out.push_back(ctx.shape(0).at(size_t(ctx.axis(a, ctx.rank(0)))));
+    for (auto a : p) out.push_back(ctx.shape(0)[size_t(a)]);
     ctx.set(0, ctx.dtype(0), out);
   }
   void grad(GradCtx& g) const override {

@@ -70,7 +70,7 @@ class ConstantFolding : public Pass {
     for (const ir::Value* v : n.outputs) {
       if (!v) continue;
       if (!v->has_shape) return false;
-      Dim bytes = shape_numel(v->shape) * Dim(int64_t(dtype_size(v->dtype)));
+      Dim bytes = v->bytes();
       if (!bytes.is_const() || bytes.value() > kMaxFoldedBytes) return false;
     }
     return true;
