@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+import onnxtrain
 import onnxtrain.dynamo
 from models import GPT
 
@@ -106,3 +107,43 @@ def test_graph_breaks_leave_the_parts_between_to_pytorch(capsys):
     train_both(model, compiled, [torch.randint(0, 65, (2, 16), generator=g) for _ in range(3)])
     assert len(made) >= 2
     assert "graph break" in capsys.readouterr().out
+
+
+def test_automatic_dynamic_shapes_compile_once_more_then_serve_every_size():
+    # PyTorch's default: the first graph is specialized on its sizes; the first size change recompiles with
+    # symbolic sizes, which then serve every later size.
+    torch.manual_seed(0)
+    model, made = GPT(dropout=0.0), []
+    compiled = torch.compile(model, backend=spy_backend(made))
+    g = torch.Generator().manual_seed(1)
+    sizes = [(4, 32), (2, 16), (3, 24), (2, 8)]
+    train_both(model, compiled, [torch.randint(0, 65, s, generator=g) for s in sizes])
+    assert len(made) == 2
+    assert [fn.onnxtrain_module.export_count for fn in made] == [1, 1]
+
+
+class WithDet(torch.nn.Module):
+    """A graph with an op onnxtrain does not run (Det)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.eye(3) + 0.1)
+
+    def forward(self, x):
+        return torch.linalg.det(x @ self.w).sum()
+
+
+def test_a_graph_onnxtrain_cannot_run_is_named_and_runs_in_pytorch_only_when_allowed(caplog):
+    x = torch.randn(2, 3, 3)
+    with pytest.raises(onnxtrain.UnsupportedError, match="Det"):
+        torch.compile(WithDet(), backend="onnxtrain")(x)
+    torch._dynamo.reset()
+    model = WithDet()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="onnxtrain", options={"fallback": "torch"})
+    for _ in range(2):
+        compiled(x).backward()
+        eager(x).backward()
+    torch.testing.assert_close(model.w.grad, eager.w.grad)
+    warnings = [r for r in caplog.records if "fallback" in r.getMessage()]
+    assert len(warnings) == 1 and "Det" in warnings[0].getMessage()
