@@ -1,7 +1,9 @@
 """Whole-process memory and step time against the peers, as users measure them: a GPT (dim 384, 6 layers, 6 heads,
 8x128, vocab 8192, dropout 0.1, AdamW) trained by PyTorch eager, eager with torch.utils.checkpoint per block,
 torch.compile (inductor) by default and with activation_memory_budget 0.5, and onnxtrain at memory levels 0, 1, 2
-and under budgets. Each configuration runs in its own process, configurations alternate, figures are medians.
+and under budgets, and through torch.compile with the onnxtrain backend at levels 0 and 1. Each configuration runs
+in its own process, configurations alternate, figures are medians. The first step's time (capture, export or
+compilation, session, and the step itself) is printed beside.
 
 Peak RSS growth: the process's peak resident memory over the measured steps (the peak is reset after two warm-up
 steps, so export and compilation do not count) minus its resident memory after building the model and the
@@ -22,7 +24,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = ["eager", "eager-checkpoint", "compile", "compile-budget-0.5", "onnxtrain-l0", "onnxtrain-l1",
-           "onnxtrain-l2", "onnxtrain-budget-0.5", "onnxtrain-budget-0.3"]
+           "onnxtrain-l2", "onnxtrain-budget-0.5", "onnxtrain-budget-0.3", "compile-onnxtrain-l0",
+           "compile-onnxtrain-l1"]
 
 
 def rss_mib(field):
@@ -58,7 +61,9 @@ def build(config):
     torch.manual_seed(0)
     cls = CheckpointedGPT if config == "eager-checkpoint" else GPT
     model = CharLM(cls(vocab=8192, dim=384, heads=6, layers=6, block=128, dropout=0.1)).train()
-    if config.startswith("compile"):
+    if config.startswith("compile-onnxtrain"):  # the torch.compile front door to onnxtrain
+        model = torch.compile(model, backend="onnxtrain", options={"memory_opt_level": int(config[-1])})
+    elif config.startswith("compile"):
         if config == "compile-budget-0.5":
             import torch._functorch.config as functorch_config
 
@@ -76,7 +81,7 @@ def build(config):
 
 
 def measure(config, steps):
-    """One configuration in this process: (ms per step, peak RSS growth MiB)."""
+    """One configuration in this process: (ms per step, peak RSS growth MiB, first step s)."""
     import torch
 
     model, opt = build(config)
@@ -91,8 +96,10 @@ def measure(config, steps):
         loss.backward()
         opt.step()
 
-    for _ in range(2):  # export or compile, the optimizer's state
-        step()
+    t = time.perf_counter()
+    step()  # export or compile
+    first = time.perf_counter() - t
+    step()  # the optimizer's state
     gc.collect()
     reset_peak_rss()
     times = []
@@ -100,7 +107,7 @@ def measure(config, steps):
         t = time.perf_counter()
         step()
         times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times), rss_mib("VmHWM") - base
+    return statistics.median(times), rss_mib("VmHWM") - base, first
 
 
 def main():
@@ -121,17 +128,17 @@ def main():
                                  capture_output=True, text=True)
             if out.returncode != 0:
                 raise SystemExit(f"{c} failed:\n{out.stderr[-3000:]}")
-            res[c].append([float(x) for x in out.stdout.split()[-2:]])
+            res[c].append([float(x) for x in out.stdout.split()[-3:]])
     med = {c: [statistics.median(col) for col in zip(*res[c])] for c in configs}
     ref = med.get("eager")
     print(f"GPT dim 384, 6 layers, 6 heads, 8x128, vocab 8192, dropout 0.1, AdamW; 2 threads; each configuration "
           f"in its own process, alternating; medians of {args.rounds} runs of {args.steps} steps")
-    print(f"{'':24}{'ms/step':>9}{'/eager':>8}{'peak RSS +MiB':>15}{'/eager':>8}")
+    print(f"{'':24}{'ms/step':>9}{'/eager':>8}{'peak RSS +MiB':>15}{'/eager':>8}{'first step s':>14}")
     for c in configs:
-        ms, rss = med[c]
+        ms, rss, first = med[c]
         t_rel = f"{ms / ref[0]:8.2f}" if ref else " " * 8
         m_rel = f"{rss / ref[1]:8.2f}" if ref else " " * 8
-        print(f"{c:24}{ms:9.1f}{t_rel}{rss:15.1f}{m_rel}")
+        print(f"{c:24}{ms:9.1f}{t_rel}{rss:15.1f}{m_rel}{first:14.2f}")
     if all(c in med for c in ["eager", "compile", "eager-checkpoint", "onnxtrain-l0", "onnxtrain-l1"]):
         l0, l1 = med["onnxtrain-l0"], med["onnxtrain-l1"]
         print(f"targets: level 0 peak RSS growth / torch.compile's {l0[1] / med['compile'][1]:.2f} (<= 1), "
