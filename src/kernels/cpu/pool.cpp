@@ -103,11 +103,11 @@ void pool(const ops::PoolAttrs& at, KernelCtx& c) {
               acc = v, best = off;
           }
           if (at.max) {
-            y[p * out_size + o] = T(acc);
+            y[p * out_size + o] = from_double<T>(acc);  // -inf for a window of padding alone
             if (ind) ind[p * out_size + o] = p * in_size + (at.storage_order ? column_major(best, w.in_sizes()) : best);
           } else {
             int64_t div = at.include_pad ? padded : int64_t(offs.size());
-            y[p * out_size + o] = T(div ? acc / double(div) : 0.0);
+            y[p * out_size + o] = from_double<T>(div ? acc / double(div) : 0.0);
           }
         }
     });

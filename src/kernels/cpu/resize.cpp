@@ -149,7 +149,8 @@ void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
       dims[size_t(a)] = no;
     }
     T* y = c.out(0).data<T>();
-    for (int64_t i = 0; i < c.out(0).numel(); ++i) y[i] = T(std::is_integral_v<T> ? std::nearbyint(cur[i]) : cur[i]);
+    for (int64_t i = 0; i < c.out(0).numel(); ++i)
+      y[i] = from_double<T>(std::is_integral_v<T> ? std::nearbyint(double(cur[i])) : double(cur[i]));
   });
 }
 
