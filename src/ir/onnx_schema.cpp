@@ -22,9 +22,15 @@ static const onnx::OpSchema* schema_of(const Node& n) {
 }
 
 void check_arity(const Node& n) {
+  if (n.outputs.empty()) throw ModelError(n.where() + ": the node has no outputs");
   if (n.opset > newest_known_opset(n.domain)) return;
   const onnx::OpSchema* schema = schema_of(n);
   if (!schema) return;
+  const auto& formal = schema->inputs();
+  for (size_t i = 0; i < formal.size() && i < n.inputs.size(); ++i)
+    if (!n.inputs[i] && formal[i].GetOption() == onnx::OpSchema::Single)
+      throw ModelError(n.where() + ": input " + std::to_string(i) + " ('" + formal[i].GetName() +
+                       "') is required but left empty");
   auto count = [&](const char* what, size_t given, int lo, int hi) {
     if (int64_t(given) >= lo && int64_t(given) <= hi) return;
     std::string takes = std::to_string(lo);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "onnxtrain/error.h"
 
 namespace onnxtrain::ops {
 
@@ -66,8 +67,13 @@ class GradCtx {
   ir::Value* concat(const std::vector<ir::Value*>& parts, int64_t axis) {
     return op("Concat", parts, {{"axis", axis}});
   }
+  // v, which a gradient rule reads: a ShapeError naming the node when the model left that input empty.
+  ir::Value* present(ir::Value* v) {
+    if (!v) throw ShapeError(node().where() + ": its gradient needs an input the node leaves empty");
+    return v;
+  }
   // A scalar with the dtype of v.
-  ir::Value* like(double c, ir::Value* v) { return scalar(c, v->dtype); }
+  ir::Value* like(double c, ir::Value* v) { return scalar(c, present(v)->dtype); }
   ir::Value* shape(ir::Value* v) { return op("Shape", {v}); }
   ir::Value* zeros_like(ir::Value* v);
   // Zeros of x's shape with dy added at the flat element positions `index` (dy's shape).
@@ -81,14 +87,14 @@ class GradCtx {
 };
 
 inline ir::Value* GradCtx::zeros_like(ir::Value* v) {
-  Tensor zero = Tensor::zeros(v->dtype, {1});
+  Tensor zero = Tensor::zeros(present(v)->dtype, {1});
   return op("ConstantOfShape", {shape(v)}, {{"value", zero}});
 }
 
 inline ir::Value* GradCtx::scatter_add_flat(ir::Value* x, ir::Value* index, ir::Value* dy) {
   ir::Value* flat = ints({-1});
-  ir::Value* zeros =
-      op("ConstantOfShape", {op("Reshape", {op("Size", {x}), ints({1})})}, {{"value", Tensor::zeros(x->dtype, {1})}});
+  ir::Value* zeros = op("ConstantOfShape", {op("Reshape", {op("Size", {present(x)}), ints({1})})},
+                        {{"value", Tensor::zeros(x->dtype, {1})}});
   ir::Value* dx = op("ScatterElements", {zeros, op("Reshape", {index, flat}), op("Reshape", {dy, flat})},
                      {{"axis", int64_t(0)}, {"reduction", std::string("add")}});
   return op("Reshape", {dx, shape(x)});
