@@ -126,6 +126,8 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& model, const std::st
     n->domain = np.domain() == "ai.onnx" ? "" : np.domain();
     auto it = g->opsets.find(n->domain);
     n->opset = it == g->opsets.end() ? 0 : it->second;
+    if (n->domain.empty() && n->opset <= 0)
+      throw ModelError(where + ": the model imports no opset of the ONNX domain (opset_import)");
     check_arity(*n);
   }
   for (auto& out : gp.output()) {

@@ -232,7 +232,8 @@ class ConstantOfShapeOp : public OpWith<ValueAttrs> {
     else
       ctx.fail("the shape input has unknown length");
     std::optional<std::vector<Dim>> val;
-    if (attrs.value.dtype() == DType::kInt64 && s.size() == 1 && s[0].is_const() && s[0].value() <= 64)
+    if (attrs.value.dtype() == DType::kInt64 && s.size() == 1 && s[0].is_const() && s[0].value() >= 0 &&
+        s[0].value() <= 64)
       val = std::vector<Dim>(size_t(s[0].value()), Dim(attrs.value.to_int64()[0]));
     ctx.set(0, attrs.value.dtype(), s, val);
   }

@@ -18,11 +18,17 @@ void einsum(const ops::EinsumAttrs& at, KernelCtx& c) {
     for (char ch : t)
       if (labels.find(ch) == std::string::npos) labels += ch;
   std::map<char, int64_t> size;
-  for (size_t k = 0; k < e.inputs.size(); ++k)
+  for (size_t k = 0; k < e.inputs.size(); ++k) {
+    if (e.inputs[k].size() != size_t(c.in(k).rank()))
+      c.fail("term '" + e.inputs[k] + "' does not label input " + std::to_string(k) + " " + dims_str(c.in(k).dims()));
     for (size_t j = 0; j < e.inputs[k].size(); ++j) {
       int64_t d = c.in(k).dims()[j];
-      if (!size.count(e.inputs[k][j]) || size[e.inputs[k][j]] == 1) size[e.inputs[k][j]] = d;
+      char ch = e.inputs[k][j];
+      if (size.count(ch) && size[ch] != d && size[ch] != 1 && d != 1)
+        c.fail(std::string("label '") + ch + "' has sizes " + std::to_string(size[ch]) + " and " + std::to_string(d));
+      if (!size.count(ch) || size[ch] == 1) size[ch] = d;
     }
+  }
   std::vector<int64_t> extent;
   for (char ch : labels) extent.push_back(size[ch]);
   // Element strides of each operand per label (0 where absent or broadcast).
