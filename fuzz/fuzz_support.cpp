@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 
@@ -129,6 +130,7 @@ std::unique_ptr<TrainingSession> mlp_session(const std::string& kind) {
 struct CheckpointTargets {
   std::unique_ptr<TrainingSession> adamw = mlp_session("adamw"), sgd = mlp_session("sgd");
   std::string scratch = "/tmp/onnxtrain-fuzz-checkpoint-" + std::to_string(getpid());
+  ~CheckpointTargets() { std::remove(scratch.c_str()); }  // the scratch file leaves with the process
 };
 
 CheckpointTargets& checkpoint_targets() {

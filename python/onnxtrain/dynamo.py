@@ -14,10 +14,9 @@ from onnxtrain.module import Module
 from onnxtrain.options import Options
 
 
-def _size_sources(gm):
+def _size_sources(examples):
     """For each argument of the graph that is a symbolic size (an int), the (argument, dim) of a tensor argument
-    whose size it is, read from the placeholders' example values; None for the other arguments."""
-    examples = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    whose size it is, from the placeholders' example values; None for the other arguments."""
     sources = []
     for a in examples:
         if not isinstance(a, torch.SymInt):
@@ -36,12 +35,12 @@ class _Graph(torch.nn.Module):
     Its `dynamic_dims` tell onnxtrain.Module which dims vary: those TorchDynamo made symbolic (parameters and
     sizes it specialized on are exported as constants)."""
 
-    def __init__(self, gm, sources):
+    def __init__(self, gm):
         super().__init__()
         self.gm = gm
-        self.sources = sources
-        self.tensor_positions = [i for i, s in enumerate(sources) if s is None]
         examples = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+        self.sources = _size_sources(examples)
+        self.tensor_positions = [i for i, s in enumerate(self.sources) if s is None]
         self.dynamic_dims = [[d for d, size in enumerate(getattr(examples[i], "shape", ()))
                               if isinstance(size, torch.SymInt)] for i in self.tensor_positions]
 
@@ -58,8 +57,7 @@ class _Graph(torch.nn.Module):
 def backend(gm, example_inputs, options=None):
     """The torch.compile backend: `gm` and its example inputs from TorchDynamo; returns the callable it runs."""
     options = Options(**(options or {}))
-    sources = _size_sources(gm)
-    module = Module(_Graph(gm, sources), options)
+    module = Module(_Graph(gm), options)
     positions = module.module.tensor_positions
 
     @torch.compiler.disable  # onnxtrain exports the graph at its first call: TorchDynamo must not capture that

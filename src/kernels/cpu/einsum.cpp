@@ -46,6 +46,8 @@ void einsum(const ops::EinsumAttrs& at, KernelCtx& c) {
   dispatch<kWideNumeric>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* out = c.out(0).data<T>();
+    std::vector<const T*> in;
+    for (size_t k = 0; k < e.inputs.size(); ++k) in.push_back(c.in(k).data<T>());
     std::vector<int64_t> idx(labels.size());
     for (int64_t o = 0; o < n_out; ++o) {
       int64_t rem = o;
@@ -64,7 +66,7 @@ void einsum(const ops::EinsumAttrs& at, KernelCtx& c) {
         for (size_t k = 0; k < e.inputs.size(); ++k) {
           int64_t off = 0;
           for (size_t i = 0; i < labels.size(); ++i) off += idx[i] * strides[k][i];
-          prod *= c.in(k).data<T>()[off];
+          prod *= in[k][off];
         }
         acc += prod;
       }
