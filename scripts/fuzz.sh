@@ -5,6 +5,9 @@
 # corpus earlier runs grew (build-sanitize/corpus/TARGET), and prints per target the executions, the coverage
 # reached and whether it crashed; a crashing input is left in build-sanitize/crashes/.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]; targets: model training checkpoint memory_config.
+# Repeatable runs (CI): ONNXTRAIN_FUZZ_RUNS=N runs exactly N inputs per target with libFuzzer's seed 1, from the
+# seeds alone (a fresh corpus), so that a run is a function of the commit: CI repeats the inputs a green run tried,
+# and an open-ended search for new bugs (a time-limited run) never fails an unrelated change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -49,9 +52,15 @@ for t in "${targets[@]}"; do
     status=1
     continue
   fi
-  mkdir -p "build-sanitize/corpus/$t"
-  if "$bin" "build-sanitize/corpus/$t" "$(seeds_of "$t")" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 \
-    -print_final_stats=1 -artifact_prefix="build-sanitize/crashes/$t-" >"$log" 2>&1; then
+  corpus=build-sanitize/corpus/$t limits=(-max_total_time="$seconds")
+  if [ -n "${ONNXTRAIN_FUZZ_RUNS:-}" ]; then
+    corpus=build-sanitize/corpus-repeatable/$t limits=(-runs="$ONNXTRAIN_FUZZ_RUNS" -seed=1)
+    rm -rf "$corpus"
+  fi
+  mkdir -p "$corpus"
+  start=$SECONDS
+  if "$bin" "$corpus" "$(seeds_of "$t")" "${limits[@]}" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 \
+    -artifact_prefix="build-sanitize/crashes/$t-" >"$log" 2>&1; then
     verdict="no crash"
   else
     verdict="CRASHED: $(grep -o 'Test unit written to .*' "$log" | tail -n 1) (see $log)"
@@ -59,6 +68,6 @@ for t in "${targets[@]}"; do
   fi
   runs=$(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -n 1 || true)
-  echo "fuzz $t: $runs executions in ${seconds} s, ${cov:-no coverage line}; $verdict"
+  echo "fuzz $t: $runs executions in $((SECONDS - start)) s, ${cov:-no coverage line}; $verdict"
 done
 exit "$status"

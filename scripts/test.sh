@@ -4,8 +4,9 @@
 # one the installed onnx package builds; their single-op tests also in bfloat16
 # and float16) and the Python tests; then, built with clang under AddressSanitizer
 # and UndefinedBehaviorSanitizer, the C++ tests, the conformance suites, the fuzz
-# targets' saved regressions and a short fuzzing run of each target
-# (ONNXTRAIN_FUZZ_SECONDS each, 45 by default).
+# targets' saved regressions and a short, repeatable fuzzing run of each target
+# (ONNXTRAIN_FUZZ_RUNS inputs each from the seeds with a fixed libFuzzer seed,
+# 60000 by default: scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -51,4 +52,4 @@ sanitized libonnx-testdata /usr/share/libonnx-testdata/data/node \
   --skip-list tests/conformance/libonnx-testdata-1.12.skip
 sanitized "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
 sanitized "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
-bash scripts/fuzz.sh "${ONNXTRAIN_FUZZ_SECONDS:-45}"
+ONNXTRAIN_FUZZ_RUNS=${ONNXTRAIN_FUZZ_RUNS:-60000} bash scripts/fuzz.sh

@@ -77,7 +77,7 @@ static void copy_field(const Src& field, Tensor& t, const std::string& where) {
   for (int i = 0; i < field.size(); ++i) d[i] = Dst(field.Get(i));
 }
 
-Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir, const std::string& where) {
+static Tensor read_values(const onnx::TensorProto& p, const std::string& base_dir, const std::string& where) {
   DType dt = dtype_from_onnx(p.data_type());
   std::string w = where + " tensor '" + p.name() + "'";
   if (dt == DType::kUndefined)
@@ -149,6 +149,13 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir
     default:
       throw UnsupportedError(w + ": data type " + dtype_name(dt) + " is not supported");
   }
+  return t;
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir, const std::string& where) {
+  Tensor t = read_values(p, base_dir, where);
+  if (t.dtype() == DType::kBool)  // whatever the file holds, a bool reads as 0 or 1 (any other byte is true)
+    for (uint8_t *b = t.data<uint8_t>(), *e = b + t.numel(); b != e; ++b) *b = *b != 0;
   return t;
 }
 
