@@ -5,12 +5,14 @@
 // transformers build, broadcast to the scores)
 // with Q (..., Tq, d), Kt (..., d, Tk) (the keys transposed, as exporters write the scores' product), V (..., Tk,
 // dv), the batch dims of K and V broadcast to Q's (grouped-query attention); LSE (..., Tq) is each row's log-sum-exp
-// of the scores, in float32 (float64 for float64 inputs). The kernel (kernels/cpu/flash_attention.cpp) runs tiles
-// of keys with an online softmax and never holds the (..., Tq, Tk) probabilities; the backward recomputes them a
-// tile at a time from LSE, so training stashes Q, K, V, Y and LSE instead of the probabilities (and the dropout
-// mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond, fill, ratio, training_mode, bias) ->
-// (dQ, dKt, dV), which draws the forward's dropout mask again from the same random key.
-// The flash_attention_fusion pass makes it from what exporters write.
+// of the scores, in float32 (float64 for float64 inputs). A row whose every score is -inf (fully masked) gives NaN
+// as Softmax does, or zeros with attribute zero_masked_rows=1 (what scaled_dot_product_attention gives; its LSE
+// is then +inf, so the backward's probabilities and gradients there are 0). The kernel
+// (kernels/cpu/flash_attention.cpp) runs tiles of keys with an online softmax and never holds the (..., Tq, Tk)
+// probabilities; the backward recomputes them a tile at a time from LSE, so training stashes Q, K, V, Y and LSE instead
+// of the probabilities (and the dropout mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond,
+// fill, ratio, training_mode, bias) -> (dQ, dKt, dV), which draws the forward's dropout mask again from the same random
+// key. The flash_attention_fusion pass makes it from what exporters write.
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
@@ -87,7 +89,9 @@ class FlashAttentionOp : public Op {
     std::vector<ir::Value*> in{g.dy(0), g.x(kQ), g.x(kKt), g.x(kV), g.y(0), g.y(1)};
     for (size_t i = kScale; i <= kBias; ++i) in.push_back(g.x(i));
     while (!in.back()) in.pop_back();
-    std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, {}, "com.onnxtrain");
+    ir::Attributes attrs;
+    if (n.attr_int("zero_masked_rows", 0)) attrs["zero_masked_rows"] = int64_t(1);
+    std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, attrs, "com.onnxtrain");
     d[0]->producer->random_key = n.random_key.empty() ? n.name : n.random_key;  // the forward's dropout mask
     for (size_t i = kQ; i <= kV; ++i)
       if (g.needs(i)) g.set_dx(i, d[i]);

@@ -3,6 +3,7 @@
 //   attention_softmax_fusion make of a scaled, masked_fill-ed product), or
 //   Softmax(Z + bias) or Softmax(Z), Z = Q Kt or (Q Kt) * scale, bias computed from no trainable weight (what
 //   scaled_dot_product_attention exports: its scale applied to Q and Kt beforehand, its masks additive),
+// or either of them made safe: Where(IsNaN(S), 0, S) (scaled_dot_product_attention's fully masked rows give 0),
 // every value between read by nothing else, becomes com.onnxtrain.FlashAttention(Q, Kt, V, ...) -> (Y, LSE):
 // attention that never holds the (..., Tq, Tk) probabilities, and whose training stashes the row log-sum-exp
 // instead of them. The fused node keeps the Dropout's random key and numbers the scores as it did, so it drops
@@ -32,18 +33,38 @@ bool fits(const ir::Value* q, const ir::Value* kt, const ir::Value* v, const ir:
          same_batch(kt, v);
 }
 
-// Whether v is computed from no trainable initializer (a mask, not a learned bias: its gradient is not formed).
+// Whether no gradient reaches v from a trainable initializer (a mask, not a learned bias: its gradient is not
+// formed). Integer and bool values carry none: a mask built from the shape of an embedding's output is untrained.
 bool untrained(const ir::Value* v) {
   std::vector<const ir::Value*> todo = {v};
   std::set<const ir::Value*> seen;
   while (!todo.empty()) {
     const ir::Value* u = todo.back();
     todo.pop_back();
-    if (!u || !seen.insert(u).second) continue;
+    if (!u || !seen.insert(u).second || !dtype_is_float(u->dtype)) continue;
     if (u->trainable) return false;
     if (u->producer) todo.insert(todo.end(), u->producer->inputs.begin(), u->producer->inputs.end());
   }
   return true;
+}
+
+// The softmax under Where(IsNaN(S), 0, S) (what scaled_dot_product_attention's exporters write for a bool mask:
+// a fully masked row gives zeros, not NaN), and the two nodes it replaces; null when p is not that.
+ir::Node* safe_softmax(const ir::Graph& g, const ir::Value* p, std::vector<const ir::Node*>* nodes) {
+  ir::Node* where = p->producer;
+  if (!where || where->op_type != "Where" || !where->domain.empty() || where->inputs.size() != 3) return nullptr;
+  ir::Node* isnan = where->inputs[0]->producer;
+  ir::Value *zero = where->inputs[1], *s = where->inputs[2];
+  if (!isnan || isnan->op_type != "IsNaN" || !isnan->domain.empty() || isnan->inputs[0] != s || !s->producer ||
+      !sole_reader(g, where->inputs[0], where) || !constant_scalar(zero) || zero->initializer->to_double()[0] != 0)
+    return nullptr;
+  const bool only_these = s->consumers.size() == 2 &&
+                          std::count(s->consumers.begin(), s->consumers.end(), where) == 1 &&
+                          std::count(s->consumers.begin(), s->consumers.end(), isnan) == 1 &&
+                          std::find(g.outputs.begin(), g.outputs.end(), s) == g.outputs.end();
+  if (!only_these) return nullptr;
+  nodes->insert(nodes->end(), {where, isnan});
+  return s->producer;
 }
 
 // The attention a plain Softmax ends, as FlashAttention's inputs before V (Q, Kt, scale, cond, fill, ratio,
@@ -101,9 +122,12 @@ class FlashAttentionFusion : public Pass {
       ir::Value* probs = dropout ? dropout->inputs[0] : p;
       ir::Node* softmax = probs->producer;
       if (!softmax || !sole_reader(g, p, mm) || (dropout && !sole_reader(g, probs, dropout))) continue;
+      std::vector<const ir::Node*> replaced{mm};
+      ir::Node* under_safe = safe_softmax(g, probs, &replaced);
+      if (under_safe) softmax = under_safe, probs = softmax->outputs[0];
+      replaced.push_back(softmax);
       // in: Q, Kt, scale, cond, fill, ratio, training_mode, bias (V goes in third)
       std::vector<ir::Value*> in;
-      std::vector<const ir::Node*> replaced{softmax, mm};
       if (softmax->op_type == "AttentionSoftmax" && softmax->domain == "com.onnxtrain") {
         in = {softmax->inputs[0],
               softmax->inputs[1],
@@ -124,6 +148,7 @@ class FlashAttentionFusion : public Pass {
       ir::Node* f = add_fused(g, "com.onnxtrain", 1, "FlashAttention", in, {mm->outputs[0], lse},
                               g.unique_name(softmax->name + "_flash"), mm->backward);
       if (dropout) f->random_key = dropout->random_key.empty() ? dropout->name : dropout->random_key;
+      if (under_safe) f->attrs["zero_masked_rows"] = int64_t(1);
       gone.insert(gone.end(), replaced.begin(), replaced.end());
       if (dropout) gone.push_back(dropout);
     }

@@ -144,41 +144,78 @@ def test_fusion_draws_the_unfused_dropout_mask_and_gives_its_gradients(tmp_path)
 
 
 class SDPA(torch.nn.Module):
-    """Attention as scaled_dot_product_attention exports it: the scale on Q and K, masks additive."""
+    """Attention through scaled_dot_product_attention; `gqa`: 4 query heads share 2 key-value heads (enable_gqa)."""
 
-    def __init__(self, mask):
+    def __init__(self, mask, gqa=False, dropout=0.0):
         super().__init__()
-        self.qkv = torch.nn.Linear(16, 48)
-        self.mask = mask
+        self.kv_heads = 2 if gqa else 4
+        self.q = torch.nn.Linear(16, 32)
+        self.kv = torch.nn.Linear(16, 16 * self.kv_heads)
+        self.mask, self.gqa, self.dropout = mask, gqa, dropout
 
     def forward(self, x):
-        q, k, v = self.qkv(x).view(2, 12, 3, 2, 8).permute(2, 0, 3, 1, 4)
-        if self.mask == "causal":
-            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            keep = torch.ones(12, 12, dtype=torch.bool).tril()
-            keep[:, 9:] = False  # three padding keys
-            keep[:2, :] = True
-            mask = torch.zeros(12, 12).masked_fill(~keep, float("-inf"))
-            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        q = self.q(x).view(2, 12, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(2, 12, 2, self.kv_heads, 8).permute(2, 0, 3, 1, 4)
+        keep = torch.ones(12, 12, dtype=torch.bool).tril()
+        keep[:, 9:] = False  # three padding keys
+        keep[:2, :] = True
+        rows = torch.stack([keep, keep.T]).unsqueeze(1).repeat(1, 4, 1, 1) & (torch.arange(12) < 10)[:, None]
+        mask = {"causal": None,
+                "additive": torch.zeros(12, 12).masked_fill(~keep, float("-inf")),
+                "bool": keep,
+                "bool_rows": rows,  # per batch and head, with rows fully masked (PyTorch gives them zeros)
+                }[self.mask]
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                                             dropout_p=self.dropout, enable_gqa=self.gqa)
         return (y * torch.arange(8.0)).sum()
 
 
-# (A boolean attn_mask exports a Where(IsNaN(P), 0, P) after the softmax that the fusion does not take yet.)
-@pytest.mark.parametrize("mask", ["causal", "additive"])
-def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, tmp_path):
+def optimized_ops(path):
+    return {n.op_type for n in onnx.load(str(path / "SDPA_train_optimized.onnx")).graph.node}
+
+
+def keys_repeated(path):
+    """Whether a fused attention reads keys or values made by Expand or Tile (grouped-query attention's K and V
+    repeated per query head rather than broadcast)."""
+    nodes = onnx.load(str(path / "SDPA_train_optimized.onnx")).graph.node
+    producer = {o: n for n in nodes for o in n.output}
+    todo = [x for n in nodes if n.op_type == "FlashAttention" for x in n.input[1:3]]
+    while todo:
+        node = producer.get(todo.pop())
+        if node is not None and node.op_type in ("Expand", "Tile"):
+            return True
+        if node is not None and node.op_type in ("Reshape", "Transpose", "Unsqueeze", "Squeeze", "Identity"):
+            todo.append(node.input[0])
+    return False
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("mask", ["causal", "additive", "bool", "bool_rows"])
+def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, gqa, tmp_path):
     torch.manual_seed(0)
-    eager = SDPA(mask)
-    ours = onnxtrain.Module(SDPA(mask), onnxtrain.Options(save_onnx=str(tmp_path)))
+    eager = SDPA(mask, gqa)
+    ours = onnxtrain.Module(SDPA(mask, gqa), onnxtrain.Options(save_onnx=str(tmp_path)))
     ours.load_state_dict(eager.state_dict())
     x = torch.randn(2, 12, 16)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     got, want = ours(xa), eager(xb)
     got.backward()
     want.backward()
-    ops = {n.op_type for n in onnx.load(str(tmp_path / "SDPA_train_optimized.onnx")).graph.node}
-    assert "FlashAttention" in ops and "Softmax" not in ops, ops
+    ops = optimized_ops(tmp_path)
+    assert "FlashAttention" in ops and "Softmax" not in ops and not keys_repeated(tmp_path), ops
     assert got.item() == pytest.approx(want.item(), rel=1e-5)
     torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-5)
     for (n, p), q in zip(ours.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+def test_scaled_dot_product_attention_dropout_drops_in_training(tmp_path):
+    """PyTorch's own translation writes a Dropout without training_mode, which ONNX runs as the identity."""
+    torch.manual_seed(0)
+    plain = onnxtrain.Module(SDPA("causal", True))
+    dropped = onnxtrain.Module(SDPA("causal", True, dropout=0.5), onnxtrain.Options(save_onnx=str(tmp_path)))
+    dropped.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 12, 16)
+    a, b, c = plain(x).item(), dropped(x).item(), dropped(x).item()
+    assert "FlashAttention" in optimized_ops(tmp_path) and "Dropout" not in optimized_ops(tmp_path)
+    assert a != b and b != c  # dropped, and a new mask each step

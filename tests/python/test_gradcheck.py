@@ -124,7 +124,12 @@ CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 6), r(2, 3, 6, 3), C
           # an additive mask (-inf above the diagonal, a padding key) and no scale, as SDPA exports attention
           Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 5), r(2, 3, 5, 3), None, None, None, None, None,
                                   Const(np.where(np.triu(np.ones((5, 5), dtype=bool), 1), -np.inf, 0.0)
-                                        + np.array([0, 0, 0, 0, -2.0]))], domain="com.onnxtrain")]
+                                        + np.array([0, 0, 0, 0, -2.0]))], domain="com.onnxtrain"),
+          # a bool mask made additive, two rows fully masked: zeros there, as scaled_dot_product_attention gives
+          Case("FlashAttention", [r(2, 5, 4), r(2, 4, 5), r(2, 5, 3), None, None, None, None, None,
+                                  Const(np.where(np.array([[True] * 5, [False] * 5, [True, False] * 2 + [True],
+                                                           [False] * 5, [True] * 5]), 0.0, -np.inf))],
+               {"zero_masked_rows": 1}, domain="com.onnxtrain")]
 for op in ["Softmax", "LogSoftmax"]:
     CASES += [Case(op, [r(3, 5)]), Case(op, [r(2, 3, 4)], {"axis": 1}), Case(op, [r(2, 3, 4)], {"axis": 0})]
 REDUCE = {"ReduceSum": r, "ReduceMean": r, "ReduceMax": distinct, "ReduceMin": distinct, "ReduceProd": away,

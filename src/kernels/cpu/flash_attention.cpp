@@ -83,7 +83,8 @@ struct Params {
   int64_t row_stride = 0, col_stride = 0;  // the mask's, over a pair's (tq, tk) scores
   const T* bias = nullptr;
   int64_t bias_row = 0, bias_col = 0;
-  bool fill_vanishes = false;  // exp(fill - m) is 0 for any score m a row can hold: masked keys may be skipped
+  bool fill_vanishes = false;     // exp(fill - m) is 0 for any score m a row can hold: masked keys may be skipped
+  bool zero_masked_rows = false;  // a fully masked row gives zeros (LSE +inf), not NaN
   bool dropout = false;
   uint32_t threshold = 0;
   T keep_scale = 1;
@@ -101,6 +102,7 @@ Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
   const size_t scale = first_scalar, cond = scale + 1, fill = scale + 2, ratio = scale + 3, training = scale + 4,
                bias = scale + 5;
   Params<T> p;
+  p.zero_masked_rows = c.node.attr_int("zero_masked_rows", 0) != 0;
   if (c.has(scale)) p.scale = scalar<T>(c, scale, "scale");
   if (c.has(bias)) {
     if (c.in(bias).dtype() != c.in(first_scalar - 3).dtype()) c.fail("bias must have Q's dtype");
@@ -250,9 +252,9 @@ void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r
   }
   for (int64_t r = 0; r < mr; ++r) {
     T* yr = yi + r * g.dv;
-    if (l[r] == T(0)) {  // every score -inf (a fully masked row under a fill of -inf): NaN, as Softmax gives
-      std::fill(yr, yr + g.dv, std::numeric_limits<T>::quiet_NaN());
-      li[r] = std::numeric_limits<T>::quiet_NaN();
+    if (l[r] == T(0)) {  // every score -inf (a fully masked row): NaN as Softmax gives, or zeros
+      std::fill(yr, yr + g.dv, p.zero_masked_rows ? T(0) : std::numeric_limits<T>::quiet_NaN());
+      li[r] = p.zero_masked_rows ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
       continue;
     }
     const T inv = T(1) / l[r];

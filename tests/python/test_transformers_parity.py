@@ -1,0 +1,93 @@
+"""Today's architectures from transformers (small configs, random weights, nothing downloaded) through both front
+doors, `onnxtrain.Module` and `torch.compile(backend="onnxtrain")`, against eager: the loss and the logits, every
+parameter gradient (relative to the gradient's scale) and the losses of 10 AdamW steps. Between them they bring
+grouped-query attention, sliding windows, padding masks, rotary embeddings, RMSNorm, SwiGLU, tied embeddings and an
+encoder-decoder with cross-attention; GPT-2 and BERT stand for the older families."""
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import onnxtrain
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+VOCAB = 100
+
+
+def decoder(model, config, **kw):
+    """A causal LM with 4 query heads sharing 2 key-value heads."""
+    return lambda: model(config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                use_cache=False, **kw))
+
+
+MODELS = {
+    "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)),
+    "bert": lambda: T.BertForMaskedLM(T.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                                   num_attention_heads=4, intermediate_size=64,
+                                                   max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                                   attention_probs_dropout_prob=0.0)),
+    "llama": decoder(T.LlamaForCausalLM, T.LlamaConfig),
+    "qwen2": decoder(T.Qwen2ForCausalLM, T.Qwen2Config),
+    "mistral": decoder(T.MistralForCausalLM, T.MistralConfig, sliding_window=4),  # shorter than the sequence
+    "phi3": decoder(T.Phi3ForCausalLM, T.Phi3Config, pad_token_id=0, eos_token_id=1, bos_token_id=1),
+    "gemma": decoder(T.GemmaForCausalLM, T.GemmaConfig, head_dim=8),  # embeddings tied to the output
+    "t5": lambda: T.T5ForConditionalGeneration(T.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                          num_heads=4, dropout_rate=0.0, use_cache=False,
+                                                          decoder_start_token_id=0)),
+    "distilbert": lambda: T.DistilBertForMaskedLM(T.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4,
+                                                                     hidden_dim=64, max_position_embeddings=32,
+                                                                     dropout=0.0, attention_dropout=0.0)),
+    "roberta": lambda: T.RobertaForMaskedLM(T.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                                            num_attention_heads=4, intermediate_size=64,
+                                                            max_position_embeddings=40, hidden_dropout_prob=0.0,
+                                                            attention_probs_dropout_prob=0.0)),
+}
+
+
+def batch():
+    ids = torch.randint(1, VOCAB, (2, 8))
+    mask = torch.ones_like(ids)
+    mask[0, -2:] = 0  # two padding tokens
+    return dict(input_ids=ids, attention_mask=mask, labels=ids)
+
+
+def wrap(model, door):
+    return onnxtrain.Module(model) if door == "module" else torch.compile(model, backend="onnxtrain")
+
+
+@pytest.mark.parametrize("door", ["module", "compile"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_transformers_model_trains_as_eager(name, door):
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    eager = MODELS[name]().train()
+    ours = copy.deepcopy(eager)
+    wrapped = wrap(ours, door)
+    kw = batch()
+    got, want = wrapped(**kw), eager(**kw)
+    assert got.loss.item() == pytest.approx(want.loss.item(), rel=1e-5)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+    got.loss.backward()
+    want.loss.backward()
+    for (n, p), (_, q) in zip(ours.named_parameters(), eager.named_parameters()):
+        if q.grad is not None:
+            assert float((p.grad - q.grad).abs().max() / q.grad.abs().max().clamp(min=1e-3)) < 1e-4, n
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, ours)]
+    losses = [[], []]
+    for _ in range(10):
+        for k, model in enumerate((eager, wrapped)):
+            opts[k].zero_grad()
+            loss = model(**kw).loss
+            loss.backward()
+            opts[k].step()
+            losses[k].append(loss.item())
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    assert losses[0][-1] < losses[0][0]
+    if door == "module":
+        assert wrapped.export_count == 1
