@@ -70,7 +70,11 @@ class Session {
       const std::map<std::string, Tensor>& feeds, std::optional<uint64_t> seed = std::nullopt);
   // The backward part of one forward call: gradients of the `wrt` inputs by name. Output-gradient mode
   // takes a gradient for every differentiable forward output (output_grad_names()), by output name.
-  std::map<std::string, Tensor> run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads = {});
+  // `refeeds`: forward inputs given again, by name (same dtypes and dims), whose memory replaces what the forward
+  // was fed wherever the stash still reads it (views included): for callers whose tensors move between the two
+  // calls (FSDP2 frees each parameter after forward and gathers it again, elsewhere, before backward).
+  std::map<std::string, Tensor> run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads = {},
+                                             const std::map<std::string, Tensor>& refeeds = {});
 
   // The symbol values implied by the given inputs' dims (checks names, dtypes, ranks, dims).
   Bindings bind_inputs(const std::map<std::string, std::vector<int64_t>>& dims,

@@ -2,6 +2,7 @@
 every input dim dynamic and named `<input>_dim<i>`, parameters and buffers as graph inputs (no weights in the
 graph), training BatchNorm's updated statistics as extra outputs."""
 
+import collections
 import contextlib
 import dataclasses
 import io
@@ -39,6 +40,18 @@ class _Flat(torch.nn.Module):
         self.module = module
         self.schema = schema
         self.out_schema = None
+
+    def state_dict(self, *, destination=None, prefix="", keep_vars=False):
+        """What the tracer reads the parameters and buffers through (keep_vars: the tensors themselves): those the
+        module holds now, under module.<name>, without the state-dict hooks of the modules inside (FSDP2's would
+        swap the unsharded parameters of the running forward for sharded ones)."""
+        held = collections.OrderedDict() if destination is None else destination
+        for path, m in self.module.named_modules(prefix=prefix + "module"):
+            persistent = [(n, b) for n, b in m._buffers.items() if n not in m._non_persistent_buffers_set]
+            for name, t in [*m._parameters.items(), *persistent]:
+                if t is not None:
+                    held[f"{path}.{name}"] = t if keep_vars else t.detach()
+        return held
 
     def forward(self, *flat):
         args, kwargs = unflatten(self.schema, list(flat))

@@ -23,6 +23,11 @@ from onnxtrain.options import Options
 logger = logging.getLogger("onnxtrain")
 
 
+def held_state(module):
+    """The module's buffers and parameters by name, as it holds them now."""
+    return {**dict(module.named_buffers()), **dict(module.named_parameters())}
+
+
 class _Runner:
     """One exported graph and its session, for one input schema and mode."""
 
@@ -36,7 +41,6 @@ class _Runner:
         self.model_inputs = {i.name for i in exported.model.graph.input}
         inputs_requiring_grad = [n for n in inputs_requiring_grad if n in self.model_inputs]
         params = dict(module.named_parameters())
-        self.state = {**dict(module.named_buffers()), **params}
         model_bytes = exported.model.SerializeToString()
         stem = os.path.join(options.save_onnx, f"{type(module).__name__}_{'train' if training else 'eval'}")
         if options.save_onnx:
@@ -65,10 +69,12 @@ class _Runner:
             self.session.save(stem + "_optimized.onnx")
 
     def feeds(self, tensors):
-        feeds = {n: as_input(t) for n, t in zip(self.exported.input_names, tensors) if n in self.model_inputs}
-        for n in self.exported.state_names:
-            feeds[n] = as_input(self.state[n])
-        return feeds
+        """`tensors`: the inputs, then the state (parameters and buffers); the state the module holds now when
+        only the inputs are given."""
+        if len(tensors) < len(self.feed_names):
+            held = held_state(self.module)
+            tensors = [*tensors, *(held[n] for n in self.exported.state_names)]
+        return {n: as_input(t) for n, t in zip(self.feed_names, tensors) if n in self.model_inputs}
 
     def forward(self, tensors):
         names = self.exported.input_names
@@ -79,11 +85,15 @@ class _Runner:
             self.session.start_memory_recording()
         outs, state = self.session.run_forward(self.feeds(tensors), seed)
         self.last_stash_bytes = state.stash_bytes
-        self.update_buffers(outs)
+        self.update_buffers(outs, tensors)
         return outs, state
 
     def backward(self, state, output_grads):
-        result = self.session.run_backward(state, output_grads)
+        # The parameters and buffers as the module holds them now: FSDP2 frees them after forward and gathers
+        # them again before backward, elsewhere; the stash reads them where they are.
+        held = held_state(self.module)
+        refeeds = {n: as_input(held[n]) for n in self.exported.state_names if n in self.model_inputs}
+        result = self.session.run_backward(state, output_grads, refeeds)
         if self.timeline_path:
             from onnxtrain import timeline
 
@@ -97,12 +107,13 @@ class _Runner:
         outs = self.session.run(self.feeds(tensors))
         return tuple(torch.from_dlpack(outs[n]) for n in self.output_names)
 
-    def update_buffers(self, outs):
+    def update_buffers(self, outs, tensors):
         if not self.exported.buffer_updates:
             return
+        held = dict(zip(self.feed_names, tensors))
         with torch.no_grad():
             for out, buffer in self.exported.buffer_updates.items():
-                self.state[buffer].copy_(torch.from_dlpack(outs[out]))
+                held[buffer].copy_(torch.from_dlpack(outs[out]))
             for name, b in self.module.named_buffers():
                 if name.endswith("num_batches_tracked"):
                     b.add_(1)
@@ -205,11 +216,14 @@ class Module(torch.nn.Module):
         if runner is None:
             runner = self._build(full, tensors, names, training)
             self._runners[cache_key] = runner
+        # Parameters and buffers are read at every call, never kept: FSDP2 swaps sharded and unsharded ones, and
+        # load_state_dict(assign=True) or to_empty replace them.
+        held = held_state(self.module)
+        state = [held[n] for n in runner.exported.state_names]
         if training:
-            state = [runner.state[n] for n in runner.exported.state_names]
             outs = Apply.apply(runner, *tensors, *state)
         else:
-            outs = runner.run(tensors)
+            outs = runner.run([*tensors, *state])
         return unflatten(runner.exported.out_schema, list(outs))
 
     def _build(self, full, tensors, names, training):

@@ -67,16 +67,19 @@ void init_session(py::module_& m) {
           "Runs the forward part: ({output name: array}, RunState). Random ops draw from `seed` when given.")
       .def(
           "run_backward",
-          [](Session& s, RunState& state, const py::dict& output_grads) {
-            auto in = tensors_of(output_grads);
+          [](Session& s, RunState& state, const py::dict& output_grads, const py::dict& refeeds) {
+            auto in = tensors_of(output_grads), again = tensors_of(refeeds);
             std::map<std::string, Tensor> r;
             {
               py::gil_scoped_release nogil;
-              r = s.run_backward(state, in);
+              r = s.run_backward(state, in, again);
             }
             return arrays_of(r);
           },
-          py::arg("state"), py::arg("output_grads") = py::dict(), "Runs the backward part: {input name: gradient}.")
+          py::arg("state"), py::arg("output_grads") = py::dict(), py::arg("refeeds") = py::dict(),
+          "Runs the backward part: {input name: gradient}. `refeeds`: forward inputs given again (same dtypes and "
+          "dims), whose memory replaces what the forward was fed (for tensors moved in between, as FSDP2's "
+          "parameters)")
       .def(
           "run",
           [](Session& s, const py::dict& feeds) {

@@ -185,11 +185,30 @@ std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run
   return {out, std::move(state)};
 }
 
-std::map<std::string, Tensor> Session::run_backward(RunState& state,
-                                                    const std::map<std::string, Tensor>& output_grads) {
+// Where the stash reads the memory an input was fed, the same bytes at their new place.
+static void refeed(runtime::Env& env, const std::vector<ir::Value*>& inputs,
+                   const std::map<std::string, Tensor>& refeeds) {
+  for (auto& [name, t] : refeeds) {
+    auto in = std::find_if(inputs.begin(), inputs.end(), [&name = name](auto* v) { return v->name == name; });
+    if (in == inputs.end()) throw InputError("refeed of '" + name + "', which is not a forward input");
+    auto held = env.find(*in);
+    if (held == env.end()) continue;  // backward does not read it
+    if (t.dtype() != held->second.dtype() || t.dims() != held->second.dims())
+      throw InputError("refeed of '" + name + "': " + dtype_name(t.dtype()) + " " + dims_str(t.dims()) +
+                       ", the forward was fed " + dtype_name(held->second.dtype()) + " " +
+                       dims_str(held->second.dims()));
+    const std::shared_ptr<Storage> old = held->second.storage();
+    for (auto& [v, u] : env)
+      if (u.storage() == old) u = Tensor(u.dtype(), u.dims(), t.storage());
+  }
+}
+
+std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads,
+                                                    const std::map<std::string, Tensor>& refeeds) {
   if (!exe_.training) throw Error("run_backward needs a session built for training");
   if (state.consumed_) throw Error("run_backward: this RunState was already used by a backward call");
   runtime::MemoryRecorder::Scope recording(recorder_.get());
+  refeed(state.env_, exe_.forward_inputs, refeeds);
   for (auto& [name, t] : output_grads) {
     auto it = std::find_if(exe_.forward_outputs.begin(), exe_.forward_outputs.end(),
                            [&name = name](auto* v) { return v->name == name; });

@@ -1,18 +1,15 @@
 """DistributedDataParallel around onnxtrain.Module: two processes (gloo, loopback), each with half the batch,
 end with the gradients single-process training computes on the whole batch."""
 
-import gc
 import os
-import socket
 import sys
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import onnxtrain
 
 sys.path.insert(0, os.path.dirname(__file__))
+from distributed import finish, join, spawn  # noqa: E402
 from models import GPT, WithLoss  # noqa: E402
 
 
@@ -27,19 +24,8 @@ def batch():
     return idx, torch.roll(idx, -1, 1)
 
 
-def finish():
-    """Tears the process group down once the caller has dropped its DistributedDataParallel: at exit, Gloo work
-    still referenced by a live one can abort the process ("terminate called without an active exception", one
-    run in ~20 here)."""
-    dist.barrier()
-    gc.collect()
-    dist.destroy_process_group()
-
-
 def worker(rank, port, out):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join(rank, port)
     model = torch.nn.parallel.DistributedDataParallel(onnxtrain.Module(make_model()))
     idx, target = batch()
     half = slice(rank * 2, rank * 2 + 2)
@@ -48,14 +34,6 @@ def worker(rank, port, out):
         torch.save({n: p.grad for n, p in model.module.named_parameters()}, out)
     del model
     finish()
-
-
-def spawn(fn, *args):
-    """Runs fn(rank, port, *args) in two processes that meet on a free loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(fn, args=(port, *args), nprocs=2, join=True)
 
 
 def test_ddp_matches_single_process(tmp_path):
@@ -71,11 +49,9 @@ def test_ddp_matches_single_process(tmp_path):
 def stats_worker(rank, port, folder):
     import logging
 
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     os.environ["ONNXTRAIN_PRINT_MEMORY_STATS"] = "1"
     os.environ["ONNXTRAIN_MEMORY_TIMELINE"] = os.path.join(folder, "step.png")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join(rank, port)
     log = logging.getLogger("onnxtrain")
     log.addHandler(logging.FileHandler(os.path.join(folder, f"rank{rank}.log")))
     model = torch.nn.parallel.DistributedDataParallel(onnxtrain.Module(make_model()))
