@@ -83,7 +83,7 @@ def train(impl, precision, steps=6):
     for i in range(steps + 2):
         t = time.perf_counter()
         with autocast:
-            loss, _ = model(idx, tgt)
+            loss = model(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

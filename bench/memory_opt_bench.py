@@ -47,7 +47,7 @@ def saved_bytes(model, data):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss, _ = model(*data)
+        loss = model(*data)
     loss.backward()
     return sum(seen.values())
 
@@ -78,7 +78,7 @@ def step(model, opt, data):
     onnxtrain.reset_peak_stats()
     base = onnxtrain.allocator_stats()["allocated"]
     t = time.perf_counter()
-    loss, _ = model(*data)
+    loss = model(*data)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

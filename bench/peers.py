@@ -91,7 +91,7 @@ def measure(config, steps):
     base = rss_mib("VmRSS")
 
     def step():
-        loss, _ = model(idx, tgt)
+        loss = model(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -29,15 +29,19 @@ def load_text(folder="/usr/share/common-licenses"):
 
 
 class CharLM(torch.nn.Module):
-    """The GPT with its loss: forward(idx, target) -> (loss, logits)."""
+    """The GPT with its loss: forward(idx, target) -> the loss; forward(idx) -> the logits. (Training returns the
+    loss alone: logits nobody reads are never held, and onnxtrain fuses the head with the loss so that no
+    (tokens, vocabulary) value exists whole.)"""
 
     def __init__(self, gpt):
         super().__init__()
         self.gpt = gpt
 
-    def forward(self, idx, target):
+    def forward(self, idx, target=None):
         logits = self.gpt(idx)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)), logits
+        if target is None:
+            return logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
 def main():
@@ -89,10 +93,10 @@ def main():
             group["lr"] = lr
         idx, target = batch()
         if step == args.steps - 1:  # the last step's own peak, the previous step's outputs released first
-            loss = logits = None
+            loss = None
             onnxtrain.reset_peak_stats()
             base = onnxtrain.memory_stats()["allocated"]
-        loss, logits = model(idx, target)
+        loss = model(idx, target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -117,7 +121,7 @@ def main():
     with torch.no_grad():
         for _ in range(120):
             ctx = context[:, -args.block:]
-            _, logits = model(ctx, torch.zeros_like(ctx))
+            logits = model(ctx)
             probs = F.softmax(logits[0, -1] / 0.8, dim=-1)
             context = torch.cat([context, torch.multinomial(probs, 1)[None]], dim=1)
     print("sample:", "".join(chars[i] for i in context[0].tolist()))

@@ -7,7 +7,6 @@
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
-namespace {
 
 LossAttrs loss_attrs(const ir::Node& n) {
   std::string r = n.attr_string("reduction", "mean");
@@ -19,6 +18,8 @@ LossAttrs loss_attrs(const ir::Node& n) {
                        : LossAttrs::kMean,
           n.attr_int("ignore_index", INT64_MIN), n.has_attr("ignore_index")};
 }
+
+namespace {
 
 class LossOp : public OpWith<LossAttrs> {
  public:

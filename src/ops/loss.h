@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "ir/graph.h"
+
 namespace onnxtrain::ops {
 
 struct LossAttrs {
@@ -10,5 +12,9 @@ struct LossAttrs {
   int64_t ignore_index;
   bool has_ignore;
 };
+
+// A loss node's attributes: reduction (none, sum or mean, else a ModelError) and ignore_index; `softmax` for
+// SoftmaxCrossEntropyLoss.
+LossAttrs loss_attrs(const ir::Node& n);
 
 }  // namespace onnxtrain::ops

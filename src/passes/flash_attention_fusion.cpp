@@ -145,10 +145,11 @@ class FlashAttentionFusion : public Pass {
       if (dropout) in[6] = dropout->input(1), in[7] = dropout->input(2);
       while (!in.back()) in.pop_back();
       ir::Value* lse = g.add_value(g.unique_name(softmax->name + "_lse"));
+      ir::Attributes attrs;
+      if (under_safe) attrs["zero_masked_rows"] = int64_t(1);
       ir::Node* f = add_fused(g, "com.onnxtrain", 1, "FlashAttention", in, {mm->outputs[0], lse},
-                              g.unique_name(softmax->name + "_flash"), mm->backward);
+                              g.unique_name(softmax->name + "_flash"), mm->backward, attrs);
       if (dropout) f->random_key = dropout->random_key.empty() ? dropout->name : dropout->random_key;
-      if (under_safe) f->attrs["zero_masked_rows"] = int64_t(1);
       gone.insert(gone.end(), replaced.begin(), replaced.end());
       if (dropout) gone.push_back(dropout);
     }

@@ -12,6 +12,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(identity_elimination());
   r.push_back(gelu_fusion());
   r.push_back(linear_fusion());
+  r.push_back(linear_cross_entropy_fusion());
   r.push_back(masked_softmax_fusion());
   r.push_back(attention_softmax_fusion());
   r.push_back(flash_attention_fusion());
@@ -33,7 +34,7 @@ bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader)
 
 ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, const std::string& op_type,
                     const std::vector<ir::Value*>& inputs, const std::vector<ir::Value*>& outs, const std::string& name,
-                    bool backward) {
+                    bool backward, ir::Attributes attrs) {
   for (ir::Value* v : outs) {
     ir::Node* old = v->producer;
     if (!old) continue;  // (a new value)
@@ -41,7 +42,7 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
     placeholder->producer = old;
     std::replace(old->outputs.begin(), old->outputs.end(), v, placeholder);
   }
-  ir::Node* f = g.add_node(op_type, inputs, outs, {}, name);
+  ir::Node* f = g.add_node(op_type, inputs, outs, std::move(attrs), name);
   f->domain = domain;
   f->opset = int(opset);
   f->backward = backward;

@@ -192,6 +192,16 @@ for op in ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]:
               Case(op, [logp, labels, weights], {"reduction": "mean", "ignore_index": 2}),
               Case(op, [r(2, 3, 4), ints([[0, 1, 2, 1], [2, 2, 0, 1]])], {"reduction": "none"})]
 
+# What linear_cross_entropy_fusion makes of a head and its loss: X of rank 3 flattened to rows, with or without
+# a bias, the three reductions, an ignored target.
+CASES += [Case("LinearCrossEntropy", [r(2, 3, 4), r(5, 4), r(5), ints([0, 4, 2, 1, 3, 4])], domain="com.onnxtrain"),
+          Case("LinearCrossEntropy", [r(6, 4), r(5, 4), None, ints([0, 4, 2, 1, 3, 4])], {"reduction": "sum"},
+               domain="com.onnxtrain"),
+          Case("LinearCrossEntropy", [r(6, 4), r(5, 4), r(5), ints([0, 4, 2, 4, 3, 1])],
+               {"reduction": "none", "ignore_index": 4}, domain="com.onnxtrain"),
+          Case("LinearCrossEntropy", [r(6, 4), r(5, 4), r(5), ints([0, 4, -100, 1, -100, 2])],
+               {"ignore_index": -100}, domain="com.onnxtrain")]
+
 # Ops of the table without a gradient rule, and why.
 NOT_DIFFERENTIABLE = {
     **{op: "bool output" for op in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor",
@@ -206,6 +216,7 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
     "com.onnxtrain.FlashAttentionGrad": "itself a gradient op (checked through FlashAttention)",
     "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",
+    "com.onnxtrain.LinearCrossEntropyGrad": "itself a gradient op (checked through LinearCrossEntropy)",
     "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},

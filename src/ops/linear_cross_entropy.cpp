@@ -1,0 +1,88 @@
+// A language model's head and loss in one op, with no vocabulary-sized value:
+// com.onnxtrain.LinearCrossEntropy(X (..., K), W (C, K), B (C)?, target (N)) -> (loss, lse (N)) computes
+//   SoftmaxCrossEntropyLoss(X W^T + B, as (N, C) rows, target)
+// (N the product of X's leading dims; attributes reduction and ignore_index as SoftmaxCrossEntropyLoss's, no class
+// weights) a block of rows at a time (kernels/cpu/linear_cross_entropy.cpp): the (N, C) scores never exist whole,
+// and forward keeps only each row's log-sum-exp. Backward,
+// com.onnxtrain.LinearCrossEntropyGrad(dloss, X, W, B?, target, lse) -> (dX, dW, dB), computes each block's scores
+// again and forms their gradient once, straight into dX, dW and dB: training stashes X, the targets and N numbers
+// instead of the (N, C) scores, at the price of the head's product once more. The linear_cross_entropy_fusion pass
+// makes it of Linear -> [Reshape to rows] -> SoftmaxCrossEntropyLoss.
+#include "ops/grad.h"
+#include "ops/loss.h"
+#include "ops/op.h"
+#include "ops/shape_util.h"
+
+namespace onnxtrain::ops {
+namespace {
+
+enum Input : size_t { kX, kW, kB, kTarget };
+
+// N, the rows of X (..., K), after checking X, W, B and the targets fit together.
+Dim rows_of(InferCtx& ctx, size_t x, size_t w, size_t b, size_t target) {
+  const Shape &xs = ctx.shape(x), &ws = ctx.shape(w);
+  if (xs.size() < 2 || ws.size() != 2)
+    ctx.fail("X must have a rank of at least 2 and W a rank of 2, got " + shape_str(xs) + " and " + shape_str(ws));
+  if (xs.back().is_const() && ws[1].is_const() && xs.back() != ws[1])
+    ctx.fail("X " + shape_str(xs) + " and W " + shape_str(ws) + " differ in their inner dim");
+  if (ctx.has(b) && (ctx.rank(b) != 1 || (ctx.shape(b)[0].is_const() && ws[0].is_const() && ctx.shape(b)[0] != ws[0])))
+    ctx.fail("B " + shape_str(ctx.shape(b)) + " must hold one number per row of W " + shape_str(ws));
+  Dim n = shape_numel(Shape(xs.begin(), xs.end() - 1));
+  const Shape& t = ctx.shape(target);
+  if (t.size() != 1 || (t[0].is_const() && n.is_const() && t[0] != n))
+    ctx.fail("target " + shape_str(t) + " must hold one class per row of X " + shape_str(xs));
+  if (ctx.dtype(target) != DType::kInt64 && ctx.dtype(target) != DType::kInt32)
+    ctx.fail("target must be int64 or int32");
+  return n;
+}
+
+class LinearCrossEntropyOp : public OpWith<LossAttrs> {
+ public:
+  explicit LinearCrossEntropyOp(const ir::Node& n) : OpWith(loss_attrs(n)) {}
+  bool differentiable_output(size_t i) const override { return i == 0; }
+  Dim flops(const ir::Node& n) const override {
+    const ir::Value *x = n.inputs[kX], *w = n.inputs[kW];
+    if (!x->has_shape || !w->has_shape || w->shape.size() != 2) return Dim(0);
+    return shape_numel(x->shape) * w->shape[0] * Dim(2);
+  }
+  void infer(InferCtx& ctx) const override {
+    Dim n = rows_of(ctx, kX, kW, kB, kTarget);
+    if (!dtype_is_float(ctx.dtype(kX)) || ctx.dtype(kW) != ctx.dtype(kX) ||
+        (ctx.has(kB) && ctx.dtype(kB) != ctx.dtype(kX)))
+      ctx.fail("X, W and B must have one float dtype");
+    ctx.set(0, ctx.dtype(kX), attrs.reduction == LossAttrs::kNone ? Shape{n} : Shape{});
+    ctx.set(1, ctx.dtype(kX), Shape{n});
+  }
+  void grad(GradCtx& g) const override {
+    if (!g.dy(0) || (!g.needs(kX) && !g.needs(kW) && !g.needs(kB))) return;
+    const ir::Node& n = g.node();
+    ir::Attributes attrs;
+    for (const char* a : {"reduction", "ignore_index"})
+      if (n.attrs.count(a)) attrs[a] = n.attrs.at(a);
+    std::vector<ir::Value*> d =
+        g.ops("LinearCrossEntropyGrad", {g.dy(0), g.x(kX), g.x(kW), g.x(kB), g.x(kTarget), g.y(1)}, 3, attrs,
+              "com.onnxtrain");
+    for (size_t i : {kX, kW, kB})
+      if (g.needs(i)) g.set_dx(i, d[i]);
+  }
+};
+
+class LinearCrossEntropyGradOp : public OpWith<LossAttrs> {
+ public:
+  explicit LinearCrossEntropyGradOp(const ir::Node& n) : OpWith(loss_attrs(n)) {}
+  DType output_dtype(size_t, const std::vector<DType>& in) const override { return in[1]; }
+  void infer(InferCtx& ctx) const override {
+    rows_of(ctx, 1, 2, 3, 4);
+    ctx.set(0, ctx.dtype(1), ctx.shape(1));
+    ctx.set(1, ctx.dtype(1), ctx.shape(2));
+    ctx.set(2, ctx.dtype(1), Shape{ctx.shape(2)[0]});
+  }
+};
+
+const bool kRegistered = register_ops({
+    {"com.onnxtrain", "LinearCrossEntropy", factory<LinearCrossEntropyOp>()},
+    {"com.onnxtrain", "LinearCrossEntropyGrad", factory<LinearCrossEntropyGradOp>()},
+});
+
+}  // namespace
+}  // namespace onnxtrain::ops

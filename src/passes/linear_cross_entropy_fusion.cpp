@@ -1,0 +1,60 @@
+// Linear-cross-entropy fusion: SoftmaxCrossEntropyLoss(scores, target) without class weights or the log-probability
+// output, whose scores are com.onnxtrain.Linear(X, W, B) (X of any rank, its rows flattened by a Reshape to (N, C)
+// or already (N, C)), every value between read by nothing else, becomes com.onnxtrain.LinearCrossEntropy(X, W, B,
+// target): a language model's head and loss with no (N, C) scores held, in forward or for backward.
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+// Whether v's producer is `op` of the ONNX domain (or `domain`).
+ir::Node* made_by(const ir::Value* v, const char* op, const char* domain = "") {
+  ir::Node* p = v ? v->producer : nullptr;
+  return p && p->op_type == op && p->domain == domain ? p : nullptr;
+}
+
+class LinearCrossEntropyFusion : public Pass {
+ public:
+  std::string name() const override { return "linear_cross_entropy_fusion"; }
+  bool apply(ir::Graph& g) const override {
+    std::vector<const ir::Node*> gone;
+    std::vector<ir::Node*> losses;
+    for (auto& n : g.nodes())
+      if (n->op_type == "SoftmaxCrossEntropyLoss" && n->domain.empty()) losses.push_back(n.get());
+    for (ir::Node* loss : losses) {
+      ir::Value *scores = loss->inputs[0], *target = loss->input(1);
+      if (loss->input(2) || (loss->outputs.size() > 1 && loss->outputs[1] && !loss->outputs[1]->consumers.empty()) ||
+          !target || !target->has_shape || target->shape.size() != 1 || !scores->has_shape ||
+          scores->shape.size() != 2 || !sole_reader(g, scores, loss))
+        continue;
+      std::vector<const ir::Node*> replaced{loss};
+      ir::Value* logits = scores;
+      if (ir::Node* reshape = made_by(scores, "Reshape")) {
+        logits = reshape->inputs[0];
+        if (!sole_reader(g, logits, reshape)) continue;
+        replaced.push_back(reshape);
+      }
+      ir::Node* linear = made_by(logits, "Linear", "com.onnxtrain");
+      // (the rows of the Linear's output, flattened, are the scores' when their last dims agree)
+      if (!linear || !logits->has_shape || logits->shape.size() < 2 || logits->shape.back() != scores->shape[1] ||
+          (logits->dtype != DType::kFloat32 && logits->dtype != DType::kFloat64))
+        continue;
+      replaced.push_back(linear);
+      std::vector<ir::Value*> in{linear->inputs[0], linear->inputs[1], linear->input(2), target};
+      ir::Attributes attrs;
+      for (const char* a : {"reduction", "ignore_index"})
+        if (loss->attrs.count(a)) attrs[a] = loss->attrs.at(a);
+      ir::Value* lse = g.add_value(g.unique_name(loss->name + "_lse"));
+      add_fused(g, "com.onnxtrain", 1, "LinearCrossEntropy", in, {loss->outputs[0], lse},
+                g.unique_name(loss->name + "_linear"), loss->backward, attrs);
+      gone.insert(gone.end(), replaced.begin(), replaced.end());
+    }
+    return remove_all(g, gone, true);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> linear_cross_entropy_fusion() { return std::make_unique<LinearCrossEntropyFusion>(); }
+
+}  // namespace onnxtrain::passes

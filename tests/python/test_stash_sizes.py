@@ -1,0 +1,29 @@
+"""What a GPT's training forward keeps for backward without any recompute plan (level 0): no (B, H, T, T) attention
+probabilities (the fused attention keeps each row's log-sum-exp) and no (B*T, vocab) scores (the fused head and
+loss keeps each row's log-sum-exp): the largest value kept is the MLP's hidden activation (B, T, 4*dim)."""
+
+import os
+import sys
+
+import torch
+
+import onnxtrain
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import GPT, WithLoss  # noqa: E402
+
+B, T, DIM, HEADS, VOCAB = 2, 128, 64, 4, 2048
+
+
+def test_no_attention_probabilities_and_no_vocabulary_sized_scores_are_stashed():
+    torch.manual_seed(0)
+    model = onnxtrain.Module(WithLoss(GPT(vocab=VOCAB, dim=DIM, heads=HEADS, layers=2, block=T)).train())
+    idx = torch.randint(0, VOCAB, (B, T))
+    data = (idx, torch.roll(idx, -1, 1))
+    model(*data).backward()
+    runner = next(r for r in model._runners.values() if r.training)
+    _, state = runner.session.run_forward(runner.feeds(list(data)), seed=1)
+    sizes = state.stash_values()
+    hidden = B * T * 4 * DIM * 4
+    assert max(sizes.values()) == hidden, sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
+    assert hidden < B * HEADS * T * T * 4 and hidden < B * T * VOCAB * 4  # either would have been the largest
