@@ -2,6 +2,7 @@
 // Expand, Tile, Pad, Trilu.
 #include "ops/layout.h"
 
+#include <algorithm>
 #include <map>
 
 #include "onnxtrain/error.h"
@@ -212,10 +213,14 @@ class PadOp : public OpWith<PadAttrs> {
   uint64_t host_inputs() const override { return input_bits({1, 2, 3}); }
   explicit PadOp(const ir::Node& n) : OpWith(pad_attrs(n)) {}
   void grad(GradCtx& g) const override {
-    if (attrs.mode != PadAttrs::Mode::kConstant || attrs.from_attr || g.node().input(3)) no_gradient(g);
+    // dX: dY's window where X was written (pads, attribute or input, that add and do not crop)
+    const bool cropping = std::any_of(attrs.pads.begin(), attrs.pads.end(), [](int64_t p) { return p < 0; });
+    if (attrs.mode != PadAttrs::Mode::kConstant || g.node().input(3) || cropping) no_gradient(g);
     ir::Value* x = g.x(0);
     int64_t r = int64_t(x->shape.size());
-    ir::Value* begins = g.op("Slice", {g.x(1), g.ints({0}), g.ints({r})});
+    if (attrs.from_attr && int64_t(attrs.pads.size()) != 2 * r) no_gradient(g);
+    ir::Value* begins = attrs.from_attr ? g.ints(std::vector<int64_t>(attrs.pads.begin(), attrs.pads.begin() + r))
+                                        : g.op("Slice", {g.x(1), g.ints({0}), g.ints({r})});
     ir::Value* ends = g.add(begins, g.shape(x));
     g.set_dx(0, g.op("Slice", {g.dy(0), begins, ends}));
   }

@@ -2,6 +2,8 @@
 // InstanceNormalization. Statistics are accumulated in double.
 #include "ops/normalization.h"
 
+#include <algorithm>
+
 #include "onnxtrain/error.h"
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -33,9 +35,16 @@ std::vector<int64_t> range_axes(int64_t from, int64_t to) {
   return r;
 }
 
+// Whether a BatchNormalization computes its batch's statistics: its training_mode attribute from opset 14; before,
+// whether it has more outputs than Y (opsets 7-13 say training mode by the running and saved statistics).
+bool batch_statistics(const ir::Node& n) {
+  if (n.op_type != "BatchNormalization" || n.opset <= 0 || n.opset >= 14) return n.attr_int("training_mode", 0) != 0;
+  return std::any_of(n.outputs.begin() + 1, n.outputs.end(), [](const ir::Value* v) { return v != nullptr; });
+}
+
 NormAttrs norm_attrs(const ir::Node& n) {
-  return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), n.attr_float("momentum", 0.9f),
-          n.attr_int("training_mode", 0) != 0, n.attr_int("unbiased_running_var", 0) != 0};
+  return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), n.attr_float("momentum", 0.9f), batch_statistics(n),
+          n.attr_int("unbiased_running_var", 0) != 0};
 }
 
 class LayerNormOp : public OpWith<NormAttrs> {

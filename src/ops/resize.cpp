@@ -13,17 +13,22 @@
 namespace onnxtrain::ops {
 namespace {
 
+// Upsample (opsets 7-9, deprecated since) is Resize-10's layout, (X, scales) or scales as an attribute before 9,
+// sampling as PyTorch's upsampling does: asymmetric coordinates, the nearest sample's index floored.
 ResizeAttrs resize_attrs(const ir::Node& n) {
-  ResizeAttrs a{&n,
-                n.attr_string("mode", "nearest"),
-                n.attr_string("coordinate_transformation_mode", n.opset == 10 ? "asymmetric" : "half_pixel"),
-                n.attr_string("nearest_mode", "round_prefer_floor"),
-                n.attr_string("keep_aspect_ratio_policy", "stretch"),
-                n.attr_float("cubic_coeff_a", -0.75f),
-                n.attr_float("extrapolation_value", 0),
-                n.attr_int("exclude_outside", 0) != 0,
-                n.attr_ints("axes"),
-                n.opset == 10};
+  const bool upsample = n.op_type == "Upsample";
+  ResizeAttrs a{
+      &n,
+      n.attr_string("mode", "nearest") == "bilinear" ? "linear" : n.attr_string("mode", "nearest"),
+      n.attr_string("coordinate_transformation_mode", n.opset == 10 || upsample ? "asymmetric" : "half_pixel"),
+      n.attr_string("nearest_mode", upsample ? "floor" : "round_prefer_floor"),
+      n.attr_string("keep_aspect_ratio_policy", "stretch"),
+      n.attr_float("cubic_coeff_a", -0.75f),
+      n.attr_float("extrapolation_value", 0),
+      n.attr_int("exclude_outside", 0) != 0,
+      n.attr_ints("axes"),
+      n.opset == 10 || upsample};
+  for (float f : n.attr_floats("scales")) a.fixed_scales.push_back(f);
   if (n.attr_int("antialias", 0)) throw UnsupportedError(n.where() + ": antialias=1 is not supported");
   if (a.mode != "nearest" && a.mode != "linear" && a.mode != "cubic")
     throw ModelError(n.where() + ": mode '" + a.mode + "' is not nearest, linear or cubic");
@@ -60,7 +65,12 @@ class ResizeOp : public OpWith<ResizeAttrs> {
       return ctx.set(0, ctx.dtype(0), out);
     }
     auto g = attrs.geometry(ctx, in);
-    if (!g) ctx.unknown("scales or sizes");
+    if (!g && ctx.at_runtime()) ctx.unknown("scales or sizes");
+    if (!g) {  // scales or sizes computed from data (a size taken from another tensor's shape): the rank is known
+      Shape out;
+      for (size_t a = 0; a < x.size(); ++a) out.push_back(ctx.fresh("resized"));
+      return ctx.set(0, ctx.dtype(0), out);
+    }
     Shape out;  // from scales
     for (size_t a = 0; a < x.size(); ++a) {
       double s = g->scale[a];
@@ -81,7 +91,9 @@ class ResizeOp : public OpWith<ResizeAttrs> {
   void grad(GradCtx& g) const override {
     if (!g.needs(0)) return;
     ir::Attributes a = attrs.node->attrs;
-    a["coordinate_transformation_mode"] = attrs.coord;  // (its default depends on the opset)
+    a["mode"] = attrs.mode;  // (defaults and names depend on the op and the opset)
+    a["coordinate_transformation_mode"] = attrs.coord;
+    a["nearest_mode"] = attrs.nearest;
     ir::Value *roi = attrs.opset10 ? nullptr : g.x(1), *scales = g.x(attrs.opset10 ? 1 : 2),
               *sizes = attrs.opset10 ? nullptr : g.x(3);
     g.set_dx(0, g.ops("ResizeGrad", {g.shape(g.x(0)), roi, scales, sizes, g.dy(0)}, 1, a, "com.onnxtrain")[0]);
@@ -104,8 +116,9 @@ class ResizeGradOp : public ResizeOp {
     ctx.set(0, ctx.dtype(4), Shape(v->begin(), v->end()));
   }
 };
-const bool kRegistered =
-    register_ops({{"", "Resize", factory<ResizeOp>()}, {"com.onnxtrain", "ResizeGrad", factory<ResizeGradOp>()}});
+const bool kRegistered = register_ops({{"", "Resize", factory<ResizeOp>()},
+                                       {"", "Upsample", factory<ResizeOp>()},
+                                       {"com.onnxtrain", "ResizeGrad", factory<ResizeGradOp>()}});
 
 }  // namespace
 
@@ -123,7 +136,7 @@ std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const 
     }
   }
   const Tensor* scales = ctx.tensor(scales_at);
-  if (ctx.has(sizes_at) && (!scales || scales->numel() == 0)) {
+  if (fixed_scales.empty() && ctx.has(sizes_at) && (!scales || scales->numel() == 0)) {
     auto sizes = ctx.int_values(sizes_at);
     if (!sizes) return std::nullopt;
     if (sizes->size() != axes.size())
@@ -147,8 +160,8 @@ std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const 
     }
     return g;
   }
-  if (!scales) return std::nullopt;
-  auto sv = scales->to_double();
+  if (!scales && fixed_scales.empty()) return std::nullopt;
+  std::vector<double> sv = fixed_scales.empty() ? scales->to_double() : fixed_scales;
   if (sv.size() != axes.size())
     ctx.fail("scales has " + std::to_string(sv.size()) + " entries for " + std::to_string(axes.size()) + " axes");
   for (size_t i = 0; i < axes.size(); ++i) {

@@ -16,7 +16,8 @@ struct ResizeAttrs {
   float cubic_a, extrapolation;
   bool exclude_outside;
   std::vector<int64_t> axes;
-  bool opset10;  // scales as input 1, no roi
+  bool opset10;                      // scales as input 1, no roi (Resize-10, Upsample)
+  std::vector<double> fixed_scales;  // Upsample-7's scales attribute (and its ResizeGrad's)
 
   // Per-axis scales and output sizes (concrete), from scales or sizes.
   struct Geometry {

@@ -28,11 +28,11 @@ def export(module, args, path, input_names, dynamic_axes):
     return path
 
 
-def export_training(module, args, path, input_names, dynamic_axes, output_names=None):
+def export_training(module, args, path, input_names, dynamic_axes, output_names=None, opset=18):
     """TorchScript-based export in TRAINING mode: training BatchNormalization and Dropout, params as initializers."""
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, path, input_names=input_names, output_names=output_names,
                           dynamic_axes=dynamic_axes, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, opset_version=18)
+                          do_constant_folding=False, opset_version=opset)
     return path

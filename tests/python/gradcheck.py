@@ -27,6 +27,7 @@ class Case:
     rtol: float = 1e-5
     atol: float = 1e-7
     domain: str = ""
+    opset: int = 0  # of the default domain; 0 for OPSET
 
     @property
     def label(self):
@@ -68,7 +69,7 @@ def _node_model(case, output_shapes=None):
         nodes.append(helper.make_node("Sum", terms, ["loss"]))
         graph_outputs = [helper.make_tensor_value_info("loss", onnx.TensorProto.DOUBLE, [])]
     graph = helper.make_graph(nodes, "case", inputs, graph_outputs, initializer=inits)
-    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(case.domain, 1)] if case.domain else [])
+    opsets = [helper.make_opsetid("", case.opset or OPSET)] + ([helper.make_opsetid(case.domain, 1)] if case.domain else [])
     return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
 

@@ -192,6 +192,12 @@ for op in ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]:
               Case(op, [logp, labels, weights], {"reduction": "mean", "ignore_index": 2}),
               Case(op, [r(2, 3, 4), ints([[0, 1, 2, 1], [2, 2, 0, 1]])], {"reduction": "none"})]
 
+# Older opsets' forms: Upsample (scales an input at 9, an attribute at 7), Pad's pads an attribute (before 11).
+CASES += [Case("Upsample", [r(1, 2, 3, 4), Const(np.array([1, 1, 2, 3], np.float32))], {"mode": mode}, opset=9)
+          for mode in ("nearest", "linear")]
+CASES += [Case("Upsample", [r(1, 2, 3, 4)], {"mode": "linear", "scales": [1.0, 1.0, 2.0, 1.5]}, opset=7),
+          Case("Pad", [r(2, 3)], {"pads": [0, 1, 2, 0], "value": 0.5}, opset=7)]
+
 # What linear_cross_entropy_fusion makes of a head and its loss: X of rank 3 flattened to rows, with or without
 # a bias, the three reductions, an ignored target.
 CASES += [Case("LinearCrossEntropy", [r(2, 3, 4), r(5, 4), r(5), ints([0, 4, 2, 1, 3, 4])], domain="com.onnxtrain"),

@@ -116,6 +116,8 @@ void batch_norm(const ops::NormAttrs& at, KernelCtx& c) {
         // the onnxtrain attribute unbiased_running_var) with the unbiased one.
         double run_var = at.unbiased && cnt > 1 ? var * cnt / (cnt - 1) : var;
         if (c.wants(2)) c.out(2).data<T>()[ch] = T(rvar[ch] * at.momentum + run_var * (1 - at.momentum));
+        if (c.wants(3)) c.out(3).data<T>()[ch] = T(mean);  // opsets 7-13: the batch's own statistics
+        if (c.wants(4)) c.out(4).data<T>()[ch] = T(var);
       }
       double k = scale[ch] / std::sqrt(var + at.epsilon), off = bias[ch] - mean * k;
       for (int64_t b = 0; b < v.n; ++b)

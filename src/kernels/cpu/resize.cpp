@@ -196,12 +196,12 @@ Dim resize_scratch(const ops::InferCtx& s, const Shape& in, const Shape& out) {
          largest_stage<Dim>(in, out, [](const Dim& a, const Dim& b) { return Dim::max(a, b); });
 }
 
+Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return resize_scratch(s, s.shape(0), s.outputs()[0].shape); }
+
 const bool kRegistered =
     register_kernels(kCpu, {
-                               in_float32({"", "Resize", kernel(resize),
-                                           [](const ops::Op&, ops::InferCtx& s) {
-                                             return resize_scratch(s, s.shape(0), s.outputs()[0].shape);
-                                           }}),
+                               in_float32({"", "Resize", kernel(resize), forward_scratch}),
+                               in_float32({"", "Upsample", kernel(resize), forward_scratch}),
                                in_float32({"com.onnxtrain", "ResizeGrad", kernel(resize_grad),
                                            [](const ops::Op&, ops::InferCtx& s) {
                                              const std::vector<Dim>* x = s.value(0);
