@@ -7,7 +7,10 @@
 // dv), the batch dims of K and V broadcast to Q's (grouped-query attention); LSE (..., Tq) is each row's log-sum-exp
 // of the scores, in float32 (float64 for float64 inputs). A row whose every score is -inf (fully masked) gives NaN
 // as Softmax does, or zeros with attribute zero_masked_rows=1 (what scaled_dot_product_attention gives; its LSE
-// is then +inf, so the backward's probabilities and gradients there are 0). The kernel
+// is then +inf, so the backward's probabilities and gradients there are 0). With attribute kv_groups=g, K and V hold
+// a head for each g query heads (grouped-query attention as models write it, K and V repeated per query head, made
+// into this by the grouped_attention_fusion pass): their last batch dim is Q's divided by g, query head h reading
+// key-value head h / g. The kernel
 // (kernels/cpu/flash_attention.cpp) runs tiles of keys with an online softmax and never holds the (..., Tq, Tk)
 // probabilities; the backward recomputes them a tile at a time from LSE, so training stashes Q, K, V, Y and LSE instead
 // of the probabilities (and the dropout mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond,
@@ -24,8 +27,11 @@ enum Input : size_t { kQ, kKt, kV, kScale, kCond, kFill, kRatio, kTraining, kBia
 
 bool has_dropout(const ir::Node& n) { return n.input(kRatio) != nullptr; }
 
-// The batch dims of the three operands: Q's are the output's, K's and V's broadcast to them.
+// The batch dims of the three operands: Q's are the output's, K's and V's broadcast to them (their last one times
+// kv_groups).
 Shape attention_batch(InferCtx& ctx, size_t q, size_t kt, size_t v) {
+  const int64_t groups = ctx.node().attr_int("kv_groups", 1);
+  if (groups < 1) ctx.fail("kv_groups " + std::to_string(groups) + " must be positive");
   const Shape &qs = ctx.shape(q), &ks = ctx.shape(kt), &vs = ctx.shape(v);
   if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2)
     ctx.fail("Q, Kt and V must have rank >= 2, got " + shape_str(qs) + ", " + shape_str(ks) + " and " + shape_str(vs));
@@ -36,6 +42,9 @@ Shape attention_batch(InferCtx& ctx, size_t q, size_t kt, size_t v) {
     ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in the number of keys");
   Shape qb(qs.begin(), qs.end() - 2), kb(ks.begin(), ks.end() - 2), vb(vs.begin(), vs.end() - 2);
   if (kb.size() != vb.size()) ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch rank");
+  if (groups > 1 && (kb.empty() || kb.size() != qb.size()))
+    ctx.fail("kv_groups needs Kt " + shape_str(ks) + " with Q's batch rank " + shape_str(qs));
+  if (groups > 1) kb.back() = kb.back() * Dim(groups), vb.back() = vb.back() * Dim(groups);
   for (size_t i = 0; i < kb.size(); ++i)
     if (kb[i].is_const() && vb[i].is_const() && kb[i] != vb[i])
       ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch dims");
@@ -90,7 +99,8 @@ class FlashAttentionOp : public Op {
     for (size_t i = kScale; i <= kBias; ++i) in.push_back(g.x(i));
     while (!in.back()) in.pop_back();
     ir::Attributes attrs;
-    if (n.attr_int("zero_masked_rows", 0)) attrs["zero_masked_rows"] = int64_t(1);
+    for (const char* a : {"zero_masked_rows", "kv_groups"})
+      if (n.attrs.count(a)) attrs[a] = n.attrs.at(a);
     std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, attrs, "com.onnxtrain");
     d[0]->producer->random_key = n.random_key.empty() ? n.name : n.random_key;  // the forward's dropout mask
     for (size_t i = kQ; i <= kV; ++i)

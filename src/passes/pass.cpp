@@ -16,6 +16,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(masked_softmax_fusion());
   r.push_back(attention_softmax_fusion());
   r.push_back(flash_attention_fusion());
+  r.push_back(grouped_attention_fusion());
   r.push_back(transpose_gemm_fusion());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());

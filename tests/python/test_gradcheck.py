@@ -125,6 +125,10 @@ CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 6), r(2, 3, 6, 3), C
           Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 5), r(2, 3, 5, 3), None, None, None, None, None,
                                   Const(np.where(np.triu(np.ones((5, 5), dtype=bool), 1), -np.inf, 0.0)
                                         + np.array([0, 0, 0, 0, -2.0]))], domain="com.onnxtrain"),
+          # 4 query heads reading 2 key-value heads (kv_groups: what grouped_attention_fusion makes of repeat_kv)
+          Case("FlashAttention", [r(2, 4, 5, 3), r(2, 2, 3, 6), r(2, 2, 6, 2), Const(np.array(0.5)),
+                                  Const(np.triu(np.ones((5, 6), dtype=bool), 2)), Const(np.array(-np.inf))],
+               {"kv_groups": 2}, domain="com.onnxtrain"),
           # a bool mask made additive, two rows fully masked: zeros there, as scaled_dot_product_attention gives
           Case("FlashAttention", [r(2, 5, 4), r(2, 4, 5), r(2, 5, 3), None, None, None, None, None,
                                   Const(np.where(np.array([[True] * 5, [False] * 5, [True, False] * 2 + [True],

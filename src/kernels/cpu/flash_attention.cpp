@@ -31,14 +31,18 @@ constexpr double kVanishes = -1e30;
 struct Geometry {
   std::vector<int64_t> batch;  // Q's batch dims, the output's
   int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  std::vector<int64_t> kv_strides;  // K's and V's batch index over `batch`
+  std::vector<int64_t> kv_strides;  // K's and V's batch index over `batch` (their heads repeated kv_groups times)
   // The mask's and the bias's over (batch..., tq, tk); empty without them.
   std::vector<int64_t> cond_strides, bias_strides;
-  int64_t kv_count = 0;
+  int64_t kv_count = 0, groups = 1, kv_heads = 1;  // kv_heads: K's last batch dim
   int64_t offset(const std::vector<int64_t>& strides, int64_t pair) const {
     return broadcast_offsets<1>(pair, batch, {&strides})[0];
   }
-  int64_t kv_of(int64_t pair) const { return offset(kv_strides, pair); }
+  int64_t kv_of(int64_t pair) const {
+    const int64_t repeated = offset(kv_strides, pair);  // index over K's batch dims with its heads repeated
+    if (groups == 1) return repeated;
+    return repeated / (kv_heads * groups) * kv_heads + repeated % (kv_heads * groups) / groups;
+  }
 };
 
 // Strides of input i (broadcast to the scores) over (batch..., tq, tk).
@@ -64,12 +68,17 @@ Geometry geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond
   if (kd[kd.size() - 2] != g.d || vd[vd.size() - 2] != g.tk)
     c.fail("Q " + dims_str(qd) + ", Kt " + dims_str(kd) + " and V " + dims_str(vd) + " do not chain");
   std::vector<int64_t> kb(kd.begin(), kd.end() - 2), vb(vd.begin(), vd.end() - 2), bd;
-  if (kb != vb || !broadcast_dims(g.batch, kb, &bd) || bd != g.batch)
-    c.fail("Kt " + dims_str(kd) + " and V " + dims_str(vd) + " must share batch dims that broadcast to Q's " +
-           dims_str(qd));
-  g.kv_strides = broadcast_strides(kb, g.batch);
-  g.pairs = numel_of(g.batch);
+  g.groups = c.node.attr_int("kv_groups", 1);
+  if (g.groups < 1 || (g.groups > 1 && (kb.empty() || kb.size() != g.batch.size())))
+    c.fail("kv_groups " + std::to_string(g.groups) + " does not fit Kt " + dims_str(kd) + " and Q " + dims_str(qd));
   g.kv_count = numel_of(kb);
+  std::vector<int64_t> repeated = kb;
+  if (g.groups > 1) g.kv_heads = kb.back(), repeated.back() *= g.groups;
+  if (kb != vb || !broadcast_dims(g.batch, repeated, &bd) || bd != g.batch)
+    c.fail("Kt " + dims_str(kd) + " and V " + dims_str(vd) + " must share batch dims that broadcast to Q's " +
+           dims_str(qd) + (g.groups > 1 ? " (their heads repeated " + std::to_string(g.groups) + " times)" : ""));
+  g.kv_strides = broadcast_strides(repeated, g.batch);
+  g.pairs = numel_of(g.batch);
   if (c.has(cond)) g.cond_strides = score_strides(c, g, cond, "cond");
   if (c.has(bias)) g.bias_strides = score_strides(c, g, bias, "bias");
   return g;
