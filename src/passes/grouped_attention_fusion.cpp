@@ -7,11 +7,6 @@
 namespace onnxtrain::passes {
 namespace {
 
-ir::Node* made_by(const ir::Value* v, const char* op) {
-  ir::Node* p = v ? v->producer : nullptr;
-  return p && p->op_type == op && p->domain.empty() && !p->inputs.empty() ? p : nullptr;
-}
-
 bool shaped(const ir::Value* v, size_t rank) { return v && v->has_shape && v->shape.size() == rank; }
 
 // K when r is K (B, h, T, d) repeated g times per head into (B, h * g, T, d), with *groups = g; else null.

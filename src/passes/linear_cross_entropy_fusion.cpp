@@ -7,12 +7,6 @@
 namespace onnxtrain::passes {
 namespace {
 
-// Whether v's producer is `op` of the ONNX domain (or `domain`).
-ir::Node* made_by(const ir::Value* v, const char* op, const char* domain = "") {
-  ir::Node* p = v ? v->producer : nullptr;
-  return p && p->op_type == op && p->domain == domain ? p : nullptr;
-}
-
 class LinearCrossEntropyFusion : public Pass {
  public:
   std::string name() const override { return "linear_cross_entropy_fusion"; }

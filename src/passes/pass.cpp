@@ -28,6 +28,11 @@ bool constant_scalar(const ir::Value* v) {
   return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
 }
 
+ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain) {
+  ir::Node* p = v ? v->producer : nullptr;
+  return p && p->op_type == op && p->domain == domain && !p->inputs.empty() ? p : nullptr;
+}
+
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
   return v->consumers.size() == 1 && v->consumers[0] == reader &&
          std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();

@@ -34,6 +34,8 @@ std::unique_ptr<Pass> gelu_recompute_fusion();
 
 // Whether v is a float constant of one element that training does not update (a scale, a fill).
 bool constant_scalar(const ir::Value* v);
+// v's producer when it is `op` of `domain` (ONNX's by default), else null.
+ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain = "");
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);
 // A fusion's new node: `op_type` in `domain` at `opset` reads `inputs` and now makes `outs` (values made by the
