@@ -56,8 +56,15 @@ void check_input_types(const Node& n) {
     if ((i >= formal.size() && !variadic) || (variadic && !f.GetIsHomogeneous())) continue;
     const std::string& type = f.GetTypeStr();
     const auto& constraints = schema->typeConstraintParams();
-    if (std::none_of(constraints.begin(), constraints.end(), [&](auto& c) { return c.type_param_str == type; }))
-      continue;  // a fixed type, such as tensor(int64)
+    auto c = std::find_if(constraints.begin(), constraints.end(), [&](auto& k) { return k.type_param_str == type; });
+    // An input the schema allows only bool must be bool (kernels read its bytes as bool); other dtypes beyond the
+    // schema's lists are onnxtrain's extensions (bfloat16 for ops of opsets that predate it, say).
+    const bool bool_only = c == constraints.end() ? type == "tensor(bool)"
+                                                  : c->allowed_type_strs == std::vector<std::string>{"tensor(bool)"};
+    if (bool_only && v->dtype != DType::kBool)
+      throw ModelError(n.where() + ": input " + std::to_string(i) + " ('" + v->name + "') is " + dtype_name(v->dtype) +
+                       ", where the op takes bool");
+    if (c == constraints.end()) continue;  // a fixed type, such as tensor(int64)
     auto [it, added] = first.emplace(type, i);
     const Value* u = n.inputs[it->second];
     if (!added && u->dtype != v->dtype)
