@@ -60,6 +60,8 @@ def main():
                    help="memory optimizer level: 0 none, 1 transformer layer-wise recompute, 2 plus compromised plans")
     p.add_argument("--budget", default="", help="memory budget: a fraction of the stash (0.5) or a step peak (64MiB)")
     p.add_argument("--no-memory-stats", action="store_true", help="do not print the per-phase memory statistics")
+    p.add_argument("--bf16", action="store_true",
+                   help="mixed precision: each step under torch.autocast('cpu', dtype=torch.bfloat16)")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     text = load_text()
@@ -68,7 +70,9 @@ def main():
     data = torch.tensor([stoi[c] for c in text], dtype=torch.int64)
     model = CharLM(GPT(vocab=len(chars), dim=args.dim, heads=args.heads, layers=args.layers, block=args.block))
     print(f"{len(text)} characters, vocabulary {len(chars)}, {sum(q.numel() for q in model.parameters())} parameters, "
-          f"{'PyTorch eager' if args.eager else 'onnxtrain'}, {torch.get_num_threads()} threads")
+          f"{'PyTorch eager' if args.eager else 'onnxtrain'}{', bf16 autocast' if args.bf16 else ''}, "
+          f"{torch.get_num_threads()} threads")
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
     if not args.eager:
         model = onnxtrain.Module(model, onnxtrain.Options(
             memory_opt_level=args.memory_level, memory_budget=args.budget, memory_timeline=args.plot or ""))
@@ -96,7 +100,8 @@ def main():
             loss = None
             onnxtrain.reset_peak_stats()
             base = onnxtrain.memory_stats()["allocated"]
-        loss = model(idx, target)
+        with autocast:
+            loss = model(idx, target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
