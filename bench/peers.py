@@ -11,7 +11,8 @@ optimizer (so whatever a configuration keeps between steps counts).
 
     python bench/peers.py [--rounds 3] [--steps 6] [--only eager,onnxtrain-l1,onnxtrain-l1-keep]
 
-(a "-keep" suffix on an onnxtrain configuration keeps the allocator's free blocks between steps: Options.keep_cache)
+(a "-keep" suffix on an onnxtrain configuration keeps the allocator's free blocks between steps: Options.keep_cache;
+a "-torchscript" suffix captures with the TorchScript-based exporter instead of torch.export: Options.exporter)
 """
 
 import argparse
@@ -72,10 +73,13 @@ def build(config):
     elif config.startswith("onnxtrain"):
         keep = config.endswith("-keep")  # the allocator's free blocks kept between steps (Options.keep_cache)
         what = config.removesuffix("-keep")
+        exporter = "torchscript" if what.endswith("-torchscript") else "auto"
+        what = what.removesuffix("-torchscript")
+        common = dict(keep_cache=keep, exporter=exporter)
         if "budget" in what:
-            options = onnxtrain.Options(memory_budget=what.rsplit("-", 1)[1], keep_cache=keep)
+            options = onnxtrain.Options(memory_budget=what.rsplit("-", 1)[1], **common)
         else:
-            options = onnxtrain.Options(memory_opt_level=int(what[-1]), keep_cache=keep)
+            options = onnxtrain.Options(memory_opt_level=int(what[-1]), **common)
         model = onnxtrain.Module(model, options)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
 

@@ -1,25 +1,26 @@
-"""Export of a module's call to an ONNX graph with PyTorch's TorchScript-based exporter (TRAINING or EVAL mode):
-every input dim dynamic and named `<input>_dim<i>`, parameters and buffers as graph inputs (no weights in the
-graph), training BatchNorm's updated statistics as extra outputs."""
+"""Export of a module's call to an ONNX graph (training or eval mode) through torch.export (_export_program) or,
+as a fallback, PyTorch's TorchScript-based exporter (_export_torchscript): dynamic dims named `<input>_dim<i>`,
+parameters and buffers as graph inputs named as the module names them (no weights in the graph), training
+BatchNorm's updated statistics as extra outputs."""
 
 import collections
 import contextlib
 import dataclasses
 import io
-import threading
+import logging
 import warnings
 
 import onnx
 import torch
 from onnx import helper
 
+from onnxtrain import _capture_lock, _export_program, _export_torchscript
 from onnxtrain import _onnxtrain as C
-from onnxtrain import _symbolics
 from onnxtrain._schema import flatten, unflatten
 
-_symbolics.register()
-
 OPSET = 18
+EXPORTERS = ("auto", "torch.export", "torchscript")
+logger = logging.getLogger("onnxtrain")
 
 
 @dataclasses.dataclass
@@ -30,16 +31,20 @@ class Exported:
     output_names: list    # the module's outputs, in order
     out_schema: object    # the structure of the module's outputs
     buffer_updates: dict  # graph output -> buffer it overwrites after a training call
+    exporter: str         # "torch.export" or "torchscript": the one that made the graph
 
 
 class _Flat(torch.nn.Module):
     """The module called on flat tensors, returning flat tensors."""
 
-    def __init__(self, module, schema):
+    def __init__(self, module, schema, record):
         super().__init__()
         self.module = module
         self.schema = schema
-        self.out_schema = None
+        # What the traced call saw: its outputs' structure, the custom autograd Functions it went through. A dict
+        # the caller holds (torch.export restores the attributes of the module it traced; a held object keeps the
+        # record).
+        self.record = record
 
     def state_dict(self, *, destination=None, prefix="", keep_vars=False):
         """What the tracer reads the parameters and buffers through (keep_vars: the tensors themselves): those the
@@ -56,8 +61,8 @@ class _Flat(torch.nn.Module):
     def forward(self, *flat):
         args, kwargs = unflatten(self.schema, list(flat))
         outs, names = [], []
-        self.out_schema = flatten(self.module(*args, **kwargs), "output", outs, names)
-        self.custom_functions = custom_functions(outs)
+        self.record["out_schema"] = flatten(self.module(*args, **kwargs), "output", outs, names)
+        self.record["custom_functions"] = custom_functions(outs)
         return tuple(outs)
 
 
@@ -76,59 +81,54 @@ def custom_functions(outputs):
     return found
 
 
-def fix_scaled_dot_product_attention_casts(model):
-    """PyTorch's TorchScript translation of scaled_dot_product_attention casts the scale to the query's c10
-    ScalarType number rather than its ONNX type: for a bfloat16 query (autocast) that is 15, ONNX's complex128.
-    onnxtrain holds no complex types, so a Cast to 15 can only be that one: it becomes a Cast to bfloat16 (16)."""
-    for node in model.graph.node:
-        if node.op_type == "Cast":
-            for a in node.attribute:
-                if a.name == "to" and a.i == onnx.TensorProto.COMPLEX128:
-                    a.i = onnx.TensorProto.BFLOAT16
 
 
-# PyTorch's exporter, fork_rng, redirect_stdout and catch_warnings all change process-wide state: one export at
-# a time (modules built in two threads at once otherwise fail inside the exporter).
-_EXPORT_LOCK = threading.Lock()
+@contextlib.contextmanager
+def _quiet(names=("torch.onnx", "torch.export", "onnxscript", "onnx_ir")):
+    """The exporters' own log lines (torchvision's missing ops, optimizer passes) held back while they run: what
+    goes wrong reaches the user as an exception."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
-def export(module, schema, tensors, names, training, dynamic_dims=None):
-    """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
-    every tensor when None."""
-    flat = _Flat(module, schema)
+def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
+    """`exporter`'s graph of the module's call, and the flat module's record of it (outputs, custom functions)."""
+    record = {}
+    flat = _Flat(module, schema, record)
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
-    f = io.BytesIO()
-    if dynamic_dims is None:
-        dynamic_dims = [range(t.dim()) for t in tensors]
-    axes = {n: {i: f"{n}_dim{i}" for i in dims} for n, dims in zip(names, dynamic_dims) if dims}
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    try:  # tracing runs the module once: it must not draw from PyTorch's generator either
-        with (_EXPORT_LOCK, torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
-              warnings.catch_warnings()):
+    # nor change any submodule's mode (the TorchScript-based exporter sets one mode on all, then another on all)
+    modes = [(m, m.training) for m in module.modules()]
+    to_onnx = _export_program.to_onnx if exporter == "torch.export" else _export_torchscript.to_onnx
+    try:  # tracing may run the module: it must not draw from PyTorch's generator either
+        with (_capture_lock.capturing(), torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
+              warnings.catch_warnings(), _quiet()):
             warnings.simplefilter("ignore")
             # Traced on the inputs alone: their history (another graph's output, say) is not the module's.
             leaves = tuple(t.detach().requires_grad_(t.requires_grad) for t in tensors)
-            torch.onnx.export(flat, leaves, f, input_names=names, dynamic_axes=axes, dynamo=False,
-                              export_params=False, training=mode, do_constant_folding=False, opset_version=OPSET)
+            model = to_onnx(flat, leaves, names, dynamic_dims, training, OPSET)
     finally:
         with torch.no_grad():
             for n, b in module.named_buffers():
                 b.copy_(saved[n])
-    if flat.custom_functions:
+        for m, training in modes:
+            m.training = training
+    if record["custom_functions"]:
         raise C.UnsupportedError(
-            f"custom torch.autograd.Function {', '.join(flat.custom_functions)}: onnxtrain differentiates the "
+            f"custom torch.autograd.Function {', '.join(record['custom_functions'])}: onnxtrain differentiates the "
             "exported graph itself and would ignore its backward; run it outside the wrapped module or use fallback")
-    model = onnx.load_from_string(f.getvalue())
-    fix_scaled_dot_product_attention_casts(model)
-    # Parameters and buffers arrive as inputs named "module.<name>"; strip the wrapper's prefix.
-    rename = {i.name: i.name[len("module."):] for i in model.graph.input if i.name.startswith("module.")}
-    for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
-        v.name = rename.get(v.name, v.name)
-    for node in model.graph.node:
-        node.input[:] = [rename.get(x, x) for x in node.input]
-        node.output[:] = [rename.get(x, x) for x in node.output]
-    state = [i.name for i in model.graph.input if i.name not in names]
-    buffers = {n for n, _ in module.named_buffers()}
+    return model, record
+
+
+def _training_batch_norms(model, buffers):
+    """Training BatchNorms that update a module's running statistics: their updated statistics become graph
+    outputs, returned as {output: buffer}."""
     updates = {}
     for node in model.graph.node:
         training_bn = node.op_type == "BatchNormalization" and any(
@@ -144,5 +144,36 @@ def export(module, schema, tensors, names, training, dynamic_dims=None):
             node.output[k] = out
             model.graph.output.append(helper.make_tensor_value_info(out, onnx.TensorProto.UNDEFINED, None))
             updates[out] = buffer
+    return updates
+
+
+def export(module, schema, tensors, names, training, dynamic_dims=None, exporter="auto"):
+    """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
+    every tensor when None. `exporter` "auto" captures through torch.export and falls back to the TorchScript-based
+    exporter, with a warning naming why, where torch.export cannot capture the module."""
+    if dynamic_dims is None:
+        dynamic_dims = [range(t.dim()) for t in tensors]
+    used = "torchscript" if exporter == "torchscript" else "torch.export"
+    try:
+        model, record = _capture(used, module, schema, tensors, names, training, dynamic_dims)
+    except C.Error:
+        raise
+    except Exception as e:
+        if exporter != "auto":
+            raise
+        reason = (str(e).strip().splitlines() or [""])[0][:300]
+        logger.warning("onnxtrain: %s: torch.export cannot capture it (%s: %s); using PyTorch's TorchScript-based "
+                       "exporter", type(module).__name__, type(e).__name__, reason)
+        used = "torchscript"
+        model, record = _capture(used, module, schema, tensors, names, training, dynamic_dims)
+    # Parameters and buffers arrive as inputs named "module.<name>"; strip the wrapper's prefix.
+    rename = {i.name: i.name[len("module."):] for i in model.graph.input if i.name.startswith("module.")}
+    for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        v.name = rename.get(v.name, v.name)
+    for node in model.graph.node:
+        node.input[:] = [rename.get(x, x) for x in node.input]
+        node.output[:] = [rename.get(x, x) for x in node.output]
+    state = [i.name for i in model.graph.input if i.name not in names]
+    updates = _training_batch_norms(model, {n for n, _ in module.named_buffers()})
     outputs = [o.name for o in model.graph.output if o.name not in updates]
-    return Exported(model, list(names), state, outputs, flat.out_schema, updates)
+    return Exported(model, list(names), state, outputs, record["out_schema"], updates, used)

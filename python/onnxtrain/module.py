@@ -13,8 +13,8 @@ import time
 
 import torch
 
+from onnxtrain import _capture_lock, memory_log
 from onnxtrain import _onnxtrain as C
-from onnxtrain import memory_log
 from onnxtrain._autograd import Apply, as_input
 from onnxtrain._export import export
 from onnxtrain._schema import flatten, key, unflatten
@@ -24,8 +24,9 @@ logger = logging.getLogger("onnxtrain")
 
 
 def held_state(module):
-    """The module's buffers and parameters by name, as it holds them now."""
-    return {**dict(module.named_buffers()), **dict(module.named_parameters())}
+    """The module's buffers and parameters by name, as it holds them now (a tied one under each of its names)."""
+    return {**dict(module.named_buffers(remove_duplicate=False)),
+            **dict(module.named_parameters(remove_duplicate=False))}
 
 
 class _Runner:
@@ -39,8 +40,14 @@ class _Runner:
         self.feed_names = exported.input_names + exported.state_names
         # An argument the graph never reads is not among the exported model's inputs: it is not fed.
         self.model_inputs = {i.name for i in exported.model.graph.input}
+        # Sizes the graph was exported for (torch.export specializes a dim the module requires a size of, and
+        # sizes 0 and 1): a call with other sizes has another graph.
+        positions = {n: k for k, n in enumerate(exported.input_names)}
+        self.fixed_sizes = [(positions[i.name], d, dim.dim_value) for i in exported.model.graph.input
+                            if i.name in positions for d, dim in enumerate(i.type.tensor_type.shape.dim)
+                            if dim.HasField("dim_value")]
         inputs_requiring_grad = [n for n in inputs_requiring_grad if n in self.model_inputs]
-        params = dict(module.named_parameters())
+        params = dict(module.named_parameters(remove_duplicate=False))
         model_bytes = exported.model.SerializeToString()
         stem = os.path.join(options.save_onnx, f"{type(module).__name__}_{'train' if training else 'eval'}")
         if options.save_onnx:
@@ -67,6 +74,9 @@ class _Runner:
             self.grad_outputs = set()
         if options.save_onnx:  # what onnxtrain runs: the training graph, after its passes
             self.session.save(stem + "_optimized.onnx")
+
+    def accepts(self, tensors):
+        return all(tensors[k].shape[d] == size for k, d, size in self.fixed_sizes)
 
     def feeds(self, tensors):
         """`tensors`: the inputs, then the state (parameters and buffers); the state the module holds now when
@@ -126,7 +136,8 @@ class Module(torch.nn.Module):
             raise TypeError(f"onnxtrain.Module wraps a torch.nn.Module, not {type(module).__name__}")
         self.module = module
         self._options = (options or Options()).resolved()
-        self._runners = {}
+        self._runners = {}  # cache key -> the runners built for it (sizes they were exported for differ)
+        self._built = []
         self._warned = False
         self.export_count = 0
         logger.setLevel(self._options.log_level)
@@ -140,6 +151,10 @@ class Module(torch.nn.Module):
             self._signature = None
 
     # Parameters, buffers and state are the wrapped module's own, under its own names.
+    def runners(self):
+        """The graphs built so far, each with its session, in the order they were built."""
+        return list(self._built)
+
     def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
         return self.module.named_parameters(prefix, recurse, remove_duplicate)
 
@@ -157,7 +172,7 @@ class Module(torch.nn.Module):
         frequency, status, bytes saved (symbolic, and for `dims` such as {"input_ids_dim0": 8}; by default the
         last batch's), flops and the config entry that enables it; then the step's predicted peak without and with
         the plans."""
-        runners = [r for r in self._runners.values() if r.training]
+        runners = [r for r in self.runners() if r.training]
         if not runners:
             raise RuntimeError("onnxtrain: no training graph yet; the report comes after the first training forward")
         return runners[-1].session.memory_report(dims or getattr(runners[-1], "last_dims", runners[-1].dims), json)
@@ -168,14 +183,14 @@ class Module(torch.nn.Module):
         forward/backward boundary, the predicted peak. Options(memory_timeline=PATH) records a real step instead."""
         from onnxtrain import timeline
 
-        runners = [r for r in self._runners.values() if r.training and hasattr(r, "last_dims")]
+        runners = [r for r in self.runners() if r.training and hasattr(r, "last_dims")]
         if not runners:
             raise RuntimeError("onnxtrain: no training step yet; the timeline comes after one")
         return timeline.save(runners[-1].session.memory_timeline(runners[-1].last_dims), path)
 
     def last_stash_bytes(self):
         """Bytes the last training forward kept for its backward."""
-        runners = [r for r in self._runners.values() if r.training and hasattr(r, "last_stash_bytes")]
+        runners = [r for r in self.runners() if r.training and hasattr(r, "last_stash_bytes")]
         return runners[-1].last_stash_bytes if runners else 0
 
     def _input_names(self, args, kwargs):
@@ -186,6 +201,16 @@ class Module(torch.nn.Module):
             names = params[: len(args)]
         names += [f"input_{i}" for i in range(len(names), len(args))]
         return names
+
+    def __call__(self, *args, **kwargs):
+        # The graph is captured before the call, not inside it: a capture waits for the calls under way in other
+        # threads (_capture_lock), and a call inside which a capture waited could wait for it in turn.
+        try:
+            self._runner(args, kwargs)
+        except C.Error:
+            pass  # the call reports it (or falls back to PyTorch)
+        with _capture_lock.calling():
+            return super().__call__(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         try:
@@ -199,7 +224,8 @@ class Module(torch.nn.Module):
                 self._warned = True
             return self.module(*args, **kwargs)
 
-    def _forward(self, args, kwargs):
+    def _runner(self, args, kwargs):
+        """The runner of this call's graph (built at its first call) and the call's tensors."""
         training = self.module.training and torch.is_grad_enabled()
         tensors, names = [], []
         positional = self._input_names(args, kwargs)
@@ -212,10 +238,17 @@ class Module(torch.nn.Module):
         # Autocast's casts are part of the exported graph: each autocast state has its own.
         autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
         cache_key = (key(full), training, self.module.training, autocast)
-        runner = self._runners.get(cache_key)
+        runners = self._runners.setdefault(cache_key, [])
+        runner = next((r for r in runners if r.accepts(tensors)), None)
         if runner is None:
             runner = self._build(full, tensors, names, training)
-            self._runners[cache_key] = runner
+            runners.append(runner)
+            self._built.append(runner)
+        return runner, tensors
+
+    def _forward(self, args, kwargs):
+        runner, tensors = self._runner(args, kwargs)
+        training = self.module.training and torch.is_grad_enabled()
         # Parameters and buffers are read at every call, never kept: FSDP2 swaps sharded and unsharded ones, and
         # load_state_dict(assign=True) or to_empty replace them.
         held = held_state(self.module)
@@ -230,14 +263,15 @@ class Module(torch.nn.Module):
         t0 = time.perf_counter()
         # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); all by default.
         dynamic_dims = getattr(self.module, "dynamic_dims", None)
-        exported = export(self.module, full, tensors, names, self.module.training, dynamic_dims)
+        exported = export(self.module, full, tensors, names, self.module.training, dynamic_dims,
+                          self._options.exporter)
         t1 = time.perf_counter()
         self.export_count += 1
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]
         dims = {f"{n}_dim{i}": int(d) for n, t in zip(names, tensors) for i, d in enumerate(t.shape)}
         runner = _Runner(self.module, exported, training, self._options, needs, dims)
         t2 = time.perf_counter()
-        logger.info("onnxtrain: %s: exported in %.2f s (%d nodes), session built in %.2f s",
-                    type(self.module).__name__, t1 - t0, len(exported.model.graph.node), t2 - t1)
+        logger.info("onnxtrain: %s: exported in %.2f s by %s (%d nodes), session built in %.2f s",
+                    type(self.module).__name__, t1 - t0, exported.exporter, len(exported.model.graph.node), t2 - t1)
         return runner
 

@@ -10,6 +10,9 @@ class Options:
     log_level: str = "WARNING"   # ONNXTRAIN_LOG_LEVEL: INFO logs each first-step phase and its time
     save_onnx: str = ""          # ONNXTRAIN_SAVE_ONNX: a folder to save the exported graphs in
     fallback: str = "raise"      # ONNXTRAIN_FALLBACK: "raise", or "torch" to run the module itself, warning once
+    # ONNXTRAIN_EXPORTER: how a module is captured: "auto" (torch.export, or PyTorch's TorchScript-based exporter
+    # with a warning naming why where torch.export cannot capture it), "torch.export" or "torchscript"
+    exporter: str = "auto"
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
@@ -34,6 +37,7 @@ class Options:
         o.log_level = os.environ.get("ONNXTRAIN_LOG_LEVEL", o.log_level).upper()
         o.save_onnx = os.environ.get("ONNXTRAIN_SAVE_ONNX", o.save_onnx)
         o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
+        o.exporter = os.environ.get("ONNXTRAIN_EXPORTER", o.exporter).lower()
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
         level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL",
@@ -57,6 +61,11 @@ class Options:
         if o.fallback not in ("raise", "torch"):
             raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; "
                              "use 'raise' or 'torch'")
+        from onnxtrain._export import EXPORTERS
+
+        if o.exporter not in EXPORTERS:
+            raise ValueError(f"onnxtrain: ONNXTRAIN_EXPORTER / Options.exporter is '{o.exporter}'; use one of "
+                             f"{', '.join(EXPORTERS)}")
         if o.log_level not in logging.getLevelNamesMapping():
             raise ValueError(f"onnxtrain: log level '{o.log_level}' is not one of DEBUG, INFO, WARNING, ERROR")
         return o

@@ -115,7 +115,7 @@ def test_bf16_step_peak_equals_the_prediction(level):
     wrapped = onnxtrain.Module(model, onnxtrain.Options(memory_opt_level=level))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         call(wrapped, data).backward()
-    runner = next(r for r in wrapped._runners.values() if r.training)
+    runner = next(r for r in wrapped.runners() if r.training)
     session, dims = runner.session, runner.dims
     predicted = session.predict_memory(dims)
     feeds = runner.feeds(list(data))

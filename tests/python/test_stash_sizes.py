@@ -21,7 +21,7 @@ def test_no_attention_probabilities_and_no_vocabulary_sized_scores_are_stashed()
     idx = torch.randint(0, VOCAB, (B, T))
     data = (idx, torch.roll(idx, -1, 1))
     model(*data).backward()
-    runner = next(r for r in model._runners.values() if r.training)
+    runner = next(r for r in model.runners() if r.training)
     _, state = runner.session.run_forward(runner.feeds(list(data)), seed=1)
     sizes = state.stash_values()
     hidden = B * T * 4 * DIM * 4

@@ -1,0 +1,79 @@
+"""Capture through torch.export (the training-mode ATen graph, non-strict) and PyTorch's torch.export-based ONNX
+exporter, with onnxtrain's translations where its defaults do not train (_translations) and these fix-ups:
+parameters and buffers become graph inputs (the exporter makes them initializers), and each dynamic dim is named
+`<input>_dim<i>` as onnxtrain names them (the exporter names them by their sympy symbols)."""
+
+import onnx
+import onnxscript
+import torch
+
+from onnxtrain._translations import TABLE
+
+
+def _as_inputs(model, state):
+    """Initializers named in `state` (the module's parameters and buffers; not the constants the module makes, which
+    the exporter names as its attributes) become graph inputs."""
+    kept = []
+    for init in model.graph.initializer:
+        if init.name in state:
+            model.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, init.dims))
+        else:
+            kept.append(init)
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+
+
+def _name_inputs(model, names):
+    """The call's inputs named `names` (the exporter renames an input that is also an output, `x` to `x_orig`, and
+    may name a value as an input is named): other values named as an input are renamed away."""
+    user = [i for i in model.graph.input
+            if any(p.key.endswith("InputSpec.kind") and p.value == "USER_INPUT" for p in i.metadata_props)]
+    assert len(user) == len(names), (len(user), names)
+    produced = {o for n in model.graph.node for o in n.output} | {o.name for o in model.graph.output}
+    rename = {v: f"{v}_out" for v in produced & set(names)}
+    rename.update({value.name: name for value, name in zip(user, names)})
+    for v in [*model.graph.input, *model.graph.output]:
+        v.name = rename.get(v.name, v.name)
+    for node in model.graph.node:
+        node.input[:] = [rename.get(x, x) for x in node.input]
+        node.output[:] = [rename.get(x, x) for x in node.output]
+
+
+def _name_dims(model, names):
+    """Each symbolic dim of the inputs named after the first input dim it is; symbolic dims elsewhere (outputs,
+    value_info) dropped, onnxtrain infers them."""
+    symbols = {}
+    for value in model.graph.input:
+        if value.name not in names:
+            continue
+        for i, d in enumerate(value.type.tensor_type.shape.dim):
+            if d.HasField("dim_param"):
+                d.dim_param = symbols.setdefault(d.dim_param, f"{value.name}_dim{i}")
+    del model.graph.value_info[:]
+    for value in model.graph.output:
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_param"):
+                if d.dim_param in symbols:
+                    d.dim_param = symbols[d.dim_param]
+                else:
+                    d.Clear()
+
+
+def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
+    """The graph of `flat` called on `tensors` (named `names`), with parameters and buffers as inputs named
+    module.<name>. Dims torch.export specializes (to a size the module requires, or 0 and 1) stay sizes."""
+    auto = torch.export.Dim.AUTO
+    shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
+    program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
+    exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False,
+                                 opset_version=opset, custom_translation_table=TABLE, verbose=False,
+                                 training=torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL)
+    model = exported.model_proto
+    held = [*flat.named_parameters(remove_duplicate=False), *flat.named_buffers(remove_duplicate=False)]
+    _as_inputs(model, {n for n, _ in held})  # (a tied parameter may be named by any of its names)
+    # onnxscript's optimizer once the weights are inputs (before, it folds transposes into them): splits into
+    # Split rather than sequences, constants folded
+    model = onnxscript.optimizer.optimize(model)
+    _name_inputs(model, names)
+    _name_dims(model, set(names))
+    return model

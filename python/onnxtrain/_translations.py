@@ -1,0 +1,173 @@
+"""onnxtrain's own translations of ATen ops for the torch.export-based exporter, where its defaults do not train:
+BatchNorm in training mode (the defaults normalize by the running statistics and never update them),
+cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as the flash attention fusion reads it, as _symbolics does for the
+TorchScript-based exporter: grouped-query attention broadcast rather than repeated, bool masks additive with fully
+masked rows giving 0 as PyTorch does, dropout applied)."""
+
+import math
+
+import numpy as np
+import torch
+from onnxscript import ir
+from onnxscript import opset18 as op
+
+
+def _ints(values):
+    return op.Constant(value_ints=list(values))
+
+
+def _const(value, dtype):
+    """A scalar constant of an ir.DataType (a Constant node, so it holds under autocast and fusions read it)."""
+    return op.Constant(value=ir.tensor(np.array(value, dtype=dtype.numpy())))
+
+
+def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_var=None, training=False,
+                        momentum=0.9, eps=1e-05):
+    """aten::_native_batch_norm_legit_functional -> (y, batch mean, batch 1/std, new running mean, new running var).
+    In training the statistics are the batch's and the running ones move (BatchNormalization's training mode);
+    the batch mean and 1/std are for PyTorch's own backward (unused here: onnxtrain differentiates the graph)."""
+    channels = op.Shape(x, start=1, end=2)
+    if weight is None:
+        weight = op.Expand(op.CastLike(op.Constant(value_float=1.0), x), channels)
+    if bias is None:
+        bias = op.Expand(op.CastLike(op.Constant(value_float=0.0), x), channels)
+    if not training:
+        y = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps)
+        return y, running_mean, running_var, running_mean, running_var
+    y, new_mean, new_var = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps,
+                                                 momentum=1.0 - momentum, training_mode=1)
+    axes = _ints([d for d in range(len(x.shape)) if d != 1])
+    centered = op.Sub(x, op.ReduceMean(x, axes, keepdims=1))
+    variance = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=0)
+    rstd = op.Reciprocal(op.Sqrt(op.Add(variance, op.CastLike(op.Constant(value_float=eps), x))))
+    return y, op.ReduceMean(x, axes, keepdims=0), rstd, new_mean, new_var
+
+
+def _grouped(x, kv_heads, groups):
+    """(B, H, ...) -> (B, kv_heads, groups, ...): head h = j * groups + i is group i of key-value head j."""
+    return op.Reshape(op.Unsqueeze(x, _ints([1])), _ints([0, kv_heads, groups, -1, 0]))
+
+
+def _fail(message):
+    raise NotImplementedError(f"onnxtrain: scaled_dot_product_attention: {message}")
+
+
+def _grouped_mask(mask, q_heads, kv_heads, groups):
+    """An attention mask broadcast to (B, H, L, S), for scores grouped as (B, kv_heads, groups, L, S)."""
+    rank = len(mask.shape)
+    if rank <= 2:
+        return mask
+    if rank == 3:
+        mask = op.Unsqueeze(mask, _ints([0]))
+    heads = mask.shape[1]
+    if heads == 1:
+        return op.Unsqueeze(mask, _ints([1]))
+    if heads == q_heads:
+        return _grouped(mask, kv_heads, groups)
+    return _fail(f"a mask of {heads} heads for {q_heads} query heads")
+
+
+def _static(dim):
+    return dim if isinstance(dim, int) else None
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """Softmax(Q K^T scale + mask) V, as _symbolics.scaled_dot_product_attention writes it."""
+    if is_causal and attn_mask is not None:
+        _fail("is_causal and attn_mask cannot be set at the same time")
+    dtype = q.dtype  # (the values made here have no dtype yet: the exporter traces them untyped)
+    q_heads, kv_heads = _static(q.shape[-3]), _static(k.shape[-3])
+    head_size = _static(q.shape[-1])
+    y_shape, groups, rank = None, 1, len(k.shape)
+    if enable_gqa and q_heads != kv_heads:
+        if len(q.shape) != 4 or q_heads is None or kv_heads is None or q_heads % kv_heads:
+            _fail("grouped-query attention needs (B, H, L, E) operands with known head counts, H a multiple of "
+                  "the key-value heads")
+        groups = q_heads // kv_heads
+        y_shape = op.Concat(op.Shape(q, start=0, end=3), op.Shape(v, start=3, end=4), axis=0)
+        q = _grouped(q, kv_heads, groups)
+        k, v = op.Unsqueeze(k, _ints([2])), op.Unsqueeze(v, _ints([2]))
+        rank += 1
+    perm = list(range(rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    scores = op.MatMul(q, op.Transpose(k, perm=perm))
+    if scale is not None:
+        scores = op.Mul(scores, _const(scale, dtype))
+    elif head_size is not None:
+        scores = op.Mul(scores, _const(1.0 / math.sqrt(head_size), dtype))
+    else:
+        scores = op.Div(scores, op.Sqrt(op.CastLike(op.Shape(q, start=-1), scores)))
+    mask, bool_mask = attn_mask, attn_mask is not None and attn_mask.dtype == ir.DataType.BOOL
+    if is_causal:
+        lengths = op.Concat(op.Shape(q, start=-2, end=-1), op.Shape(k, start=-2, end=-1), axis=0)
+        mask = op.Trilu(op.Expand(op.Constant(value=ir.tensor(np.array(True))), lengths), upper=0)
+        bool_mask = True
+    elif mask is not None and groups > 1:
+        mask = _grouped_mask(mask, q_heads, kv_heads, groups)
+    zero_masked_rows = False
+    if mask is not None:
+        if bool_mask:
+            zero_masked_rows = not is_causal  # (a causal mask leaves a key to every row)
+            mask = op.Where(mask, _const(0.0, dtype), _const(-math.inf, dtype))
+        scores = op.Add(scores, mask)
+    probs = op.Softmax(scores, axis=-1)
+    if zero_masked_rows:
+        probs = op.Where(op.IsNaN(probs), _const(0.0, dtype), probs)
+    if dropout_p > 0:
+        probs, _ = op.Dropout(probs, dropout_p, True)
+    y = op.MatMul(probs, v)
+    return y if y_shape is None else op.Reshape(y, y_shape)
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # torch's reduction enum
+
+
+def cross_entropy_loss(x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    """aten::cross_entropy_loss, label smoothing included (the exporter's default drops it). Class indices:
+    SoftmaxCrossEntropyLoss (what the linear-cross-entropy fusion reads), plus the smoothing term, the mean over
+    classes of -log p (class-weighted as PyTorch weighs it), zero where the target is ignored. Class probabilities:
+    -sum(target' log p) over the class dim (1), target' = target (1 - e) + e / classes."""
+    dtype = x.dtype
+    classes = op.CastLike(op.Shape(x, start=1, end=2), x)
+    if target.dtype != ir.DataType.INT64 and target.dtype != ir.DataType.INT32:
+        logp = op.LogSoftmax(x, axis=1)
+        if label_smoothing > 0:
+            target = op.Add(op.Mul(target, _const(1 - label_smoothing, dtype)),
+                            op.Div(_const(label_smoothing, dtype), classes))
+        terms = op.Mul(logp, target)
+        if weight is not None:
+            shape = [1, -1] + [1] * (len(x.shape) - 2)
+            terms = op.Mul(terms, op.Reshape(weight, _ints(shape)))
+        loss = op.Neg(op.ReduceSum(terms, _ints([1]), keepdims=0))
+        if reduction == 1:
+            return op.Div(op.ReduceSum(loss, keepdims=0), op.CastLike(op.Size(loss), loss))
+        return op.ReduceSum(loss, keepdims=0) if reduction == 2 else loss
+    args = [x, target] + ([] if weight is None else [weight])
+    nll, _ = op.SoftmaxCrossEntropyLoss(*args, reduction=_REDUCTIONS[reduction], ignore_index=ignore_index)
+    if label_smoothing <= 0:
+        return nll
+    logp = op.LogSoftmax(x, axis=1)
+    if weight is not None:
+        shape = [1, -1] + [1] * (len(x.shape) - 2)
+        logp = op.Mul(logp, op.Reshape(weight, _ints(shape)))
+    smooth = op.Div(op.Neg(op.ReduceSum(logp, _ints([1]), keepdims=0)), classes)
+    valid = op.CastLike(op.Not(op.Equal(target, op.CastLike(op.Constant(value_int=ignore_index), target))), x)
+    smooth = op.Mul(smooth, valid)
+    if reduction == 2:
+        smooth = op.ReduceSum(smooth, keepdims=0)
+    elif reduction == 1:
+        if weight is None:
+            count = op.ReduceSum(valid, keepdims=0)
+        else:  # PyTorch divides by the targets' summed weight
+            count = op.ReduceSum(op.Mul(op.Gather(weight, op.Mul(target, op.CastLike(valid, target))), valid),
+                                 keepdims=0)
+        smooth = op.Div(op.ReduceSum(smooth, keepdims=0), count)
+    return op.Add(op.Mul(nll, _const(1 - label_smoothing, dtype)), op.Mul(smooth, _const(label_smoothing, dtype)))
+
+
+TABLE = {
+    torch.ops.aten.cross_entropy_loss.default: cross_entropy_loss,
+    torch.ops.aten._native_batch_norm_legit_functional.default: batch_norm_training,
+    torch.ops.aten.scaled_dot_product_attention.default: scaled_dot_product_attention,
+}
