@@ -1,8 +1,8 @@
 """Captures against calls of onnxtrain modules in other threads. PyTorch's exporters change process-wide state while
 they trace: torch.export's FX tracer replaces torch.nn.Module.__call__ for every thread, and onnxtrain forks the
 random generator and redirects stdout around them. So one capture runs at a time, and no onnxtrain module is called
-in another thread meanwhile (a call waits for the capture; a capture waits for the calls under way). A thread's
-own calls never wait for its own capture (the traced module may hold onnxtrain modules)."""
+in another thread meanwhile (a call waits for the capture; a capture waits for the calls under way in other
+threads). A thread's own calls never wait for its own capture (the traced module may hold onnxtrain modules)."""
 
 import contextlib
 import threading
@@ -32,12 +32,15 @@ def calling():
 
 @contextlib.contextmanager
 def capturing():
-    """Held while a capture runs. A thread captures outside its calls where it can (Module.__call__ does): two
-    threads each inside a call and each waiting to capture would wait for each other."""
+    """Held while a capture runs. The capturing thread's own calls step aside while it waits and captures (a
+    capture happens inside a call, in FSDP2's unsharded parameters: two threads each inside a call and each
+    waiting to capture would otherwise wait for each other); they are back when it ends."""
     global _capturing, _depth
     me = threading.get_ident()
     with _state:
-        while _capturing not in (None, me) or any(t != me for t in _calls):
+        mine = _calls.pop(me, 0)
+        _state.notify_all()
+        while _capturing not in (None, me) or _calls:
             _state.wait()
         _capturing = me
         _depth += 1
@@ -48,4 +51,6 @@ def capturing():
             _depth -= 1
             if not _depth:
                 _capturing = None
+            if mine:
+                _calls[me] = mine
             _state.notify_all()

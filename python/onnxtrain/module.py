@@ -203,13 +203,7 @@ class Module(torch.nn.Module):
         return names
 
     def __call__(self, *args, **kwargs):
-        # The graph is captured before the call, not inside it: a capture waits for the calls under way in other
-        # threads (_capture_lock), and a call inside which a capture waited could wait for it in turn.
-        try:
-            self._runner(args, kwargs)
-        except C.Error:
-            pass  # the call reports it (or falls back to PyTorch)
-        with _capture_lock.calling():
+        with _capture_lock.calling():  # (waits for a capture under way in another thread)
             return super().__call__(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
