@@ -22,9 +22,9 @@ def make_model(onnxtrain_blocks):
     model = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=16)).train()
     if onnxtrain_blocks:
         for i, block in enumerate(model.model.blocks):
-            # Captured by the TorchScript-based exporter: torch.export cannot trace a block whose parameters are
-            # FSDP2's DTensors ("got mixed torch.Tensor and DTensor"), a gap noted in issue 14.
-            model.model.blocks[i] = onnxtrain.Module(block, onnxtrain.Options(exporter="torchscript"))
+            # Captured through torch.export (not "auto": a fallback would hide a failure), in the call, after FSDP2's
+            # hooks gathered the parameters.
+            model.model.blocks[i] = onnxtrain.Module(block, onnxtrain.Options(exporter="torch.export"))
     return model
 
 
