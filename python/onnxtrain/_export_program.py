@@ -65,9 +65,9 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
     auto = torch.export.Dim.AUTO
     shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
     program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
-    exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False,
-                                 opset_version=opset, custom_translation_table=TABLE, verbose=False,
-                                 training=torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL)
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
+                                 custom_translation_table=TABLE, verbose=False, training=mode)
     model = exported.model_proto
     held = [*flat.named_parameters(remove_duplicate=False), *flat.named_buffers(remove_duplicate=False)]
     _as_inputs(model, {n for n, _ in held})  # (a tied parameter may be named by any of its names)

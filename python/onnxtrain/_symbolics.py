@@ -58,7 +58,8 @@ def binary_cross_entropy(g, p, y, weight, reduction):
     # torch clamps each log at -100
     floor = lambda v: g.op("Max", g.op("Log", v), _const(g, -100.0, v))  # noqa: E731
     one = _const(g, 1.0, p)
-    loss = g.op("Neg", g.op("Add", g.op("Mul", y, floor(p)), g.op("Mul", g.op("Sub", one, y), floor(g.op("Sub", one, p)))))
+    miss = g.op("Mul", g.op("Sub", one, y), floor(g.op("Sub", one, p)))
+    loss = g.op("Neg", g.op("Add", g.op("Mul", y, floor(p)), miss))
     if not sh._is_none(weight):
         loss = g.op("Mul", loss, weight)
     return _reduce(g, loss, reduction)
@@ -110,7 +111,8 @@ def diff(g, x, n, dim, prepend, append):
     axes = g.op("Constant", value_t=torch.tensor([dim]))
     big = g.op("Constant", value_t=torch.tensor([2**62]))
     head = g.op("Slice", x, g.op("Constant", value_t=torch.tensor([1])), big, axes)
-    tail = g.op("Slice", x, g.op("Constant", value_t=torch.tensor([0])), g.op("Constant", value_t=torch.tensor([-1])), axes)
+    zero, last = (g.op("Constant", value_t=torch.tensor([i])) for i in (0, -1))
+    tail = g.op("Slice", x, zero, last, axes)
     return g.op("Sub", head, tail)
 
 

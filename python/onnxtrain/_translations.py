@@ -1,8 +1,9 @@
 """onnxtrain's own translations of ATen ops for the torch.export-based exporter, where its defaults do not train:
 BatchNorm in training mode (the defaults normalize by the running statistics and never update them),
-cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as the flash attention fusion reads it, as _symbolics does for the
-TorchScript-based exporter: grouped-query attention broadcast rather than repeated, bool masks additive with fully
-masked rows giving 0 as PyTorch does, dropout applied)."""
+cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as
+the flash attention fusion reads it, as _symbolics does for the TorchScript-based exporter: grouped-query
+attention broadcast rather than repeated, bool masks additive with fully masked rows giving 0 as PyTorch does,
+dropout applied)."""
 
 import math
 

@@ -219,7 +219,7 @@ class Module(torch.nn.Module):
             return self.module(*args, **kwargs)
 
     def _runner(self, args, kwargs):
-        """The runner of this call's graph (built at its first call) and the call's tensors."""
+        """The runner of this call's graph (built at its first call), the call's tensors, and whether it trains."""
         training = self.module.training and torch.is_grad_enabled()
         tensors, names = [], []
         positional = self._input_names(args, kwargs)
@@ -238,11 +238,10 @@ class Module(torch.nn.Module):
             runner = self._build(full, tensors, names, training)
             runners.append(runner)
             self._built.append(runner)
-        return runner, tensors
+        return runner, tensors, training
 
     def _forward(self, args, kwargs):
-        runner, tensors = self._runner(args, kwargs)
-        training = self.module.training and torch.is_grad_enabled()
+        runner, tensors, training = self._runner(args, kwargs)
         # Parameters and buffers are read at every call, never kept: FSDP2 swaps sharded and unsharded ones, and
         # load_state_dict(assign=True) or to_empty replace them.
         held = held_state(self.module)

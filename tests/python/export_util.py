@@ -17,7 +17,8 @@ def export(module, args, path, input_names, dynamic_axes):
     """dynamic_axes: {input name: {axis: dim name}}; returns the path."""
     dims = {}  # one Dim object per name, shared by every input that uses it
     shapes = tuple(
-        {axis: dims.setdefault(dim_name, torch.export.Dim(dim_name)) for axis, dim_name in dynamic_axes.get(name, {}).items()}
+        {axis: dims.setdefault(dim_name, torch.export.Dim(dim_name))
+         for axis, dim_name in dynamic_axes.get(name, {}).items()}
         for name in input_names
     )
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)

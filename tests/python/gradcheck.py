@@ -69,7 +69,8 @@ def _node_model(case, output_shapes=None):
         nodes.append(helper.make_node("Sum", terms, ["loss"]))
         graph_outputs = [helper.make_tensor_value_info("loss", onnx.TensorProto.DOUBLE, [])]
     graph = helper.make_graph(nodes, "case", inputs, graph_outputs, initializer=inits)
-    opsets = [helper.make_opsetid("", case.opset or OPSET)] + ([helper.make_opsetid(case.domain, 1)] if case.domain else [])
+    opsets = [helper.make_opsetid("", case.opset or OPSET)]
+    opsets += [helper.make_opsetid(case.domain, 1)] if case.domain else []
     return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
 

@@ -41,7 +41,8 @@ def test_torchscript_exporter_keeps_training_semantics(tmp_path):
     torch.manual_seed(0)
     m = Net().train()
     args = (torch.randn(2, 3, 6, 6), torch.randint(0, 5, (2,)))
-    nodes = ops_of(export_training(m, args, str(tmp_path / "b.onnx"), ["x", "y"], {"x": {0: "batch"}, "y": {0: "batch"}}))
+    axes = {"x": {0: "batch"}, "y": {0: "batch"}}
+    nodes = ops_of(export_training(m, args, str(tmp_path / "b.onnx"), ["x", "y"], axes))
     bn = [n for n in nodes if n.op_type == "BatchNormalization"]
     assert bn and all(a.i == 1 for n in bn for a in n.attribute if a.name == "training_mode")
     assert all(len(n.output) == 3 for n in bn), "training BatchNorm outputs the updated running statistics"

@@ -52,9 +52,10 @@ CASES = {
     "gpt": (lambda: WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=64)), gpt_batch,
             ["idx", "target"], {"idx": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}),
     "bert": (lambda: WithLoss(BERT(vocab=100, dim=32, heads=4, layers=2, block=64)),
-             lambda b, t: (torch.randint(0, 100, (b, t)), (torch.arange(t)[None, :] < torch.randint(t // 2, t + 1, (b, 1))).float(),
+             lambda b, t: (torch.randint(0, 100, (b, t)),
+                           (torch.arange(t)[None, :] < torch.randint(t // 2, t + 1, (b, 1))).float(),
                            torch.randint(0, 100, (b, t))),
-             ["idx", "mask", "target"], {"idx": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}, "target": {0: "batch", 1: "seq"}}),
+             ["idx", "mask", "target"], {n: {0: "batch", 1: "seq"} for n in ("idx", "mask", "target")}),
 }
 
 
