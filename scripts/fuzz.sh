@@ -52,14 +52,19 @@ for t in "${targets[@]}"; do
     status=1
     continue
   fi
-  corpus=build-sanitize/corpus/$t limits=(-max_total_time="$seconds")
+  corpus=build-sanitize/corpus/$t inputs=("$(seeds_of "$t")") limits=(-max_total_time="$seconds")
   if [ -n "${ONNXTRAIN_FUZZ_RUNS:-}" ]; then
+    # The seeds listed in sorted order: libFuzzer reads a folder in the file system's order, which differs
+    # between machines, and the order decides which inputs a run of N tries.
     corpus=build-sanitize/corpus-repeatable/$t limits=(-runs="$ONNXTRAIN_FUZZ_RUNS" -seed=1)
     rm -rf "$corpus"
+    mkdir -p "$corpus"
+    find "$(seeds_of "$t")" -type f | LC_ALL=C sort | paste -sd, >"$corpus.seeds"
+    inputs=(-seed_inputs="@$corpus.seeds")
   fi
   mkdir -p "$corpus"
   start=$SECONDS
-  if "$bin" "$corpus" "$(seeds_of "$t")" "${limits[@]}" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 \
+  if "$bin" "$corpus" "${inputs[@]}" "${limits[@]}" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 \
     -artifact_prefix="build-sanitize/crashes/$t-" >"$log" 2>&1; then
     verdict="no crash"
   else

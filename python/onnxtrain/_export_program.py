@@ -23,6 +23,23 @@ def _as_inputs(model, state):
     model.graph.initializer.extend(kept)
 
 
+def _contiguous_before_reshape(program):
+    """A contiguous copy before each reshape (Identity in ONNX, which the optimizer removes). Decomposing for ONNX
+    traces the graph again, where an op may give other strides than at capture: scaled_dot_product_attention's
+    output, transposed in T5's cross-attention, is contiguous at capture, and a reshape of it decomposes to a view
+    that cannot be taken."""
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        if node.target is not torch.ops.aten.reshape.default:
+            continue
+        with graph.inserting_before(node):
+            copy = graph.call_function(torch.ops.aten.clone.default, (node.args[0],),
+                                       {"memory_format": torch.contiguous_format})
+        copy.meta["val"] = node.args[0].meta["val"].clone(memory_format=torch.contiguous_format)
+        node.replace_input_with(node.args[0], copy)
+    program.graph_module.recompile()
+
+
 def _name_inputs(model, names):
     """The call's inputs named `names` (the exporter renames an input that is also an output, `x` to `x_orig`, and
     may name a value as an input is named): other values named as an input are renamed away."""
@@ -65,6 +82,7 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
     auto = torch.export.Dim.AUTO
     shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
     program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
+    _contiguous_before_reshape(program)
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
                                  custom_translation_table=TABLE, verbose=False, training=mode)

@@ -120,6 +120,14 @@ const bool kRegistered = register_ops({{"", "Resize", factory<ResizeOp>()},
                                        {"", "Upsample", factory<ResizeOp>()},
                                        {"com.onnxtrain", "ResizeGrad", factory<ResizeGradOp>()}});
 
+// An output size computed from the scales: a typed error when it is no size at all (NaN, negative, or past any
+// tensor a 64-bit process could hold).
+int64_t output_size(InferCtx& ctx, double size) {
+  if (!(size >= 0 && size <= double(int64_t(1) << 53)))
+    ctx.fail("the scales give an output size of " + std::to_string(size));
+  return int64_t(size);
+}
+
 }  // namespace
 
 std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const std::vector<int64_t>& in) const {
@@ -155,7 +163,7 @@ std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const 
       }
       for (auto a : axes) {
         g.scale[size_t(a)] = s;
-        g.out[size_t(a)] = int64_t(std::floor(s * double(in[size_t(a)]) + 0.5));
+        g.out[size_t(a)] = output_size(ctx, std::floor(s * double(in[size_t(a)]) + 0.5));
       }
     }
     return g;
@@ -168,7 +176,7 @@ std::optional<ResizeAttrs::Geometry> ResizeAttrs::geometry(InferCtx& ctx, const 
     size_t a = size_t(axes[i]);
     g.scale[a] = sv[i];
     double span = coord == "tf_crop_and_resize" ? g.roi_end[a] - g.roi_start[a] : 1.0;
-    g.out[a] = int64_t(std::floor(double(in[a]) * span * sv[i]));
+    g.out[a] = output_size(ctx, std::floor(double(in[a]) * span * sv[i]));
   }
   return g;
 }

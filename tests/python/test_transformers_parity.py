@@ -58,11 +58,6 @@ def batch():
     return dict(input_ids=ids, attention_mask=mask, labels=ids)
 
 
-# torch.export cannot capture T5 with dynamic sizes (PyTorch's decomposition for ONNX fails on a view of its
-# attention output): "auto" falls back to the TorchScript-based exporter there, warning.
-FALLS_BACK = {"t5"}
-
-
 def exporter_of(door):
     return "torchscript" if door == "module-torchscript" else "auto"
 
@@ -110,5 +105,5 @@ def test_transformers_model_trains_as_eager(name, door):
     assert losses[0][-1] < losses[0][0]
     if door != "compile":
         assert wrapped.export_count == 1
-        expected = "torchscript" if door == "module-torchscript" or name in FALLS_BACK else "torch.export"
+        expected = "torchscript" if door == "module-torchscript" else "torch.export"
         assert wrapped.runners()[0].exported.exporter == expected
