@@ -59,7 +59,7 @@ for t in "${targets[@]}"; do
     corpus=build-sanitize/corpus-repeatable/$t limits=(-runs="$ONNXTRAIN_FUZZ_RUNS" -seed=1)
     rm -rf "$corpus"
     mkdir -p "$corpus"
-    find "$(seeds_of "$t")" -type f | LC_ALL=C sort | paste -sd, >"$corpus.seeds"
+    find -L "$(seeds_of "$t")" -type f | LC_ALL=C sort | paste -sd, >"$corpus.seeds"
     inputs=(-seed_inputs="@$corpus.seeds")
   fi
   mkdir -p "$corpus"

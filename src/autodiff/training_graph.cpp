@@ -107,6 +107,10 @@ class Engine {
   }
 
   ir::Value* scalar(double c, DType dt) {
+    bool integer = dt == DType::kInt64 || dt == DType::kInt32;
+    double limit = dt == DType::kInt64 ? 0x1p63 : 0x1p31;
+    if (integer && !(c >= -limit && c < limit))
+      throw ModelError("autodiff: the constant " + std::to_string(c) + " does not fit " + dtype_name(dt));
     Tensor t(dt, {});
     switch (dt) {
       case DType::kFloat32:

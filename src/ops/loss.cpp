@@ -36,7 +36,9 @@ class LossOp : public OpWith<LossAttrs> {
       Value* ts = t;
       Value* coef = nullptr;  // per-element weight, or nullptr for 1
       if (attrs.has_ignore) {
-        Value* valid = g.logical_not(g.equal(t, g.scalar(double(attrs.ignore_index), t->dtype)));
+        // (compared in int64: the index need not fit the targets' dtype, nor a double)
+        Value* t64 = t->dtype == DType::kInt64 ? t : g.cast(t, DType::kInt64);
+        Value* valid = g.logical_not(g.equal(t64, g.ints({attrs.ignore_index})));
         ts = g.where(valid, t, g.scalar(0, t->dtype));
         coef = g.cast(valid, x->dtype);
       }
