@@ -3,7 +3,8 @@
 //   SoftmaxCrossEntropyLoss(X W^T + B, as (N, C) rows, target)
 // (N the product of X's leading dims; attributes reduction and ignore_index as SoftmaxCrossEntropyLoss's, no class
 // weights) a block of rows at a time (kernels/cpu/linear_cross_entropy.cpp): the (N, C) scores never exist whole,
-// and forward keeps only each row's log-sum-exp. Backward,
+// and forward keeps only each row's log-sum-exp. For X, W, B in bfloat16 or float16 the scores, the loss and the
+// log-sum-exps are float32: autocast's head, a 16-bit Linear whose scores are cast to float32 for the loss. Backward,
 // com.onnxtrain.LinearCrossEntropyGrad(dloss, X, W, B?, target, lse) -> (dX, dW, dB), computes each block's scores
 // again and forms their gradient once, straight into dX, dW and dB: training stashes X, the targets and N numbers
 // instead of the (N, C) scores, at the price of the head's product once more. The linear_cross_entropy_fusion pass
@@ -50,8 +51,9 @@ class LinearCrossEntropyOp : public OpWith<LossAttrs> {
     if (!dtype_is_float(ctx.dtype(kX)) || ctx.dtype(kW) != ctx.dtype(kX) ||
         (ctx.has(kB) && ctx.dtype(kB) != ctx.dtype(kX)))
       ctx.fail("X, W and B must have one float dtype");
-    ctx.set(0, ctx.dtype(kX), attrs.reduction == LossAttrs::kNone ? Shape{n} : Shape{});
-    ctx.set(1, ctx.dtype(kX), Shape{n});
+    const DType x = ctx.dtype(kX), loss = x == DType::kBFloat16 || x == DType::kFloat16 ? DType::kFloat32 : x;
+    ctx.set(0, loss, attrs.reduction == LossAttrs::kNone ? Shape{n} : Shape{});
+    ctx.set(1, loss, Shape{n});
   }
   void grad(GradCtx& g) const override {
     if (!g.dy(0) || (!g.needs(kX) && !g.needs(kW) && !g.needs(kB))) return;

@@ -1,7 +1,8 @@
 // Linear-cross-entropy fusion: SoftmaxCrossEntropyLoss(scores, target) without class weights or the log-probability
 // output, whose scores are com.onnxtrain.Linear(X, W, B) (X of any rank, its rows flattened by a Reshape to (N, C)
-// or already (N, C)), every value between read by nothing else, becomes com.onnxtrain.LinearCrossEntropy(X, W, B,
-// target): a language model's head and loss with no (N, C) scores held, in forward or for backward.
+// or already (N, C); in bfloat16 or float16 cast to float32 before or after the Reshape), every value between read
+// by nothing else, becomes com.onnxtrain.LinearCrossEntropy(X, W, B, target): a language model's head and loss with
+// no (N, C) scores held, in forward or for backward.
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -22,16 +23,27 @@ class LinearCrossEntropyFusion : public Pass {
           scores->shape.size() != 2 || !sole_reader(g, scores, loss))
         continue;
       std::vector<const ir::Node*> replaced{loss};
+      // back from the scores, read by nothing else: [Cast] [Reshape] [Cast] Linear, one Cast at most
       ir::Value* logits = scores;
-      if (ir::Node* reshape = made_by(scores, "Reshape")) {
-        logits = reshape->inputs[0];
-        if (!sole_reader(g, logits, reshape)) continue;
-        replaced.push_back(reshape);
-      }
+      ir::Node* cast = nullptr;
+      bool shared = false;
+      auto step_over = [&](ir::Node* n) {
+        if (!n) return;
+        shared |= !sole_reader(g, n->inputs[0], n);
+        replaced.push_back(n);
+        logits = n->inputs[0];
+      };
+      step_over(cast = made_by(logits, "Cast"));
+      step_over(made_by(logits, "Reshape"));
+      if (!cast) step_over(cast = made_by(logits, "Cast"));
       ir::Node* linear = made_by(logits, "Linear", "com.onnxtrain");
-      // (the rows of the Linear's output, flattened, are the scores' when their last dims agree)
-      if (!linear || !logits->has_shape || logits->shape.size() < 2 || logits->shape.back() != scores->shape[1] ||
-          (logits->dtype != DType::kFloat32 && logits->dtype != DType::kFloat64))
+      // (the rows of the Linear's output, flattened, are the scores' when their last dims agree); a 16-bit Linear
+      // only with its scores cast to float32, as autocast writes a head and its loss
+      const DType head = logits->dtype;
+      const bool wide = head == DType::kFloat32 || head == DType::kFloat64;
+      if (shared || !linear || !logits->has_shape || logits->shape.size() < 2 ||
+          logits->shape.back() != scores->shape[1] ||
+          (cast ? wide || cast->attr_int("to", 0) != int64_t(DType::kFloat32) : !wide))
         continue;
       replaced.push_back(linear);
       std::vector<ir::Value*> in{linear->inputs[0], linear->inputs[1], linear->input(2), target};

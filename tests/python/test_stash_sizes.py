@@ -1,10 +1,12 @@
 """What a GPT's training forward keeps for backward without any recompute plan (level 0): no (B, H, T, T) attention
 probabilities (the fused attention keeps each row's log-sum-exp) and no (B*T, vocab) scores (the fused head and
-loss keeps each row's log-sum-exp): the largest value kept is the MLP's hidden activation (B, T, 4*dim)."""
+loss keeps each row's log-sum-exp): the largest value kept is the MLP's hidden activation (B, T, 4*dim). Under bf16
+autocast the same: the head's bf16 scores, cast to float32 for the loss, are not kept either."""
 
 import os
 import sys
 
+import pytest
 import torch
 
 import onnxtrain
@@ -15,15 +17,18 @@ from models import GPT, WithLoss  # noqa: E402
 B, T, DIM, HEADS, VOCAB = 2, 128, 64, 4, 2048
 
 
-def test_no_attention_probabilities_and_no_vocabulary_sized_scores_are_stashed():
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+def test_no_attention_probabilities_and_no_vocabulary_sized_scores_are_stashed(autocast):
     torch.manual_seed(0)
     model = onnxtrain.Module(WithLoss(GPT(vocab=VOCAB, dim=DIM, heads=HEADS, layers=2, block=T)).train())
     idx = torch.randint(0, VOCAB, (B, T))
     data = (idx, torch.roll(idx, -1, 1))
-    model(*data).backward()
-    runner = next(r for r in model.runners() if r.training)
-    _, state = runner.session.run_forward(runner.feeds(list(data)), seed=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        model(*data).backward()
+        runner = next(r for r in model.runners() if r.training)
+        _, state = runner.session.run_forward(runner.feeds(list(data)), seed=1)
     sizes = state.stash_values()
-    hidden = B * T * 4 * DIM * 4
+    element = 2 if autocast else 4
+    hidden = B * T * 4 * DIM * element
     assert max(sizes.values()) == hidden, sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
-    assert hidden < B * HEADS * T * T * 4 and hidden < B * T * VOCAB * 4  # either would have been the largest
+    assert hidden < B * HEADS * T * T * element and hidden < B * T * VOCAB * element  # either would have been larger

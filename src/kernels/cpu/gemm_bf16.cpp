@@ -12,8 +12,8 @@ namespace onnxtrain::kernels {
 namespace {
 
 using dnnl::memory;
-using Key =
-    std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool,
+                       bool, memory::data_type>;
 
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -34,13 +34,13 @@ struct Primitive {
 
 // Primitives by shape, made once (a step runs the same shapes again and again).
 const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
-                           const Bf16Operand& b, float alpha, bool bias, bool accumulate) {
+                           const Bf16Operand& b, float alpha, bool bias, bool accumulate, memory::data_type out) {
   static std::mutex mu;
   static std::map<Key, Primitive> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  memory::desc dst({batch, m, n}, memory::data_type::bf16, memory::format_tag::abc);
+  memory::desc dst({batch, m, n}, out, memory::format_tag::abc);
   memory::desc bias_desc({1, 1, n}, memory::data_type::bf16, memory::format_tag::abc);
   dnnl::primitive_attr attr;
   if (alpha != 1) attr.set_output_scales(0, {alpha});
@@ -56,15 +56,12 @@ const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, 
   return cache.emplace(key, Primitive{pd, dnnl::matmul(pd)}).first->second;
 }
 
-}  // namespace
-
-bool gemm_bf16_native() { return cpu::features().avx512_bf16; }
-
-void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, BFloat16* c,
-               float alpha, const BFloat16* bias, bool accumulate) {
+// gemm_bf16 into C of `out`'s type.
+void run(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, void* c,
+         memory::data_type out, float alpha, const BFloat16* bias, bool accumulate) {
   if (batch == 0 || m == 0 || n == 0) return;
-  Key key{batch, m, n, k, a.ld, a.stride, b.ld, b.stride, a.trans, b.trans, alpha, bias != nullptr, accumulate};
-  const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate);
+  Key key{batch, m, n, k, a.ld, a.stride, b.ld, b.stride, a.trans, b.trans, alpha, bias != nullptr, accumulate, out};
+  const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate, out);
   const dnnl::matmul::primitive_desc& desc = p.desc;
   thread_local dnnl::stream stream(engine());
   std::unordered_map<int, memory> args = {
@@ -74,6 +71,20 @@ void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<BFloat16*>(bias)));
   p.matmul.execute(stream, args);
   stream.wait();
+}
+
+}  // namespace
+
+bool gemm_bf16_native() { return cpu::features().avx512_bf16; }
+
+void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, BFloat16* c,
+               float alpha, const BFloat16* bias, bool accumulate) {
+  run(batch, m, n, k, a, b, c, memory::data_type::bf16, alpha, bias, accumulate);
+}
+
+void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, float* c,
+               float alpha, const BFloat16* bias, bool accumulate) {
+  run(batch, m, n, k, a, b, c, memory::data_type::f32, alpha, bias, accumulate);
 }
 
 }  // namespace onnxtrain::kernels

@@ -19,8 +19,10 @@ struct Bf16Operand {
 };
 
 // C[i] (m, n) = alpha * op(A[i]) (m, k) op(B[i]) (k, n) + bias (n) + (accumulate ? C[i] : 0) for i < batch, C[i]
-// contiguous at c + i * m * n; rounded once, to bfloat16.
+// contiguous at c + i * m * n; rounded once, to bfloat16, or kept in float32.
 void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, BFloat16* c,
+               float alpha = 1, const BFloat16* bias = nullptr, bool accumulate = false);
+void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, float* c,
                float alpha = 1, const BFloat16* bias = nullptr, bool accumulate = false);
 
 }  // namespace onnxtrain::kernels

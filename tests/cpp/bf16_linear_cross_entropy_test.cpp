@@ -1,0 +1,111 @@
+// com.onnxtrain.LinearCrossEntropy and its gradient in bfloat16 (autocast's head and loss) against float32 on the
+// same bf16-exact inputs: the float32 loss and log-sum-exps equal float32's but for the order of the sums; dX, dW
+// and dB within a few bf16 units of float32's (the bf16 path rounds each block's score gradient to bf16 for its
+// GEMMs, as autocast rounds the scores' gradient). Several blocks of rows, a bias, ignored targets; through oneDNN's
+// bf16 GEMM where the CPU has AVX512_BF16, and on the float32 path a CPU without it takes (forced).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/cpu_features.h"
+#include "kernels/run_node.h"
+#include "ops/bind.h"
+#include "test_graphs.h"
+
+namespace onnxtrain {
+namespace {
+
+constexpr int64_t kRows = 600, kInner = 48, kClasses = 8192;  // 256 rows a block: three blocks
+
+Tensor random_bf16_exact(const std::vector<int64_t>& dims, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> d(0, scale);
+  Tensor t(DType::kFloat32, dims);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(BFloat16(d(rng)));
+  return t;
+}
+
+Tensor as(DType dtype, const Tensor& t) {
+  if (dtype == DType::kFloat32 || t.dtype() != DType::kFloat32) return t;
+  Tensor r(DType::kBFloat16, t.dims());
+  for (int64_t i = 0; i < t.numel(); ++i) r.data<BFloat16>()[i] = BFloat16(t.data<float>()[i]);
+  return r;
+}
+
+std::vector<float> floats(const Tensor& t) {
+  std::vector<float> r(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    r[size_t(i)] = t.dtype() == DType::kBFloat16 ? float(t.data<BFloat16>()[i]) : t.data<float>()[i];
+  return r;
+}
+
+// The node `op` of com.onnxtrain on `inputs` (float32 ones given in `dtype` where `low` marks them), its outputs.
+std::vector<Tensor> run(const std::string& op, DType dtype, const std::vector<Tensor>& inputs,
+                        const std::vector<bool>& low, size_t outputs) {
+  ir::Graph g;
+  g.opsets[""] = 20;
+  g.opsets["com.onnxtrain"] = 1;
+  std::vector<Tensor> fed;
+  std::vector<ir::Value*> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    fed.push_back(low[i] ? as(dtype, inputs[i]) : inputs[i]);
+    in.push_back(test_graphs::add_input(g, "x" + std::to_string(i), fed.back().dtype(), const_shape(fed[i].dims())));
+  }
+  std::vector<ir::Value*> out;
+  for (size_t i = 0; i < outputs; ++i) out.push_back(g.add_value("y" + std::to_string(i)));
+  ir::Node* n = g.add_node(op, in, out, {{"ignore_index", int64_t(-100)}});
+  n->domain = "com.onnxtrain";
+  n->opset = 1;
+  ops::bind_graph(g);
+  std::vector<const Tensor*> ptrs;
+  for (auto& t : fed) ptrs.push_back(&t);
+  return kernels::run_node(*n, ptrs);
+}
+
+// Every element of `got` within `tolerance` times the largest magnitude of `want`.
+void expect_near(const Tensor& got, const Tensor& want, float tolerance, const std::string& what) {
+  ASSERT_EQ(got.dims(), want.dims()) << what;
+  std::vector<float> g = floats(got), w = floats(want);
+  float scale = 0;
+  for (float v : w) scale = std::max(scale, std::abs(v));
+  int64_t off = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(std::abs(g[i] - w[i]) <= tolerance * scale)) ++off;
+  EXPECT_EQ(off, 0) << what << " on " << cpu::features().str();
+}
+
+void check() {
+  std::mt19937 rng(3);
+  Tensor x = random_bf16_exact({2, kRows / 2, kInner}, rng, 1), w = random_bf16_exact({kClasses, kInner}, rng, 0.2f),
+         b = random_bf16_exact({kClasses}, rng, 0.2f), target(DType::kInt64, {kRows});
+  for (int64_t i = 0; i < kRows; ++i) target.data<int64_t>()[i] = i % 9 == 4 ? -100 : (i * 977) % kClasses;
+  const std::vector<bool> low{true, true, true, false};
+  auto want = run("LinearCrossEntropy", DType::kFloat32, {x, w, b, target}, low, 2);
+  auto got = run("LinearCrossEntropy", DType::kBFloat16, {x, w, b, target}, low, 2);
+  ASSERT_EQ(got[0].dtype(), DType::kFloat32);
+  expect_near(got[0], want[0], 1e-5f, "loss");
+  expect_near(got[1], want[1], 1e-5f, "log-sum-exps");
+
+  Tensor dloss(DType::kFloat32, {});
+  *dloss.data<float>() = 1.5f;
+  const std::vector<bool> grad_low{false, true, true, true, false, false};
+  auto dwant = run("LinearCrossEntropyGrad", DType::kFloat32, {dloss, x, w, b, target, want[1]}, grad_low, 3);
+  auto dgot = run("LinearCrossEntropyGrad", DType::kBFloat16, {dloss, x, w, b, target, got[1]}, grad_low, 3);
+  ASSERT_EQ(dgot[0].dtype(), DType::kBFloat16);
+  const char* names[] = {"dX", "dW", "dB"};
+  for (size_t i = 0; i < 3; ++i) expect_near(dgot[i], dwant[i], 0x1p-6f, names[i]);
+}
+
+TEST(Bf16LinearCrossEntropy, MatchesFloat32OnThisCpu) { check(); }
+
+TEST(Bf16LinearCrossEntropy, MatchesFloat32WithoutAvx512Bf16) {
+  cpu::restrict_features(true, false);
+  check();
+  cpu::restrict_features(false, false);
+  check();
+  cpu::restrict_features(true, true);
+}
+
+}  // namespace
+}  // namespace onnxtrain
