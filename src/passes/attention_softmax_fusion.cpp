@@ -11,10 +11,7 @@ class AttentionSoftmaxFusion : public Pass {
   std::string name() const override { return "attention_softmax_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
-    std::vector<ir::Node*> softmaxes;
-    for (auto& n : g.nodes())
-      if (n->op_type == "MaskedSoftmax" && n->domain == "com.onnxtrain") softmaxes.push_back(n.get());
-    for (ir::Node* s : softmaxes) {
+    for (ir::Node* s : nodes_of(g, "MaskedSoftmax", "com.onnxtrain")) {
       ir::Value* scores = s->inputs[0];
       ir::Node* mm = scores ? scores->producer : nullptr;
       if (!mm || mm->op_type != "MatMul" || !mm->domain.empty() || !sole_reader(g, scores, s)) continue;

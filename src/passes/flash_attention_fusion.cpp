@@ -110,10 +110,7 @@ class FlashAttentionFusion : public Pass {
   std::string name() const override { return "flash_attention_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
-    std::vector<ir::Node*> products;
-    for (auto& n : g.nodes())
-      if (n->op_type == "MatMul" && n->domain.empty()) products.push_back(n.get());
-    for (ir::Node* mm : products) {
+    for (ir::Node* mm : nodes_of(g, "MatMul")) {
       ir::Value *p = mm->inputs[0], *v = mm->inputs[1];
       ir::Node* dropout = p->producer && p->producer->op_type == "Dropout" ? p->producer : nullptr;
       if (dropout && (dropout->opset < 12 || !dropout->domain.empty() ||

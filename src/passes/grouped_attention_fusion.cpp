@@ -32,11 +32,8 @@ class GroupedAttentionFusion : public Pass {
   std::string name() const override { return "grouped_attention_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
-    std::vector<ir::Node*> attentions;
-    for (auto& n : g.nodes())
-      if (n->op_type == "FlashAttention" && n->domain == "com.onnxtrain" && !n->has_attr("kv_groups"))
-        attentions.push_back(n.get());
-    for (ir::Node* f : attentions) {
+    for (ir::Node* f : nodes_of(g, "FlashAttention", "com.onnxtrain")) {
+      if (f->has_attr("kv_groups")) continue;
       ir::Node* t = made_by(f->inputs[1], "Transpose");
       if (!t || t->attr_ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) continue;
       int64_t gk = 0, gv = 0;

@@ -13,10 +13,7 @@ class LinearCrossEntropyFusion : public Pass {
   std::string name() const override { return "linear_cross_entropy_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
-    std::vector<ir::Node*> losses;
-    for (auto& n : g.nodes())
-      if (n->op_type == "SoftmaxCrossEntropyLoss" && n->domain.empty()) losses.push_back(n.get());
-    for (ir::Node* loss : losses) {
+    for (ir::Node* loss : nodes_of(g, "SoftmaxCrossEntropyLoss")) {
       ir::Value *scores = loss->inputs[0], *target = loss->input(1);
       if (loss->input(2) || (loss->outputs.size() > 1 && loss->outputs[1] && !loss->outputs[1]->consumers.empty()) ||
           !target || !target->has_shape || target->shape.size() != 1 || !scores->has_shape ||

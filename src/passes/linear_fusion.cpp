@@ -13,10 +13,7 @@ class LinearFusion : public Pass {
   std::string name() const override { return "linear_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
-    std::vector<ir::Node*> matmuls;
-    for (auto& n : g.nodes())
-      if (n->op_type == "MatMul" && n->domain.empty()) matmuls.push_back(n.get());
-    for (ir::Node* m : matmuls) {
+    for (ir::Node* m : nodes_of(g, "MatMul")) {
       ir::Value *x = m->inputs[0], *wt = m->inputs[1];
       const ir::Node* t = wt ? wt->producer : nullptr;
       if (!x || !t || t->op_type != "Transpose" || !t->domain.empty() || !sole_reader(g, wt, m)) continue;

@@ -13,10 +13,8 @@ class MaskedSoftmaxFusion : public Pass {
   std::string name() const override { return "masked_softmax_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
-    std::vector<ir::Node*> softmaxes;
-    for (auto& n : g.nodes())
-      if (n->op_type == "Softmax" && n->domain.empty() && n->opset >= 13) softmaxes.push_back(n.get());
-    for (ir::Node* s : softmaxes) {
+    for (ir::Node* s : nodes_of(g, "Softmax")) {
+      if (s->opset < 13) continue;
       ir::Value* w = s->inputs[0];
       int64_t axis = s->attr_int("axis", -1);
       if (!w || !w->has_shape || w->shape.empty() || (axis != -1 && axis != int64_t(w->shape.size()) - 1)) continue;

@@ -28,6 +28,13 @@ bool constant_scalar(const ir::Value* v) {
   return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
 }
 
+std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const std::string& domain) {
+  std::vector<ir::Node*> r;
+  for (auto& n : g.nodes())
+    if (n->op_type == op && n->domain == domain) r.push_back(n.get());
+  return r;
+}
+
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain) {
   ir::Node* p = v ? v->producer : nullptr;
   return p && p->op_type == op && p->domain == domain && !p->inputs.empty() ? p : nullptr;

@@ -34,6 +34,9 @@ std::unique_ptr<Pass> gelu_recompute_fusion();
 
 // Whether v is a float constant of one element that training does not update (a scale, a fill).
 bool constant_scalar(const ir::Value* v);
+// The nodes of `op` in `domain` (ONNX's by default), in graph order: what a fusion starts from (collected before
+// it adds or removes nodes).
+std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const std::string& domain = "");
 // v's producer when it is `op` of `domain` (ONNX's by default), else null.
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain = "");
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
