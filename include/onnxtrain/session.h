@@ -2,6 +2,7 @@
 // training, it runs the forward part and the backward part separately, the
 // stash of each forward call held by a RunState.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,8 +74,14 @@ class Session {
   // `refeeds`: forward inputs given again, by name (same dtypes and dims), whose memory replaces what the forward
   // was fed wherever the stash still reads it (views included): for callers whose tensors move between the two
   // calls (FSDP2 frees each parameter after forward and gathers it again, elsewhere, before backward).
+  // `on_gradient`: called with each gradient as soon as it is final (the step making it has run), in the order
+  // of gradient_order(), before run_backward returns them all.
+  using GradientReady = std::function<void(const std::string& name, const Tensor& gradient)>;
   std::map<std::string, Tensor> run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads = {},
-                                             const std::map<std::string, Tensor>& refeeds = {});
+                                             const std::map<std::string, Tensor>& refeeds = {},
+                                             const GradientReady& on_gradient = nullptr);
+  // The `wrt` inputs in the order their gradients become final in backward.
+  std::vector<std::string> gradient_order() const;
 
   // The symbol values implied by the given inputs' dims (checks names, dtypes, ranks, dims).
   Bindings bind_inputs(const std::map<std::string, std::vector<int64_t>>& dims,
@@ -122,6 +129,8 @@ class Session {
   Session(memory::Executable exe, SessionOptions options);
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   void end_of_step();  // trims the allocator unless told to keep its cache
+  // Per backward step, the `wrt` gradients it makes final; last, one more entry: those no step makes.
+  std::vector<std::vector<size_t>> gradients_by_step() const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 
   memory::Executable exe_;

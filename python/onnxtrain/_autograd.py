@@ -1,5 +1,13 @@
 """The bridge to PyTorch's autograd: one Function call per forward; backward runs the graph's backward part.
-Tensors cross by DLPack, sharing their memory, in both directions and in every dtype."""
+Tensors cross by DLPack, sharing their memory, in both directions and in every dtype.
+
+Early gradients (Options.early_gradients): backward runs in a thread of its own and hands each parameter's gradient
+over as soon as it is final. Each parameter reaches the graph through a Release node, chained on a 0-d token in the
+reverse of the order backward makes their gradients final; autograd runs them one after the other, each waiting for
+its gradient, so each parameter's gradient is accumulated (and DDP's hook for it fires, starting its all-reduce)
+while the rest of backward still runs."""
+
+import threading
 
 import torch
 
@@ -8,11 +16,82 @@ def as_input(t):
     return t.detach().contiguous()
 
 
+class Handoff:
+    """One backward call running in its own thread, and the gradients it has made final, by name."""
+
+    def __init__(self, last):
+        self.last = last  # the name whose gradient comes last: its Release ends the thread
+        self.ready, self.result, self.error, self.done = {}, None, None, False
+        self.changed = threading.Condition()
+        self.thread = None
+
+    def put(self, name, gradient):  # (from the backward thread)
+        with self.changed:
+            self.ready[name] = torch.from_dlpack(gradient)
+            self.changed.notify_all()
+
+    def start(self, backward):
+        def run():
+            try:
+                self.result = backward(self.put)
+            except BaseException as e:  # raised again where autograd waits
+                self.error = e
+            finally:
+                with self.changed:
+                    self.done = True
+                    self.changed.notify_all()
+
+        self.thread = threading.Thread(target=run, name="onnxtrain-backward", daemon=True)
+        self.thread.start()
+
+    def take(self, name):
+        with self.changed:
+            self.changed.wait_for(lambda: name in self.ready or self.done)
+            gradient = self.ready.pop(name, None)
+        if name == self.last or gradient is None:
+            self.join()
+        return gradient
+
+    def join(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class Release(torch.autograd.Function):
+    """token -> a new token, with a parameter beside it; backward gives the parameter its gradient as soon as the
+    backward thread has made it final."""
+
+    @staticmethod
+    def forward(ctx, handoff, name, token, parameter):
+        ctx.handoff, ctx.name = handoff, name
+        return token.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, token_grad):
+        return None, None, token_grad, ctx.handoff.take(ctx.name)
+
+    @staticmethod
+    def chain(held, names):
+        """The chain over the parameters among `names` (in the order backward makes their gradients final):
+        (handoff, token) to pass to Apply, and the names released; nothing to pass when none is a parameter."""
+        names = [n for n in names if held[n].requires_grad]
+        if not names:
+            return None, None, set()
+        handoff = Handoff(names[-1])
+        token = torch.zeros(())
+        for name in reversed(names):  # (the last made runs first in backward)
+            token = Release.apply(handoff, name, token, held[name])
+        return handoff, token, set(names)
+
+
+
 class Apply(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, runner, *tensors):
+    def forward(ctx, runner, handoff, token, *tensors):
         outs, state = runner.forward(tensors)
-        ctx.runner, ctx.state = runner, state
+        ctx.runner, ctx.state, ctx.handoff = runner, state, handoff
         results = tuple(torch.from_dlpack(outs[name]) for name in runner.output_names)
         names = runner.output_names
         ctx.mark_non_differentiable(*[r for r, name in zip(results, names) if name not in runner.grad_outputs])
@@ -20,8 +99,16 @@ class Apply(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        runner, state = ctx.runner, ctx.state
+        runner, state, handoff = ctx.runner, ctx.state, ctx.handoff
         ctx.state = None  # the stash goes as soon as backward is done
         output_grads = {name: as_input(g) for name, g in zip(runner.output_names, grads) if name in runner.grad_outputs}
-        result = runner.backward(state, output_grads)
-        return (None, *[torch.from_dlpack(result[n]) if n in result else None for n in runner.feed_names])
+        if handoff is None:
+            result = runner.backward(state, output_grads)
+            return (None, None, None, *[torch.from_dlpack(result[n]) if n in result else None
+                                        for n in runner.feed_names])
+        handoff.start(lambda on_gradient: runner.backward(state, output_grads, on_gradient))
+        # Inputs other than the released parameters get their gradients when all of backward is done.
+        needs = [n for n, need in zip(runner.feed_names, ctx.needs_input_grad[3:]) if need]
+        result = handoff.join() if needs else {}
+        return (None, None, torch.zeros(()), *[torch.from_dlpack(result[n]) if n in needs and n in result else None
+                                              for n in runner.feed_names])

@@ -15,7 +15,7 @@ import torch
 
 from onnxtrain import _capture_lock, memory_log
 from onnxtrain import _onnxtrain as C
-from onnxtrain._autograd import Apply, as_input
+from onnxtrain._autograd import Apply, Release, as_input
 from onnxtrain._export import export
 from onnxtrain._schema import flatten, key, unflatten
 from onnxtrain.options import Options
@@ -69,6 +69,9 @@ class _Runner:
                 logger.info("onnxtrain recompute candidates (%s), sizes for the first batch:\n%s",
                             type(module).__name__, self.session.memory_report(dims))
             self.grad_outputs = set(self.session.output_grad_names)
+            # the parameters and buffers whose gradients backward makes, in the order it makes them final
+            state = set(exported.state_names)
+            self.gradient_order = [n for n in self.session.gradient_order if n in state]
         else:
             self.session = C.Session.from_bytes(model_bytes)
             self.grad_outputs = set()
@@ -98,12 +101,12 @@ class _Runner:
         self.update_buffers(outs, tensors)
         return outs, state
 
-    def backward(self, state, output_grads):
+    def backward(self, state, output_grads, on_gradient=None):
         # The parameters and buffers as the module holds them now: FSDP2 frees them after forward and gathers
         # them again before backward, elsewhere; the stash reads them where they are.
         held = held_state(self.module)
         refeeds = {n: as_input(held[n]) for n in self.exported.state_names if n in self.model_inputs}
-        result = self.session.run_backward(state, output_grads, refeeds)
+        result = self.session.run_backward(state, output_grads, refeeds, on_gradient)
         if self.timeline_path:
             from onnxtrain import timeline
 
@@ -247,7 +250,11 @@ class Module(torch.nn.Module):
         held = held_state(self.module)
         state = [held[n] for n in runner.exported.state_names]
         if training:
-            outs = Apply.apply(runner, *tensors, *state)
+            handoff, token, released = None, None, set()
+            if self._options.early_gradients:
+                handoff, token, released = Release.chain(held, runner.gradient_order)
+            state = [held[n].detach() if n in released else held[n] for n in runner.exported.state_names]
+            outs = Apply.apply(runner, handoff, token, *tensors, *state)
         else:
             outs = runner.run([*tensors, *state])
         return unflatten(runner.exported.out_schema, list(outs))

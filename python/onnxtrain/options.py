@@ -30,6 +30,9 @@ class Options:
     # ONNXTRAIN_KEEP_CACHE=1: the allocator keeps its free blocks between steps (by default each backward ends by
     # returning them to the system, so none idle while PyTorch's optimizer and the next batch allocate)
     keep_cache: bool = False
+    # ONNXTRAIN_EARLY_GRADIENTS=0: each parameter's gradient reaches autograd (p.grad, DDP's hooks) when all of
+    # backward is done, rather than as soon as it is final (backward then runs in a thread of its own)
+    early_gradients: bool = True
 
     def resolved(self):
         """These options with the environment's overrides applied and checked."""
@@ -52,6 +55,7 @@ class Options:
                              f"'{o.memory_timeline}', but the folder {folder} does not exist")
         flag = {True: "1", False: "0"}
         o.keep_cache = os.environ.get("ONNXTRAIN_KEEP_CACHE", flag[o.keep_cache]) == "1"
+        o.early_gradients = os.environ.get("ONNXTRAIN_EARLY_GRADIENTS", flag[o.early_gradients]) == "1"
         o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", flag[o.print_memory_stats]) == "1"
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)
         o.memory_budget = "" if budget in (0, "0", "") else str(budget)

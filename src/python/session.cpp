@@ -51,6 +51,8 @@ void init_session(py::module_& m) {
       .def_property_readonly("input_names", &Session::input_names)
       .def_property_readonly("output_names", &Session::output_names)
       .def_property_readonly("grad_names", &Session::grad_names)
+      .def_property_readonly("gradient_order", &Session::gradient_order,
+                             "grad_names in the order backward makes each gradient final")
       .def_property_readonly("output_grad_names", &Session::output_grad_names)
       .def(
           "run_forward",
@@ -67,19 +69,28 @@ void init_session(py::module_& m) {
           "Runs the forward part: ({output name: array}, RunState). Random ops draw from `seed` when given.")
       .def(
           "run_backward",
-          [](Session& s, RunState& state, const py::dict& output_grads, const py::dict& refeeds) {
+          [](Session& s, RunState& state, const py::dict& output_grads, const py::dict& refeeds,
+             const py::object& on_gradient) {
             auto in = tensors_of(output_grads), again = tensors_of(refeeds);
+            Session::GradientReady ready;
+            if (!on_gradient.is_none())
+              ready = [&on_gradient](const std::string& name, const Tensor& g) {
+                py::gil_scoped_acquire gil;
+                on_gradient(name, to_numpy(g));
+              };
             std::map<std::string, Tensor> r;
             {
               py::gil_scoped_release nogil;
-              r = s.run_backward(state, in, again);
+              r = s.run_backward(state, in, again, ready);
             }
             return arrays_of(r);
           },
           py::arg("state"), py::arg("output_grads") = py::dict(), py::arg("refeeds") = py::dict(),
+          py::arg("on_gradient") = py::none(),
           "Runs the backward part: {input name: gradient}. `refeeds`: forward inputs given again (same dtypes and "
           "dims), whose memory replaces what the forward was fed (for tensors moved in between, as FSDP2's "
-          "parameters)")
+          "parameters). `on_gradient(name, gradient)`: called as each gradient becomes final, in the order of "
+          "gradient_order, from the thread running backward")
       .def(
           "run",
           [](Session& s, const py::dict& feeds) {

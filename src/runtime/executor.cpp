@@ -46,7 +46,7 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
 }
 
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, Profile* profile, MemoryRecorder* recorder) {
+             uint64_t seed, Profile* profile, MemoryRecorder* recorder, const std::function<void(size_t)>& after_step) {
   for (size_t s = begin; s < end; ++s) {
     try {
       auto t0 = std::chrono::steady_clock::now();
@@ -63,6 +63,7 @@ void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& 
     } catch (const std::exception& e) {
       throw Error(plan.steps()[s].node->where() + ": " + e.what());
     }
+    if (after_step) after_step(s);
   }
 }
 

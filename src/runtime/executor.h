@@ -1,6 +1,7 @@
 // Runs the steps of an allocation plan over an environment of tensors.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -26,7 +27,9 @@ struct Profile {
 
 class MemoryRecorder;
 
+// `after_step` (optional): called with each step's index once it has run.
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, Profile* profile = nullptr, MemoryRecorder* recorder = nullptr);
+             uint64_t seed, Profile* profile = nullptr, MemoryRecorder* recorder = nullptr,
+             const std::function<void(size_t)>& after_step = nullptr);
 
 }  // namespace onnxtrain::runtime

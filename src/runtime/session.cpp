@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_map>
 
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
@@ -204,7 +205,8 @@ static void refeed(runtime::Env& env, const std::vector<ir::Value*>& inputs,
 }
 
 std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads,
-                                                    const std::map<std::string, Tensor>& refeeds) {
+                                                    const std::map<std::string, Tensor>& refeeds,
+                                                    const GradientReady& on_gradient) {
   if (!exe_.training) throw Error("run_backward needs a session built for training");
   if (state.consumed_) throw Error("run_backward: this RunState was already used by a backward call");
   runtime::MemoryRecorder::Scope recording(recorder_.get());
@@ -228,13 +230,48 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
       throw InputError("output gradient for '" + out->name + "' is missing");
     }
   state.consumed_ = true;
+  std::function<void(size_t)> after_step;
+  std::vector<std::vector<size_t>> final_after;  // per step: the gradients it makes
+  if (on_gradient) {
+    final_after = gradients_by_step();
+    after_step = [&](size_t step) {
+      for (size_t i : final_after[step]) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
+    };
+  }
   runtime::execute(exe_.plan, exe_.boundary, exe_.plan.steps().size(), state.env_, alloc_, state.seed_, profile_.get(),
-                   recorder_.get());
+                   recorder_.get(), after_step);
+  if (on_gradient)  // (gradients no backward step makes: an input's, or an output gradient's passed through)
+    for (size_t i : final_after.back()) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
   std::map<std::string, Tensor> grads;
   for (size_t i = 0; i < exe_.grads.size(); ++i) grads[exe_.wrt[i]] = state.env_.at(exe_.grads[i]);
   state.env_.clear();
   end_of_step();
   return grads;
+}
+
+std::vector<std::vector<size_t>> Session::gradients_by_step() const {
+  const auto& steps = exe_.plan.steps();
+  std::vector<std::vector<size_t>> r(steps.size() + 1);
+  std::unordered_map<const ir::Value*, std::vector<size_t>> wanted;
+  for (size_t i = 0; i < exe_.grads.size(); ++i) wanted[exe_.grads[i]].push_back(i);
+  for (size_t s = exe_.boundary; s < steps.size(); ++s)
+    for (const ir::Value* out : steps[s].node->outputs) {
+      auto it = wanted.find(out);
+      if (it == wanted.end()) continue;
+      r[s].insert(r[s].end(), it->second.begin(), it->second.end());
+      wanted.erase(it);
+    }
+  for (auto& [v, at] : wanted) r.back().insert(r.back().end(), at.begin(), at.end());
+  std::sort(r.back().begin(), r.back().end());
+  return r;
+}
+
+std::vector<std::string> Session::gradient_order() const {
+  std::vector<std::string> r;
+  if (!exe_.training) return r;
+  for (const auto& at : gradients_by_step())
+    for (size_t i : at) r.push_back(exe_.wrt[i]);
+  return r;
 }
 
 }  // namespace onnxtrain
