@@ -31,7 +31,10 @@ class Handoff:
             self.changed.notify_all()
 
     def start(self, backward):
+        threads = torch.get_num_threads()  # (a new thread would start with OpenMP's default, all cores)
+
         def run():
+            torch.set_num_threads(threads)
             try:
                 self.result = backward(self.put)
             except BaseException as e:  # raised again where autograd waits

@@ -198,7 +198,7 @@ def test_exported_inference_model_matches_the_trained_module(tmp_path):
     assert [o.name for o in exported.graph.output] == ["logits"]
     with torch.no_grad():
         for name, p in module.named_parameters():
-            p.copy_(torch.from_numpy(s.parameter(name)))
+            p.copy_(torch.as_tensor(np.array(s.parameter(name))))
         want = module.model(idx).numpy()
     got = onnxtrain.Session(out).run({"idx": batch["idx"]})["logits"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
