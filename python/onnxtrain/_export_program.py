@@ -3,9 +3,12 @@ exporter, with onnxtrain's translations where its defaults do not train (_transl
 parameters and buffers become graph inputs (the exporter makes them initializers), and each dynamic dim is named
 `<input>_dim<i>` as onnxtrain names them (the exporter names them by their sympy symbols)."""
 
+import linecache
+
 import onnx
 import onnxscript
 import torch
+from torch.fx.experimental import proxy_tensor
 
 from onnxtrain._translations import TABLE
 
@@ -76,16 +79,27 @@ def _name_dims(model, names):
                     d.Clear()
 
 
+def _drop_tracing_leftovers():
+    """What tracing leaves in process-wide caches until the next trace: PyTorch's map from fake tensors to the
+    last traced graph's nodes (which holds that graph, its fake tensors and its symbolic shapes), and the source
+    lines read for the nodes' stack traces. About 10 MiB for a 6-layer GPT."""
+    getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", {}).clear()
+    linecache.clearcache()
+
+
 def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
     """The graph of `flat` called on `tensors` (named `names`), with parameters and buffers as inputs named
     module.<name>. Dims torch.export specializes (to a size the module requires, or 0 and 1) stay sizes."""
     auto = torch.export.Dim.AUTO
     shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
-    program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
-    _contiguous_before_reshape(program)
-    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
-                                 custom_translation_table=TABLE, verbose=False, training=mode)
+    try:
+        program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
+        _contiguous_before_reshape(program)
+        mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+        exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
+                                     custom_translation_table=TABLE, verbose=False, training=mode)
+    finally:
+        _drop_tracing_leftovers()
     model = exported.model_proto
     held = [*flat.named_parameters(remove_duplicate=False), *flat.named_buffers(remove_duplicate=False)]
     _as_inputs(model, {n for n, _ in held})  # (a tied parameter may be named by any of its names)
