@@ -96,13 +96,13 @@ def main():
         for group in opt.param_groups:
             group["lr"] = lr
         idx, target = batch()
+        opt.zero_grad(set_to_none=True)
         if step == args.steps - 1:  # the last step's own peak, the previous step's outputs released first
             loss = None
             onnxtrain.reset_peak_stats()
             base = onnxtrain.memory_stats()["allocated"]
         with autocast:
             loss = model(idx, target)
-        opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         first = first if first is not None else loss.item()

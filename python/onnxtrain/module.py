@@ -148,6 +148,11 @@ class Module(torch.nn.Module):
             if logger.getEffectiveLevel() > logging.INFO:
                 logger.setLevel(logging.INFO)
             self.memory_stats_printer = memory_log.subscribe(self)
+        if logger.getEffectiveLevel() < logging.WARNING and not logger.hasHandlers():
+            # (Python's last-resort handler shows warnings only: the asked-for lines would go nowhere)
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
         try:
             self._signature = inspect.signature(module.forward)
         except (TypeError, ValueError):
