@@ -129,11 +129,11 @@ class Session {
   Session(memory::Executable exe, SessionOptions options);
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   void end_of_step();  // trims the allocator unless told to keep its cache
-  // Per backward step, the `wrt` gradients it makes final; last, one more entry: those no step makes.
-  std::vector<std::vector<size_t>> gradients_by_step() const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 
   memory::Executable exe_;
+  // Per step, the `wrt` gradients a backward step makes final; last, one more entry: those no step makes.
+  std::vector<std::vector<size_t>> gradients_by_step_;
   SessionOptions options_;
   CachingAllocator* alloc_;
   std::map<const ir::Value*, Tensor> device_initializers_;  // on another device than the host: their copies there

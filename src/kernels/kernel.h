@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dim.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 #include "ops/op.h"
@@ -49,6 +50,23 @@ struct KernelCtx {
   bool wants(size_t i) const { return i < outputs.size() && outputs[i]; }
   [[noreturn]] void fail(const std::string& msg) const;
   [[noreturn]] void absent(const char* what, size_t i) const;
+};
+
+// Scratch holding several arrays lays them out one after another, each at a 64-byte boundary: its ScratchFn sums
+// scratch_span() of each array's bytes, and the kernel takes them in the same order from a ScratchCarver.
+constexpr size_t kScratchAlignment = 64;
+inline Dim scratch_span(const Dim& bytes) {
+  return Dim::ceil_div(bytes, Dim(kScratchAlignment)) * Dim(kScratchAlignment);
+}
+struct ScratchCarver {
+  const KernelCtx& c;
+  size_t at = 0;  // where the next array starts
+  template <typename T>
+  T* take(int64_t n) {
+    T* p = c.scratch_as<T>(at, size_t(n));
+    at = (at + size_t(n) * sizeof(T) + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+    return p;
+  }
 };
 
 using KernelFn = std::function<void(const ops::Op&, KernelCtx&)>;

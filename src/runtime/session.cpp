@@ -27,8 +27,27 @@ std::map<std::string, int64_t> RunState::stash_values() const {
   return r;
 }
 
+// Per step, the `wrt` gradients a backward step makes final; last, one more entry: those no step makes.
+static std::vector<std::vector<size_t>> gradients_by_step(const memory::Executable& exe) {
+  const auto& steps = exe.plan.steps();
+  std::vector<std::vector<size_t>> r(steps.size() + 1);
+  std::unordered_map<const ir::Value*, std::vector<size_t>> wanted;
+  for (size_t i = 0; i < exe.grads.size(); ++i) wanted[exe.grads[i]].push_back(i);
+  for (size_t s = exe.boundary; s < steps.size(); ++s)
+    for (const ir::Value* out : steps[s].node->outputs) {
+      auto it = wanted.find(out);
+      if (it == wanted.end()) continue;
+      r[s].insert(r[s].end(), it->second.begin(), it->second.end());
+      wanted.erase(it);
+    }
+  for (auto& [v, at] : wanted) r.back().insert(r.back().end(), at.begin(), at.end());
+  std::sort(r.back().begin(), r.back().end());
+  return r;
+}
+
 Session::Session(memory::Executable exe, SessionOptions options)
     : exe_(std::move(exe)),
+      gradients_by_step_(gradients_by_step(exe_)),
       options_(options),
       alloc_(options.allocator ? options.allocator : &CachingAllocator::of(options.device)) {
   if (!(alloc_->device() == kCpu))
@@ -231,17 +250,14 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
     }
   state.consumed_ = true;
   std::function<void(size_t)> after_step;
-  std::vector<std::vector<size_t>> final_after;  // per step: the gradients it makes
-  if (on_gradient) {
-    final_after = gradients_by_step();
+  if (on_gradient)
     after_step = [&](size_t step) {
-      for (size_t i : final_after[step]) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
+      for (size_t i : gradients_by_step_[step]) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
     };
-  }
   runtime::execute(exe_.plan, exe_.boundary, exe_.plan.steps().size(), state.env_, alloc_, state.seed_, profile_.get(),
                    recorder_.get(), after_step);
   if (on_gradient)  // (gradients no backward step makes: an input's, or an output gradient's passed through)
-    for (size_t i : final_after.back()) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
+    for (size_t i : gradients_by_step_.back()) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
   std::map<std::string, Tensor> grads;
   for (size_t i = 0; i < exe_.grads.size(); ++i) grads[exe_.wrt[i]] = state.env_.at(exe_.grads[i]);
   state.env_.clear();
@@ -249,27 +265,10 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
   return grads;
 }
 
-std::vector<std::vector<size_t>> Session::gradients_by_step() const {
-  const auto& steps = exe_.plan.steps();
-  std::vector<std::vector<size_t>> r(steps.size() + 1);
-  std::unordered_map<const ir::Value*, std::vector<size_t>> wanted;
-  for (size_t i = 0; i < exe_.grads.size(); ++i) wanted[exe_.grads[i]].push_back(i);
-  for (size_t s = exe_.boundary; s < steps.size(); ++s)
-    for (const ir::Value* out : steps[s].node->outputs) {
-      auto it = wanted.find(out);
-      if (it == wanted.end()) continue;
-      r[s].insert(r[s].end(), it->second.begin(), it->second.end());
-      wanted.erase(it);
-    }
-  for (auto& [v, at] : wanted) r.back().insert(r.back().end(), at.begin(), at.end());
-  std::sort(r.back().begin(), r.back().end());
-  return r;
-}
-
 std::vector<std::string> Session::gradient_order() const {
   std::vector<std::string> r;
   if (!exe_.training) return r;
-  for (const auto& at : gradients_by_step())
+  for (const auto& at : gradients_by_step_)
     for (size_t i : at) r.push_back(exe_.wrt[i]);
   return r;
 }

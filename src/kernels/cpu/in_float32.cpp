@@ -8,8 +8,6 @@ namespace {
 
 bool low(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
 
-Dim aligned(const Dim& bytes) { return Dim::ceil_div(bytes, Dim(64)) * Dim(64); }
-
 // The node's shapes as the float32 kernel sees them: low-precision floats as float32, with the data of their
 // float32 copies when the kernel runs (`copies`), else withheld.
 ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies = nullptr) {
@@ -51,11 +49,11 @@ bool any_half(ops::InferCtx& s) {  // (which no native low-precision path takes)
 // Layout of the scratch: the kernel's own (aligned), then one float32 copy per low-precision input and output.
 Dim total_scratch(const ScratchFn& own, const ops::Op& op, ops::InferCtx& s) {
   ops::InferCtx f = float32_view(s);
-  Dim total = own ? aligned(own(op, f)) : Dim(0);
+  Dim total = own ? scratch_span(own(op, f)) : Dim(0);
   for (size_t i = 0; i < s.num_inputs(); ++i)
-    if (s.has(i) && low(s.dtype(i))) total = total + aligned(shape_numel(s.shape(i)) * Dim(4));
+    if (s.has(i) && low(s.dtype(i))) total = total + scratch_span(shape_numel(s.shape(i)) * Dim(4));
   for (auto& o : s.outputs())
-    if (low(o.dtype)) total = total + aligned(shape_numel(o.shape) * Dim(4));
+    if (low(o.dtype)) total = total + scratch_span(shape_numel(o.shape) * Dim(4));
   return total;
 }
 
@@ -69,19 +67,17 @@ KernelDef in_float32(KernelDef def, bool (*bf16_native)()) {
   };
   def.fn = [fn, own, as_is](const ops::Op& op, KernelCtx& c) {
     if (as_is(*c.shapes)) return fn(op, c);
-    size_t offset = 0, own_bytes = 0;
+    ScratchCarver copies{c};
+    size_t own_bytes = 0;
     if (own) {
       ops::InferCtx shapes = float32_view(*c.shapes);
       Dim d = own(op, shapes);
       own_bytes = size_t(d.value());
-      offset = size_t(aligned(d).value());
+      copies.at = size_t(scratch_span(d).value());
     }
     auto carve = [&](const std::vector<int64_t>& dims) {
-      size_t bytes = size_t(numel_of(dims)) * 4;
-      char* at = c.scratch + offset;
-      offset += (bytes + 63) / 64 * 64;
-      if (offset > c.scratch_bytes) c.scratch_overrun(offset);
-      return Tensor(DType::kFloat32, dims, Storage::borrow(at, bytes, nullptr));
+      int64_t n = numel_of(dims);
+      return Tensor(DType::kFloat32, dims, Storage::borrow(copies.take<float>(n), size_t(n) * 4, nullptr));
     };
     std::vector<Tensor> ins(c.inputs.size()), outs(c.outputs.size());
     for (size_t i = 0; i < c.inputs.size(); ++i)

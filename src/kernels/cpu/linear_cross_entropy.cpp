@@ -150,18 +150,6 @@ T mean_scale(const LossAttrs& a, const Rows& r) {
   return a.reduction == LossAttrs::kMean ? T(r.valid ? 1.0 / double(r.valid) : 0.0) : T(1);
 }
 
-// Arrays taken one after the other from a kernel's scratch, each at a 64-byte boundary.
-struct Carver {
-  const KernelCtx& c;
-  size_t at = 0;
-  template <typename T>
-  T* take(int64_t n) {
-    T* p = c.scratch_as<T>(at, size_t(n));
-    at = (at + size_t(n) * sizeof(T) + 63) / 64 * 64;
-    return p;
-  }
-};
-
 // Backward in bfloat16: each block's gradient rounded to bf16 (as autocast's Cast backward rounds it) for the
 // GEMMs; dW and dB summed over the blocks in float32 and rounded once.
 void backward_bf16(const LossAttrs& a, const Rows& r, KernelCtx& c) {
@@ -170,7 +158,7 @@ void backward_bf16(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   const BFloat16* b = c.has(3) ? c.in(3).data<BFloat16>() : nullptr;
   BFloat16* dx = c.wants(0) ? c.out(0).data<BFloat16>() : nullptr;
   const int64_t block = block_rows(r.c, sizeof(float));
-  Carver scratch{c};
+  ScratchCarver scratch{c};
   float* s = scratch.take<float>(block * r.c);
   BFloat16* g = scratch.take<BFloat16>(block * r.c);
   float* dw = c.wants(1) ? scratch.take<float>(r.c * r.k) : nullptr;
@@ -233,8 +221,6 @@ Dim block_scratch(ops::InferCtx& s, size_t w) {
   return Dim(block_rows(classes.value(), size_t(elem)) * classes.value() * elem);
 }
 
-Dim aligned(const Dim& bytes) { return Dim::ceil_div(bytes, Dim(64)) * Dim(64); }
-
 // Forward: a block, and each row's log-sum-exp when output 1 is not asked for.
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
@@ -248,7 +234,8 @@ Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
   Dim block = block_scratch(s, 2);
   if (s.dtype(2) != DType::kBFloat16) return block;
   const Shape& w = s.shape(2);
-  return aligned(block) + aligned(Dim::ceil_div(block, Dim(2))) + aligned(shape_numel(w) * Dim(4)) + w[0] * Dim(4);
+  return scratch_span(block) + scratch_span(Dim::ceil_div(block, Dim(2))) + scratch_span(shape_numel(w) * Dim(4)) +
+         w[0] * Dim(4);
 }
 
 const bool kRegistered = register_kernels(

@@ -95,6 +95,15 @@ std::vector<Tap> make_taps(const ops::ResizeAttrs& at, int64_t in, int64_t out, 
   return taps;
 }
 
+// The taps of axis a, of `in` positions before resizing. An empty axis has nothing to sample from.
+std::vector<Tap> axis_taps(const KernelCtx& c, const ops::ResizeAttrs& at, const ops::ResizeAttrs::Geometry& g,
+                           int64_t a, int64_t in) {
+  int64_t out = g.out[size_t(a)];
+  if (in == 0 && out > 0)
+    c.fail("axis " + std::to_string(a) + " is empty and cannot be resized to " + std::to_string(out));
+  return make_taps(at, in, out, g.scale[size_t(a)], g.roi_start[size_t(a)], g.roi_end[size_t(a)]);
+}
+
 // Resampling one axis at a time goes through the stages prod(in[:a]) * prod(out[a:]) (the forward from a = rank down
 // to 0, the gradient from 0 up), in double: two scratch buffers of the largest stage, used in turn.
 template <typename D>
@@ -128,8 +137,7 @@ void resize(const ops::ResizeAttrs& at, KernelCtx& c) {
     std::vector<int64_t> dims = X.dims();
     for (int64_t a = X.rank() - 1; a >= 0; --a) {
       if (at.unchanged(g, a, dims[size_t(a)])) continue;
-      auto taps = make_taps(at, dims[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)],
-                            g.roi_end[size_t(a)]);
+      auto taps = axis_taps(c, at, g, a, dims[size_t(a)]);
       ops::AxisView v = ops::axis_view(dims, a);
       int64_t no = g.out[size_t(a)];
       for (int64_t o = 0; o < v.outer; ++o)
@@ -169,8 +177,7 @@ void resize_grad(const ops::ResizeAttrs& at, KernelCtx& c) {
     std::vector<int64_t> dims = g.out;
     for (int64_t a = 0; a < int64_t(in.size()); ++a) {  // the forward's last axis resampled first
       if (at.unchanged(g, a, in[size_t(a)])) continue;
-      auto taps = make_taps(at, in[size_t(a)], g.out[size_t(a)], g.scale[size_t(a)], g.roi_start[size_t(a)],
-                            g.roi_end[size_t(a)]);
+      auto taps = axis_taps(c, at, g, a, in[size_t(a)]);
       ops::AxisView v = ops::axis_view(dims, a);
       int64_t ni = in[size_t(a)];
       std::fill(next, next + v.outer * ni * v.inner, 0.0);
