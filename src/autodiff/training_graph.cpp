@@ -249,6 +249,10 @@ TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const Tra
     for (ir::Value* v : n->outputs) flows = flows || (v && e.contrib_.count(v));
     for (ir::Value* v : n->inputs) wanted = wanted || (v && e.needs_grad_.count(v));
     if (!flows || !wanted) continue;
+    // (a node whose shapes were not inferred has not shown it has the inputs its op reads either)
+    for (ir::Value* v : n->outputs)
+      if (v && e.contrib_.count(v) && !v->has_shape)
+        throw UnsupportedError(n->where() + ": gradient shapes depend on data (not supported yet)");
     NodeGrad ctx(e, *n);
     n->op->grad(ctx);
   }

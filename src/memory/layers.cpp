@@ -36,7 +36,7 @@ bool is_attention(const ir::Node& n) {
   if (n.domain.empty() && n.op_type == "Attention") return true;  // ONNX's own (opset 23)
   bool softmax =
       (n.domain.empty() && n.op_type == "Softmax") || (n.domain == "com.onnxtrain" && n.op_type == "MaskedSoftmax");
-  return softmax && reaches_product(n.inputs[0], 6);
+  return softmax && reaches_product(n.input(0), 6);
 }
 
 std::set<const ir::Value*> ancestors(const ir::Node& n) {

@@ -30,8 +30,8 @@ std::vector<const ir::Value*> stashed_values(const ir::Graph& g) {
 }
 
 static bool is_upcast(const ir::Node* n) {
-  return n->op_type == "Cast" && n->inputs[0] && n->outputs[0] &&
-         dtype_size(n->outputs[0]->dtype) > dtype_size(n->inputs[0]->dtype);
+  return n->op_type == "Cast" && n->input(0) && n->outputs[0] &&
+         dtype_size(n->outputs[0]->dtype) > dtype_size(n->input(0)->dtype);
 }
 
 // A shape or index list: an integer tensor of at most 64 elements. Stashing it costs nothing worth saving, so a

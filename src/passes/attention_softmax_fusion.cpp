@@ -12,13 +12,14 @@ class AttentionSoftmaxFusion : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* s : nodes_of(g, "MaskedSoftmax", "com.onnxtrain")) {
-      ir::Value* scores = s->inputs[0];
+      ir::Value* scores = s->input(0);
       ir::Node* mm = scores ? scores->producer : nullptr;
-      if (!mm || mm->op_type != "MatMul" || !mm->domain.empty() || !sole_reader(g, scores, s)) continue;
-      ir::Value *a = mm->inputs[0], *b = mm->inputs[1];
+      if (!mm || mm->op_type != "MatMul" || !mm->domain.empty() || !has_inputs(mm, 2) || !sole_reader(g, scores, s))
+        continue;
+      ir::Value *a = mm->input(0), *b = mm->input(1);
       if (!a->has_shape || !b->has_shape || a->shape.size() < 2 || b->shape.size() < 2 || !dtype_is_float(a->dtype))
         continue;
-      add_fused(g, "com.onnxtrain", 1, "AttentionSoftmax", {a, b, s->inputs[1], s->inputs[2], s->inputs[3]},
+      add_fused(g, "com.onnxtrain", 1, "AttentionSoftmax", {a, b, s->input(1), s->input(2), s->input(3)},
                 {s->outputs[0]}, g.unique_name(s->name + "_attention"), s->backward);
       gone.insert(gone.end(), {mm, s});
     }

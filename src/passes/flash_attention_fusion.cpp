@@ -52,11 +52,13 @@ bool untrained(const ir::Value* v) {
 // a fully masked row gives zeros, not NaN), and the two nodes it replaces; null when p is not that.
 ir::Node* safe_softmax(const ir::Graph& g, const ir::Value* p, std::vector<const ir::Node*>* nodes) {
   ir::Node* where = p->producer;
-  if (!where || where->op_type != "Where" || !where->domain.empty() || where->inputs.size() != 3) return nullptr;
-  ir::Node* isnan = where->inputs[0]->producer;
-  ir::Value *zero = where->inputs[1], *s = where->inputs[2];
-  if (!isnan || isnan->op_type != "IsNaN" || !isnan->domain.empty() || isnan->inputs[0] != s || !s->producer ||
-      !sole_reader(g, where->inputs[0], where) || !constant_scalar(zero) || zero->initializer->to_double()[0] != 0)
+  if (!where || where->op_type != "Where" || !where->domain.empty() || where->inputs.size() != 3 ||
+      !has_inputs(where, 3))
+    return nullptr;
+  ir::Node* isnan = where->input(0)->producer;
+  ir::Value *zero = where->input(1), *s = where->input(2);
+  if (!isnan || isnan->op_type != "IsNaN" || !isnan->domain.empty() || isnan->input(0) != s || !s->producer ||
+      !sole_reader(g, where->input(0), where) || !constant_scalar(zero) || zero->initializer->to_double()[0] != 0)
     return nullptr;
   const bool only_these = s->consumers.size() == 2 &&
                           std::count(s->consumers.begin(), s->consumers.end(), where) == 1 &&
@@ -72,17 +74,18 @@ ir::Node* safe_softmax(const ir::Graph& g, const ir::Value* p, std::vector<const
 bool plain_attention(const ir::Graph& g, const ir::Node* softmax, std::vector<ir::Value*>* in,
                      std::vector<const ir::Node*>* nodes) {
   if (softmax->op_type != "Softmax" || !softmax->domain.empty() || softmax->opset < 13) return false;
-  ir::Value* x = softmax->inputs[0];
+  ir::Value* x = softmax->input(0);
+  if (!x) return false;
   int64_t axis = softmax->attr_int("axis", -1);
   if (!x->has_shape || (axis != -1 && axis != int64_t(x->shape.size()) - 1) || !sole_reader(g, x, softmax))
     return false;
   ir::Value *z = x, *bias = nullptr, *scale = nullptr;
   ir::Node* add = x->producer;
-  if (add && add->op_type == "Add" && add->domain.empty()) {
+  if (add && add->op_type == "Add" && add->domain.empty() && has_inputs(add, 2)) {
     for (const char* op : {"MatMul", "Mul"})  // (the product itself first: a mask may be scaled too)
       for (size_t k = 0; k < 2 && z == x; ++k) {
-        ir::Node* p = add->inputs[k]->producer;
-        if (p && p->op_type == op && p->domain.empty()) z = add->inputs[k], bias = add->inputs[1 - k];
+        ir::Node* p = add->input(k)->producer;
+        if (p && p->op_type == op && p->domain.empty()) z = add->input(k), bias = add->input(1 - k);
       }
     if (z == x || !sole_reader(g, z, add) || !untrained(bias) || bias->dtype != x->dtype || !bias->has_shape ||
         bias->shape.size() > x->shape.size())
@@ -90,18 +93,18 @@ bool plain_attention(const ir::Graph& g, const ir::Node* softmax, std::vector<ir
     nodes->push_back(add);
   }
   ir::Node* mm = z->producer;
-  if (mm && mm->op_type == "Mul" && mm->domain.empty()) {
-    size_t which = constant_scalar(mm->inputs[1]) ? 1 : constant_scalar(mm->inputs[0]) ? 0 : 2;
-    if (which == 2 || mm->inputs[which]->dtype != x->dtype) return false;
-    scale = mm->inputs[which];
-    ir::Value* product = mm->inputs[1 - which];
+  if (mm && mm->op_type == "Mul" && mm->domain.empty() && has_inputs(mm, 2)) {
+    size_t which = constant_scalar(mm->input(1)) ? 1 : constant_scalar(mm->input(0)) ? 0 : 2;
+    if (which == 2 || mm->input(which)->dtype != x->dtype) return false;
+    scale = mm->input(which);
+    ir::Value* product = mm->input(1 - which);
     if (!sole_reader(g, product, mm)) return false;
     nodes->push_back(mm);
     mm = product->producer;
   }
-  if (!mm || mm->op_type != "MatMul" || !mm->domain.empty()) return false;
+  if (!mm || mm->op_type != "MatMul" || !mm->domain.empty() || !has_inputs(mm, 2)) return false;
   nodes->push_back(mm);
-  *in = {mm->inputs[0], mm->inputs[1], scale, nullptr, nullptr, nullptr, nullptr, bias};
+  *in = {mm->input(0), mm->input(1), scale, nullptr, nullptr, nullptr, nullptr, bias};
   return true;
 }
 
@@ -111,12 +114,13 @@ class FlashAttentionFusion : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* mm : nodes_of(g, "MatMul")) {
-      ir::Value *p = mm->inputs[0], *v = mm->inputs[1];
+      if (!has_inputs(mm, 2)) continue;
+      ir::Value *p = mm->input(0), *v = mm->input(1);
       ir::Node* dropout = p->producer && p->producer->op_type == "Dropout" ? p->producer : nullptr;
-      if (dropout && (dropout->opset < 12 || !dropout->domain.empty() ||
+      if (dropout && (dropout->opset < 12 || !has_inputs(dropout, 1) || !dropout->domain.empty() ||
                       !unread(g, dropout->outputs.size() > 1 ? dropout->outputs[1] : nullptr)))
         continue;
-      ir::Value* probs = dropout ? dropout->inputs[0] : p;
+      ir::Value* probs = dropout ? dropout->input(0) : p;
       ir::Node* softmax = probs->producer;
       if (!softmax || !sole_reader(g, p, mm) || (dropout && !sole_reader(g, probs, dropout))) continue;
       std::vector<const ir::Node*> replaced{mm};
@@ -126,14 +130,9 @@ class FlashAttentionFusion : public Pass {
       // in: Q, Kt, scale, cond, fill, ratio, training_mode, bias (V goes in third)
       std::vector<ir::Value*> in;
       if (softmax->op_type == "AttentionSoftmax" && softmax->domain == "com.onnxtrain") {
-        in = {softmax->inputs[0],
-              softmax->inputs[1],
-              softmax->inputs[2],
-              softmax->inputs[3],
-              softmax->inputs[4],
-              nullptr,
-              nullptr,
-              nullptr};
+        if (!has_inputs(softmax, 2)) continue;
+        in = {softmax->input(0), softmax->input(1), softmax->input(2), softmax->input(3),
+              softmax->input(4), nullptr,           nullptr,           nullptr};
       } else if (!plain_attention(g, softmax, &in, &replaced)) {
         continue;
       }

@@ -21,7 +21,7 @@ bool is_scalar(const ir::Value* v, double want) {
 // The other input of a binary node whose input `known` is one of them.
 ir::Value* other_input(const ir::Node* n, const ir::Value* known) {
   if (!n || n->inputs.size() != 2) return nullptr;
-  return n->inputs[0] == known ? n->inputs[1] : n->inputs[1] == known ? n->inputs[0] : nullptr;
+  return n->input(0) == known ? n->input(1) : n->input(1) == known ? n->input(0) : nullptr;
 }
 
 const ir::Node* single_reader(const ir::Value* v) { return v && v->consumers.size() == 1 ? v->consumers[0] : nullptr; }
@@ -34,11 +34,11 @@ class GeluFusion : public Pass {
     for (auto& n : g.nodes()) {
       if (n->op_type != "Erf") continue;
       // erf's input: x / sqrt(2) or x * (1 / sqrt(2))
-      const ir::Node* scale = n->inputs[0]->producer;
+      const ir::Node* scale = n->input(0) ? n->input(0)->producer : nullptr;
       if (!scale || scale->outputs[0]->consumers.size() != 1) continue;
       ir::Value* x = nullptr;
-      if (scale->op_type == "Div" && is_scalar(scale->inputs[1], std::sqrt(2.0))) x = scale->inputs[0];
-      if (scale->op_type == "Mul" && is_scalar(scale->inputs[1], 1 / std::sqrt(2.0))) x = scale->inputs[0];
+      if (scale->op_type == "Div" && is_scalar(scale->input(1), std::sqrt(2.0))) x = scale->input(0);
+      if (scale->op_type == "Mul" && is_scalar(scale->input(1), 1 / std::sqrt(2.0))) x = scale->input(0);
       if (!x) continue;
       const ir::Node* add = single_reader(n->outputs[0]);  // 1 + erf(...)
       if (!add || add->op_type != "Add" || !is_scalar(other_input(add, n->outputs[0]), 1.0)) continue;

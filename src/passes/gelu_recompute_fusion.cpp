@@ -38,16 +38,16 @@ class GeluRecomputeFusion : public Pass {
     std::vector<const ir::Node*> gone;
     std::vector<std::pair<ir::Node*, ir::Node*>> pairs;  // (recomputed Gelu, GeluGrad of the same input)
     for (auto& n : g.nodes()) {
-      if (!n->backward || !exact_gelu(*n) || !n->inputs[0]) continue;
-      for (ir::Node* r : n->inputs[0]->consumers)
-        if (r->backward && r->op_type == "GeluGrad" && r->domain == "com.onnxtrain" && r->inputs[1] == n->inputs[0] &&
-            r->inputs[0] && r->inputs[0]->dtype == n->inputs[0]->dtype && !depends_on(r->inputs[0], n.get())) {
+      if (!n->backward || !exact_gelu(*n) || !n->input(0)) continue;
+      for (ir::Node* r : n->input(0)->consumers)
+        if (r->backward && r->op_type == "GeluGrad" && r->domain == "com.onnxtrain" && r->input(1) == n->input(0) &&
+            r->input(0) && r->input(0)->dtype == n->input(0)->dtype && !depends_on(r->input(0), n.get())) {
           pairs.emplace_back(n.get(), r);
           break;
         }
     }
     for (auto [gelu, grad] : pairs) {
-      add_fused(g, "com.onnxtrain", 1, "GeluAndGrad", {grad->inputs[0], gelu->inputs[0]},
+      add_fused(g, "com.onnxtrain", 1, "GeluAndGrad", {grad->input(0), gelu->input(0)},
                 {grad->outputs[0], gelu->outputs[0]}, g.unique_name(gelu->name + "_and_grad"), true);
       gone.insert(gone.end(), {gelu, grad});
     }

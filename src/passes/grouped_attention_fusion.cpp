@@ -12,10 +12,10 @@ bool shaped(const ir::Value* v, size_t rank) { return v && v->has_shape && v->sh
 // K when r is K (B, h, T, d) repeated g times per head into (B, h * g, T, d), with *groups = g; else null.
 ir::Value* unrepeated(const ir::Value* r, int64_t* groups) {
   ir::Node* reshape = made_by(r, "Reshape");
-  ir::Node* expand = reshape ? made_by(reshape->inputs[0], "Expand") : nullptr;
-  ir::Node* unsqueeze = expand ? made_by(expand->inputs[0], "Unsqueeze") : nullptr;
+  ir::Node* expand = reshape ? made_by(reshape->input(0), "Expand") : nullptr;
+  ir::Node* unsqueeze = expand ? made_by(expand->input(0), "Unsqueeze") : nullptr;
   if (!unsqueeze) return nullptr;
-  ir::Value *k = unsqueeze->inputs[0], *u = expand->inputs[0], *e = reshape->inputs[0];
+  ir::Value *k = unsqueeze->input(0), *u = expand->input(0), *e = reshape->input(0);
   if (!shaped(k, 4) || !shaped(u, 5) || !shaped(e, 5) || !shaped(r, 4)) return nullptr;
   const Shape &ks = k->shape, &us = u->shape, &es = e->shape, &rs = r->shape;
   const Dim& g = es[2];
@@ -34,10 +34,10 @@ class GroupedAttentionFusion : public Pass {
     std::vector<const ir::Node*> gone;
     for (ir::Node* f : nodes_of(g, "FlashAttention", "com.onnxtrain")) {
       if (f->has_attr("kv_groups")) continue;
-      ir::Node* t = made_by(f->inputs[1], "Transpose");
+      ir::Node* t = made_by(f->input(1), "Transpose");
       if (!t || t->attr_ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) continue;
       int64_t gk = 0, gv = 0;
-      ir::Value *k = unrepeated(t->inputs[0], &gk), *v = unrepeated(f->inputs[2], &gv);
+      ir::Value *k = unrepeated(t->input(0), &gk), *v = unrepeated(f->input(2), &gv);
       if (!k || !v || gk != gv) continue;
       ir::Value* kt = g.add_value(g.unique_name(k->name + "_transposed"));
       add_fused(g, "", g.opsets.count("") ? g.opsets.at("") : 13, "Transpose", {k}, {kt},

@@ -36,8 +36,8 @@ class IdentityElimination : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (auto& n : g.nodes()) {
-      if (!passes_through(g, *n) || !n->inputs[0] || !n->outputs[0]) continue;
-      ir::Value *in = n->inputs[0], *out = n->outputs[0];
+      if (!passes_through(g, *n) || !n->input(0) || !n->outputs[0]) continue;
+      ir::Value *in = n->input(0), *out = n->outputs[0];
       if (is_output(g, out)) continue;  // a graph output keeps its name: its producer stays
       g.replace_uses(out, in);
       gone.push_back(n.get());

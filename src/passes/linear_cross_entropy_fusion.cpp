@@ -14,9 +14,9 @@ class LinearCrossEntropyFusion : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* loss : nodes_of(g, "SoftmaxCrossEntropyLoss")) {
-      ir::Value *scores = loss->inputs[0], *target = loss->input(1);
+      ir::Value *scores = loss->input(0), *target = loss->input(1);
       if (loss->input(2) || (loss->outputs.size() > 1 && loss->outputs[1] && !loss->outputs[1]->consumers.empty()) ||
-          !target || !target->has_shape || target->shape.size() != 1 || !scores->has_shape ||
+          !target || !target->has_shape || target->shape.size() != 1 || !scores || !scores->has_shape ||
           scores->shape.size() != 2 || !sole_reader(g, scores, loss))
         continue;
       std::vector<const ir::Node*> replaced{loss};
@@ -26,24 +26,24 @@ class LinearCrossEntropyFusion : public Pass {
       bool shared = false;
       auto step_over = [&](ir::Node* n) {
         if (!n) return;
-        shared |= !sole_reader(g, n->inputs[0], n);
+        shared |= !sole_reader(g, n->input(0), n);
         replaced.push_back(n);
-        logits = n->inputs[0];
+        logits = n->input(0);
       };
       step_over(cast = made_by(logits, "Cast"));
       step_over(made_by(logits, "Reshape"));
       if (!cast) step_over(cast = made_by(logits, "Cast"));
       ir::Node* linear = made_by(logits, "Linear", "com.onnxtrain");
+      if (shared || !has_inputs(linear, 2)) continue;
       // (the rows of the Linear's output, flattened, are the scores' when their last dims agree); a 16-bit Linear
       // only with its scores cast to float32, as autocast writes a head and its loss
       const DType head = logits->dtype;
       const bool wide = head == DType::kFloat32 || head == DType::kFloat64;
-      if (shared || !linear || !logits->has_shape || logits->shape.size() < 2 ||
-          logits->shape.back() != scores->shape[1] ||
+      if (!logits->has_shape || logits->shape.size() < 2 || logits->shape.back() != scores->shape[1] ||
           (cast ? wide || cast->attr_int("to", 0) != int64_t(DType::kFloat32) : !wide))
         continue;
       replaced.push_back(linear);
-      std::vector<ir::Value*> in{linear->inputs[0], linear->inputs[1], linear->input(2), target};
+      std::vector<ir::Value*> in{linear->input(0), linear->input(1), linear->input(2), target};
       ir::Attributes attrs;
       for (const char* a : {"reduction", "ignore_index"})
         if (loss->attrs.count(a)) attrs[a] = loss->attrs.at(a);

@@ -14,10 +14,10 @@ class LinearFusion : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* m : nodes_of(g, "MatMul")) {
-      ir::Value *x = m->inputs[0], *wt = m->inputs[1];
+      ir::Value *x = m->input(0), *wt = m->input(1);
       const ir::Node* t = wt ? wt->producer : nullptr;
       if (!x || !t || t->op_type != "Transpose" || !t->domain.empty() || !sole_reader(g, wt, m)) continue;
-      ir::Value* w = t->inputs[0];
+      ir::Value* w = t->input(0);
       if (!w || !w->has_shape || w->shape.size() != 2 || t->attr_ints("perm", {1, 0}) != std::vector<int64_t>{1, 0})
         continue;
       // A bias: the MatMul's only reader adds a vector of W's rows.
@@ -25,7 +25,7 @@ class LinearFusion : public Pass {
       ir::Value* bias = nullptr;
       if (add && add->op_type == "Add" && add->domain.empty() && add->backward == m->backward &&
           sole_reader(g, m->outputs[0], add)) {
-        bias = add->inputs[0] == m->outputs[0] ? add->inputs[1] : add->inputs[0];
+        bias = add->input(0) == m->outputs[0] ? add->input(1) : add->input(0);
         if (!bias || !bias->has_shape || bias->shape.size() != 1 || bias->shape[0] != w->shape[0]) bias = nullptr;
       }
       ir::Node* last = bias ? add : m;

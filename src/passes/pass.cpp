@@ -35,6 +35,11 @@ std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const
   return r;
 }
 
+bool has_inputs(const ir::Node* n, size_t count) {
+  if (!n || n->inputs.size() < count) return false;
+  return std::all_of(n->inputs.begin(), n->inputs.begin() + std::ptrdiff_t(count), [](auto* v) { return v; });
+}
+
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain) {
   ir::Node* p = v ? v->producer : nullptr;
   return p && p->op_type == op && p->domain == domain && !p->inputs.empty() ? p : nullptr;

@@ -37,6 +37,9 @@ bool constant_scalar(const ir::Value* v);
 // The nodes of `op` in `domain` (ONNX's by default), in graph order: what a fusion starts from (collected before
 // it adds or removes nodes).
 std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const std::string& domain = "");
+// Whether n is given its first `count` inputs (a node read from a file may lack inputs its op requires: a fusion
+// checks those it reads before it reads them).
+bool has_inputs(const ir::Node* n, size_t count);
 // v's producer when it is `op` of `domain` (ONNX's by default), else null.
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain = "");
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).

@@ -17,15 +17,15 @@ class TransposeGemmFusion : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (auto& n : g.nodes()) {
-      if (n->op_type != "Transpose" || !n->domain.empty() || !n->inputs[0] || !n->outputs[0]) continue;
+      if (n->op_type != "Transpose" || !n->domain.empty() || !n->input(0) || !n->outputs[0]) continue;
       if (n->attr_ints("perm", {1, 0}) != std::vector<int64_t>{1, 0}) continue;
-      ir::Value* t = n->inputs[0];
+      ir::Value* t = n->input(0);
       ir::Node* gemm = t->producer;
-      if (!gemm || gemm->op_type != "Gemm" || !gemm->domain.empty() || gemm->input(2) || !sole_reader(g, t, n.get()) ||
-          !t->has_shape || t->shape.size() != 2)
+      if (!gemm || gemm->op_type != "Gemm" || !gemm->domain.empty() || !has_inputs(gemm, 2) || gemm->input(2) ||
+          !sole_reader(g, t, n.get()) || !t->has_shape || t->shape.size() != 2)
         continue;
       bool ta = gemm->attr_int("transA", 0), tb = gemm->attr_int("transB", 0);
-      gemm->inputs = {gemm->inputs[1], gemm->inputs[0]};
+      gemm->inputs = {gemm->input(1), gemm->input(0)};
       gemm->attrs["transA"] = int64_t(!tb);
       gemm->attrs["transB"] = int64_t(!ta);
       // The Gemm now makes the Transpose's output value (name, readers and graph-output role included).
