@@ -69,6 +69,11 @@ class LossOp : public OpWith<LossAttrs> {
     if (x.size() < 2) ctx.fail("scores must be (N, C, ...), got " + shape_str(x));
     Shape per(x);
     per.erase(per.begin() + 1);
+    const Shape& target = ctx.shape(1);  // (N, d...): required, as the gradient reads it
+    bool fits = target.size() == per.size();
+    for (size_t i = 0; fits && i < per.size(); ++i)
+      fits = !target[i].is_const() || !per[i].is_const() || target[i] == per[i];
+    if (!fits) ctx.fail("target " + shape_str(target) + " does not fit the scores " + shape_str(x));
     ctx.set(0, ctx.dtype(0), attrs.reduction == LossAttrs::kNone ? per : Shape{});
     ctx.set(1, ctx.dtype(0), x);
     Shape one_class(x);
