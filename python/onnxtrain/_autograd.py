@@ -89,7 +89,6 @@ class Release(torch.autograd.Function):
         return handoff, token, set(names)
 
 
-
 class Apply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, runner, handoff, token, *tensors):

@@ -4,6 +4,7 @@ parameters and buffers become graph inputs (the exporter makes them initializers
 `<input>_dim<i>` as onnxtrain names them (the exporter names them by their sympy symbols)."""
 
 import linecache
+import logging
 
 import onnx
 import onnxscript
@@ -92,6 +93,10 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
     module.<name>. Dims torch.export specializes (to a size the module requires, or 0 and 1) stay sizes."""
     auto = torch.export.Dim.AUTO
     shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
+    # (torch.export warns of each dim it specializes to 0 or 1: such dims stay sizes here by design)
+    specializing = logging.getLogger("torch._export.non_strict_utils")
+    level = specializing.level
+    specializing.setLevel(logging.ERROR)
     try:
         program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
         _contiguous_before_reshape(program)
@@ -99,6 +104,7 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
         exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
                                      custom_translation_table=TABLE, verbose=False, training=mode)
     finally:
+        specializing.setLevel(level)
         _drop_tracing_leftovers()
     model = exported.model_proto
     held = [*flat.named_parameters(remove_duplicate=False), *flat.named_buffers(remove_duplicate=False)]

@@ -52,9 +52,7 @@ bool untrained(const ir::Value* v) {
 // a fully masked row gives zeros, not NaN), and the two nodes it replaces; null when p is not that.
 ir::Node* safe_softmax(const ir::Graph& g, const ir::Value* p, std::vector<const ir::Node*>* nodes) {
   ir::Node* where = p->producer;
-  if (!where || where->op_type != "Where" || !where->domain.empty() || where->inputs.size() != 3 ||
-      !has_inputs(where, 3))
-    return nullptr;
+  if (!where || where->op_type != "Where" || !where->domain.empty() || !has_inputs(where, 3)) return nullptr;
   ir::Node* isnan = where->input(0)->producer;
   ir::Value *zero = where->input(1), *s = where->input(2);
   if (!isnan || isnan->op_type != "IsNaN" || !isnan->domain.empty() || isnan->input(0) != s || !s->producer ||

@@ -42,7 +42,7 @@ bool has_inputs(const ir::Node* n, size_t count) {
 
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain) {
   ir::Node* p = v ? v->producer : nullptr;
-  return p && p->op_type == op && p->domain == domain && !p->inputs.empty() ? p : nullptr;
+  return p && p->op_type == op && p->domain == domain && has_inputs(p, 1) ? p : nullptr;
 }
 
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
