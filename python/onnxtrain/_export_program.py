@@ -6,7 +6,7 @@ parameters and buffers become graph inputs (the exporter makes them initializers
 import linecache
 import logging
 
-import onnx
+import onnx_ir
 import onnxscript
 import torch
 from torch.fx.experimental import proxy_tensor
@@ -14,17 +14,15 @@ from torch.fx.experimental import proxy_tensor
 from onnxtrain._translations import TABLE
 
 
-def _as_inputs(model, state):
-    """Initializers named in `state` (the module's parameters and buffers; not the constants the module makes, which
-    the exporter names as its attributes) become graph inputs."""
-    kept = []
-    for init in model.graph.initializer:
-        if init.name in state:
-            model.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, init.dims))
-        else:
-            kept.append(init)
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
+def _as_inputs(graph, state):
+    """Initializers of the exported graph (onnx_ir) named in `state` (the module's parameters and buffers; not the
+    constants the module makes, which the exporter names as its attributes) become graph inputs. Done before the
+    graph is serialized, so that the weights are never copied into a ModelProto: freed, such a copy stays in the
+    process's heap (65 MiB of resident memory for a 6-layer GPT)."""
+    for name in [n for n in graph.initializers if n in state]:
+        value = graph.initializers.pop(name)
+        value.const_value = None
+        graph.inputs.append(value)
 
 
 def _contiguous_before_reshape(program):
@@ -106,12 +104,11 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
     finally:
         specializing.setLevel(level)
         _drop_tracing_leftovers()
-    model = exported.model_proto
     held = [*flat.named_parameters(remove_duplicate=False), *flat.named_buffers(remove_duplicate=False)]
-    _as_inputs(model, {n for n, _ in held})  # (a tied parameter may be named by any of its names)
+    _as_inputs(exported.model.graph, {n for n, _ in held})  # (a tied parameter may be named by any of its names)
     # onnxscript's optimizer once the weights are inputs (before, it folds transposes into them): splits into
     # Split rather than sequences, constants folded
-    model = onnxscript.optimizer.optimize(model)
+    model = onnx_ir.to_proto(onnxscript.optimizer.optimize(exported.model))
     _name_inputs(model, names)
     _name_dims(model, set(names))
     return model
