@@ -16,8 +16,9 @@ class Options:
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
-    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL): 0 the config only, 1 transformer layer-wise,
-    # 2 layer-wise plus compromised plans (stash the narrower input of an up-cast instead of its output)
+    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL): 0 the config only; 1 inside each transformer
+    # layer, what is cheap to recompute (no matrix product, no attention); 2 layer-wise checkpointing (each layer
+    # recomputed from its input), compromised plans too (the narrower input of an up-cast stashed, not its output)
     memory_opt_level: int = 0
     # ONNXTRAIN_MEMORY_BUDGET: a fraction of the stash to keep at most (0.3), or a size for the whole step's
     # predicted peak ("6GiB": parameters, gradients, stash, transient buffers; PyTorch's optimizer state is not

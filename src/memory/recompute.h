@@ -69,9 +69,11 @@ struct RecomputeReport {
 
 struct RecomputeOptions {
   std::vector<ConfigEntry> config;
-  // 0 the config only; 1 every plain plan inside the transformer layers (memory/layers.h) but for their inputs,
-  // which stay stashed: layer-wise checkpointing; 2 compromised plans too. (The cheaper middle ground, the
-  // cheapest plans that keep a fraction of the stash, is a budget: stash_fraction.) At every level, casts of
+  // 0 the config only; 1 the plain plans inside the transformer layers (memory/layers.h) that recompute no
+  // product and no attention (cheap: elementwise ops, normalizations, softmaxes, copies), their inputs and the
+  // products' outputs staying stashed; 2 every plan inside the layers, compromised ones too, all but their inputs
+  // recomputed: layer-wise checkpointing. (Other middle grounds, the cheapest plans that keep a fraction of the
+  // stash, are budgets: stash_fraction.) At every level, casts of
   // parameters (autocast's bf16 weights) are cast again in backward rather than stashed, unless a config entry
   // names their cluster; so are lone up-casts, their narrower input stashed instead (the bf16 logits
   // that autocast casts to float32 for the loss).

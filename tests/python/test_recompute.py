@@ -157,7 +157,17 @@ def test_layer_detection_finds_every_transformer_layer(arch, layers, tmp_path):
     assert session.transformer_layers() == layers
 
 
-def test_level_1_recomputes_inside_layers_with_identical_gradients(model):
+def recomputes_a_projection(session):
+    """Whether a recompute plan the session applies runs a projection (a Linear of K = 32: 64 operations per
+    element it writes, past level 1's 32)."""
+    rows = [line.split(" | ") for line in session.memory_report().splitlines()[1:] if " | " in line]
+    return any("Linear" in r[0].split("+") for r in rows if r[3].startswith("ON"))
+
+
+def test_levels_recompute_inside_layers_with_identical_gradients(model):
+    """Level 1 recomputes what is cheap inside the layers (at most 32 operations per element written: not the
+    projections; the attention products of these 8-wide heads are cheap); level 2 is layer-wise checkpointing
+    (everything but the layers' inputs): each stashes less than the level before."""
     b, wrt, feeds = model
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, stash = step(plain, feeds)
@@ -165,13 +175,13 @@ def test_level_1_recomputes_inside_layers_with_identical_gradients(model):
     layered = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims)
     got, kept = step(layered, feeds)
     assert "level 1: 2 transformer layers" in layered.memory_report()
-    assert kept < 0.5 * stash
+    assert kept < 0.8 * stash and not recomputes_a_projection(layered), layered.memory_report()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     level2 = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2, memory_dims=dims)
     got2, kept2 = step(level2, feeds)
     assert "level 2: 2 transformer layers" in level2.memory_report()
-    assert kept2 <= kept
+    assert kept2 < 0.5 * stash and kept2 < kept and recomputes_a_projection(level2), level2.memory_report()
     for name in want:
         np.testing.assert_array_equal(got2[name], want[name], err_msg=name)
     with pytest.raises(onnxtrain.ConfigError, match="level 3 is not 0, 1 or 2"):
@@ -184,7 +194,7 @@ def test_a_budget_on_the_step_peak_is_met_with_identical_gradients(model):
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, _ = step(plain, feeds)
     before = plain.predict_memory(dims)["total"]
-    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1,
+    everything = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2,
                                                 memory_dims=dims).predict_memory(dims)["total"]
     budget = (before + everything) // 2
     planned = onnxtrain.Session.for_training(b, wrt, "loss", memory_budget=f"{budget}B", memory_dims=dims)
@@ -221,7 +231,7 @@ def test_what_a_budget_budgets_never_rises_as_it_falls(model):
     b, wrt, feeds = model
     dims = {"batch": 4, "seq": 16}
     hi = onnxtrain.Session.for_training(b, wrt, "loss").predict_memory(dims)["total"]
-    lo = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims).predict_memory(dims)["total"]
+    lo = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2, memory_dims=dims).predict_memory(dims)["total"]
     peaks = []
     for k in range(10, -4, -1):
         budget = f"{int(lo + (hi - lo) * k / 10)}B"
