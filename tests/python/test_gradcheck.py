@@ -174,6 +174,7 @@ CASES += [
          {"training_mode": 1}, rtol=1e-4),
     Case("InstanceNormalization", [r(2, 3, 5), r(3), r(3)], rtol=1e-4),
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))], {"seed": 3}, outputs=2),
+    Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))]),  # the mask from the run's seed
     Case("Dropout", [r(4, 5)]),
     Case("Conv", [r(2, 3, 5, 5), r(4, 3, 3, 3), r(4)], {"pads": [1, 1, 1, 1]}),
     Case("Conv", [r(1, 4, 7), r(4, 2, 3)], {"group": 2, "strides": [2], "dilations": [2]}),
@@ -225,6 +226,7 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
     "com.onnxtrain.FlashAttentionGrad": "itself a gradient op (checked through FlashAttention)",
+    "com.onnxtrain.DropoutGrad": "itself a gradient op (checked through Dropout)",
     "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",
     "com.onnxtrain.LinearCrossEntropyGrad": "itself a gradient op (checked through LinearCrossEntropy)",
     "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
