@@ -1,5 +1,6 @@
 // A language model's head and loss in one op, with no vocabulary-sized value:
-// com.onnxtrain.LinearCrossEntropy(X (..., K), W (C, K), B (C)?, target (N)) -> (loss, lse (N)) computes
+// com.onnxtrain.LinearCrossEntropy(X (..., K), W (C, K), B (C)?, target (N)) -> (loss, lse (N), dX?, dW?, dB?)
+// computes
 //   SoftmaxCrossEntropyLoss(X W^T + B, as (N, C) rows, target)
 // (N the product of X's leading dims; attributes reduction and ignore_index as SoftmaxCrossEntropyLoss's, no class
 // weights) a block of rows at a time (kernels/cpu/linear_cross_entropy.cpp): the (N, C) scores never exist whole,
@@ -7,8 +8,10 @@
 // log-sum-exps are float32: autocast's head, a 16-bit Linear whose scores are cast to float32 for the loss. Backward,
 // com.onnxtrain.LinearCrossEntropyGrad(dloss, X, W, B?, target, lse) -> (dX, dW, dB), computes each block's scores
 // again and forms their gradient once, straight into dX, dW and dB: training stashes X, the targets and N numbers
-// instead of the (N, C) scores, at the price of the head's product once more. The linear_cross_entropy_fusion pass
-// makes it of Linear -> [Reshape to rows] -> SoftmaxCrossEntropyLoss.
+// instead of the (N, C) scores, at the price of the head's product once more. For a loss of one number, forward
+// forms dX, dW and dB for a loss gradient of 1 instead (outputs 2-4), backward scales them: the stash holds dX in
+// X's place and dW from the end of forward, when backward would allocate it anyway. The linear_cross_entropy_fusion
+// pass makes it of Linear -> [Reshape to rows] -> SoftmaxCrossEntropyLoss.
 #include "ops/grad.h"
 #include "ops/loss.h"
 #include "ops/op.h"
@@ -44,7 +47,9 @@ class LinearCrossEntropyOp : public OpWith<LossAttrs> {
   Dim flops(const ir::Node& n) const override {
     const ir::Value *x = n.inputs[kX], *w = n.inputs[kW];
     if (!x->has_shape || !w->has_shape || w->shape.size() != 2) return Dim(0);
-    return shape_numel(x->shape) * w->shape[0] * Dim(2);
+    const size_t products =
+        1 + (n.outputs.size() > 2 + kX && n.outputs[2 + kX]) + (n.outputs.size() > 2 + kW && n.outputs[2 + kW]);
+    return shape_numel(x->shape) * w->shape[0] * Dim(2 * int64_t(products));
   }
   void infer(InferCtx& ctx) const override {
     Dim n = rows_of(ctx, kX, kW, kB, kTarget);
@@ -54,10 +59,24 @@ class LinearCrossEntropyOp : public OpWith<LossAttrs> {
     const DType x = ctx.dtype(kX), loss = x == DType::kBFloat16 || x == DType::kFloat16 ? DType::kFloat32 : x;
     ctx.set(0, loss, attrs.reduction == LossAttrs::kNone ? Shape{n} : Shape{});
     ctx.set(1, loss, Shape{n});
+    for (size_t i : {kX, kW, kB})  // the gradients formed in forward, when asked for
+      if (ctx.num_outputs() > 2 + i && ctx.node().outputs[2 + i])
+        ctx.set(2 + i, x, i == kB ? Shape{ctx.shape(kW)[0]} : ctx.shape(i));
   }
+  // A loss of one number ("mean", "sum"): its gradients for a loss gradient of 1 are formed in forward (outputs
+  // 2-4), while each block's scores are at hand, and backward scales them by the loss's gradient: the head's
+  // product is not computed again. A loss per row: com.onnxtrain.LinearCrossEntropyGrad computes the scores again.
   void grad(GradCtx& g) const override {
     if (!g.dy(0) || (!g.needs(kX) && !g.needs(kW) && !g.needs(kB))) return;
     const ir::Node& n = g.node();
+    if (attrs.reduction != LossAttrs::kNone) {
+      for (size_t i : {kX, kW, kB}) {
+        if (!g.needs(i)) continue;
+        ir::Value* unit = g.y(2 + i);
+        g.set_dx(i, g.mul(unit, unit->dtype == g.dy(0)->dtype ? g.dy(0) : g.cast(g.dy(0), unit->dtype)));
+      }
+      return;
+    }
     ir::Attributes attrs;
     for (const char* a : {"reduction", "ignore_index"})
       if (n.attrs.count(a)) attrs[a] = n.attrs.at(a);

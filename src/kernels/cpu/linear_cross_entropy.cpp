@@ -84,41 +84,6 @@ T log_sum_exp(const T* row, int64_t n) {
   }
 }
 
-// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16).
-template <typename S, typename A>
-void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
-  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
-  const int64_t block = block_rows(r.c, sizeof(A));
-  A* s = c.scratch_as<A>(0, size_t(block * r.c));
-  A* loss = c.out(0).data<A>();
-  A* lse = c.wants(1) ? c.out(1).data<A>() : c.scratch_as<A>(size_t(block * r.c) * sizeof(A), size_t(r.n));
-  double total = 0;
-  for (int64_t r0 = 0; r0 < r.n; r0 += block) {
-    const int64_t m = std::min(block, r.n - r0);
-    scores(r, x, w, b, r0, m, s);
-    parallel_for(m, r.c * 4, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) lse[r0 + i] = log_sum_exp(s + i * r.c, r.c);
-    });
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = r.target[size_t(r0 + i)];
-      const A per = ignored(a, t) ? A(0) : lse[r0 + i] - s[i * r.c + t];
-      if (a.reduction == LossAttrs::kNone) loss[r0 + i] = per;
-      total += double(per);
-    }
-  }
-  if (a.reduction == LossAttrs::kSum) loss[0] = A(total);
-  if (a.reduction == LossAttrs::kMean) loss[0] = A(r.valid ? total / double(r.valid) : 0.0);
-}
-
-void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
-  const Rows r = rows(a, c, 0, 1, 2, 3);
-  if (c.in(0).dtype() == DType::kBFloat16) return forward<BFloat16, float>(a, r, c);
-  dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    forward<T, T>(a, r, c);
-  });
-}
-
 // The scores of rows [r0, r0 + m) in s turned into their gradient: per * (softmax - onehot(target)), 0 for an
 // ignored target (per: dloss, times 1 / valid for "mean").
 template <typename T>
@@ -150,34 +115,123 @@ T mean_scale(const LossAttrs& a, const Rows& r) {
   return a.reduction == LossAttrs::kMean ? T(r.valid ? 1.0 / double(r.valid) : 0.0) : T(1);
 }
 
-// Backward in bfloat16: each block's gradient rounded to bf16 (as autocast's Cast backward rounds it) for the
-// GEMMs; dW and dB summed over the blocks in float32 and rounded once.
-void backward_bf16(const LossAttrs& a, const Rows& r, KernelCtx& c) {
-  const float *dloss = c.in(0).data<float>(), *lse = c.in(5).data<float>();
-  const BFloat16 *x = c.in(1).data<BFloat16>(), *w = c.in(2).data<BFloat16>();
-  const BFloat16* b = c.has(3) ? c.in(3).data<BFloat16>() : nullptr;
-  BFloat16* dx = c.wants(0) ? c.out(0).data<BFloat16>() : nullptr;
-  const int64_t block = block_rows(r.c, sizeof(float));
+// Where the gradients go: dX, dW, dB of S (each null when not asked for), and in bfloat16 the scratch they are
+// formed in (each block's gradient rounded to bf16, as autocast's Cast backward rounds it, for the GEMMs; dW and
+// dB summed over the blocks in float32 and rounded once, by finish()).
+template <typename S>
+struct Gradients {
+  S *dx = nullptr, *dw = nullptr, *db = nullptr;
+  BFloat16* g = nullptr;
+  float *dw32 = nullptr, *db32 = nullptr;
+
+  Gradients(KernelCtx& c, size_t first, const Rows& r, ScratchCarver& scratch, int64_t block) {
+    dx = c.wants(first) ? c.out(first).data<S>() : nullptr;
+    dw = c.wants(first + 1) ? c.out(first + 1).data<S>() : nullptr;
+    db = c.wants(first + 2) ? c.out(first + 2).data<S>() : nullptr;
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      if (!any()) return;
+      g = scratch.take<BFloat16>(block * r.c);
+      dw32 = dw ? scratch.take<float>(r.c * r.k) : nullptr;
+      db32 = db ? scratch.take<float>(r.c) : nullptr;
+      if (dw32 && r.n == 0) std::fill(dw32, dw32 + r.c * r.k, 0.f);
+      if (db32) std::fill(db32, db32 + r.c, 0.f);
+    } else {
+      if (dw && r.n == 0) std::fill(dw, dw + r.c * r.k, S(0));
+      if (db) std::fill(db, db + r.c, S(0));
+    }
+  }
+  bool any() const { return dx || dw || db; }
+
+  // Adds the gradient of rows [r0, r0 + m), the block's score gradients in s, to dX (its rows), dW and dB.
+  template <typename A>
+  void add(const Rows& r, const S* x, const S* w, int64_t r0, int64_t m, A* s) {
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      from_f32(s, g, m * r.c);
+      if (dx) gemm_bf16(1, m, r.k, r.c, {g, r.c}, {w, r.k}, dx + r0 * r.k);
+      if (dw32) gemm_bf16(1, r.c, r.k, m, {g, r.c, 0, true}, {x + r0 * r.k, r.k}, dw32, 1, nullptr, r0 > 0);
+    } else {
+      if (dx) gemm<S>(false, false, m, r.k, r.c, S(1), s, r.c, w, r.k, S(0), dx + r0 * r.k, r.k);
+      if (dw) gemm<S>(true, false, r.c, r.k, m, S(1), s, r.c, x + r0 * r.k, r.k, S(r0 ? 1 : 0), dw, r.k);
+    }
+    A* sums = nullptr;
+    if constexpr (std::is_same_v<S, BFloat16>)
+      sums = db32;
+    else
+      sums = db;
+    if (sums)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < r.c; ++j) sums[j] += s[i * r.c + j];
+  }
+
+  void finish(const Rows& r) {
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      if (dw32) from_f32(dw32, dw, r.c * r.k);
+      if (db32) from_f32(db32, db, r.c);
+    }
+  }
+};
+
+// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16). With outputs 2-4 (dX, dW, dB for a
+// loss gradient of 1: reductions "mean" and "sum"), each block's gradient is formed while its scores are at hand,
+// so that backward only scales it by the loss's gradient instead of computing the scores again.
+template <typename S, typename A>
+void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
+  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
+  const int64_t block = block_rows(r.c, sizeof(A));
   ScratchCarver scratch{c};
-  float* s = scratch.take<float>(block * r.c);
-  BFloat16* g = scratch.take<BFloat16>(block * r.c);
-  float* dw = c.wants(1) ? scratch.take<float>(r.c * r.k) : nullptr;
-  float* db = c.wants(2) ? scratch.take<float>(r.c) : nullptr;
-  if (dw && r.n == 0) std::fill(dw, dw + r.c * r.k, 0.f);
-  if (db) std::fill(db, db + r.c, 0.f);
+  A* s = scratch.take<A>(block * r.c);
+  A* lse = c.wants(1) ? c.out(1).data<A>() : scratch.take<A>(r.n);
+  Gradients<S> grads(c, 2, r, scratch, block);
+  if (grads.any() && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
+  const A one(1), scale = mean_scale<A>(a, r);
+  A* loss = c.out(0).data<A>();
+  double total = 0;
   for (int64_t r0 = 0; r0 < r.n; r0 += block) {
     const int64_t m = std::min(block, r.n - r0);
     scores(r, x, w, b, r0, m, s);
-    score_gradients(a, r, dloss, mean_scale<float>(a, r), lse, r0, m, s);
-    from_f32(s, g, m * r.c);
-    if (dx) gemm_bf16(1, m, r.k, r.c, {g, r.c}, {w, r.k}, dx + r0 * r.k);
-    if (dw) gemm_bf16(1, r.c, r.k, m, {g, r.c, 0, true}, {x + r0 * r.k, r.k}, dw, 1, nullptr, r0 > 0);
-    if (db)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < r.c; ++j) db[j] += s[i * r.c + j];
+    parallel_for(m, r.c * 4, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) lse[r0 + i] = log_sum_exp(s + i * r.c, r.c);
+    });
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t t = r.target[size_t(r0 + i)];
+      const A per = ignored(a, t) ? A(0) : lse[r0 + i] - s[i * r.c + t];
+      if (a.reduction == LossAttrs::kNone) loss[r0 + i] = per;
+      total += double(per);
+    }
+    if (!grads.any()) continue;
+    score_gradients(a, r, &one, scale, lse, r0, m, s);
+    grads.add(r, x, w, r0, m, s);
   }
-  if (dw) from_f32(dw, c.out(1).data<BFloat16>(), r.c * r.k);
-  if (db) from_f32(db, c.out(2).data<BFloat16>(), r.c);
+  grads.finish(r);
+  if (a.reduction == LossAttrs::kSum) loss[0] = A(total);
+  if (a.reduction == LossAttrs::kMean) loss[0] = A(r.valid ? total / double(r.valid) : 0.0);
+}
+
+void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
+  const Rows r = rows(a, c, 0, 1, 2, 3);
+  if (c.in(0).dtype() == DType::kBFloat16) return forward<BFloat16, float>(a, r, c);
+  dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    forward<T, T>(a, r, c);
+  });
+}
+
+// Backward on dloss, X, W, B of S, lse in A: each block's scores computed again and turned into their gradient.
+template <typename S, typename A>
+void backward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
+  const A *dloss = c.in(0).data<A>(), *lse = c.in(5).data<A>();
+  const S *x = c.in(1).data<S>(), *w = c.in(2).data<S>(), *b = c.has(3) ? c.in(3).data<S>() : nullptr;
+  const int64_t block = block_rows(r.c, sizeof(A));
+  ScratchCarver scratch{c};
+  A* s = scratch.take<A>(block * r.c);
+  Gradients<S> grads(c, 0, r, scratch, block);
+  for (int64_t r0 = 0; r0 < r.n; r0 += block) {
+    const int64_t m = std::min(block, r.n - r0);
+    scores(r, x, w, b, r0, m, s);
+    score_gradients(a, r, dloss, mean_scale<A>(a, r), lse, r0, m, s);
+    grads.add(r, x, w, r0, m, s);
+  }
+  grads.finish(r);
 }
 
 void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
@@ -185,28 +239,10 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
   if (c.in(5).numel() != r.n) c.fail("lse " + dims_str(c.in(5).dims()) + " must hold one number per row");
   const int64_t dloss_count = a.reduction == LossAttrs::kNone ? r.n : 1;
   if (c.in(0).numel() != dloss_count) c.fail("dloss " + dims_str(c.in(0).dims()) + " must be the loss's shape");
-  if (c.in(1).dtype() == DType::kBFloat16) return backward_bf16(a, r, c);
+  if (c.in(1).dtype() == DType::kBFloat16) return backward<BFloat16, float>(a, r, c);
   dispatch<kWideFloats>(c.in(1).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T *dloss = c.in(0).data<T>(), *x = c.in(1).data<T>(), *w = c.in(2).data<T>();
-    const T *b = c.has(3) ? c.in(3).data<T>() : nullptr, *lse = c.in(5).data<T>();
-    T* dx = c.wants(0) ? c.out(0).data<T>() : nullptr;
-    T* dw = c.wants(1) ? c.out(1).data<T>() : nullptr;
-    T* db = c.wants(2) ? c.out(2).data<T>() : nullptr;
-    if (db) std::fill(db, db + r.c, T(0));
-    const int64_t block = block_rows(r.c, sizeof(T));
-    T* s = c.scratch_as<T>(0, size_t(block * r.c));
-    for (int64_t r0 = 0; r0 < r.n; r0 += block) {
-      const int64_t m = std::min(block, r.n - r0);
-      scores(r, x, w, b, r0, m, s);
-      score_gradients(a, r, dloss, mean_scale<T>(a, r), lse, r0, m, s);
-      if (dx) gemm<T>(false, false, m, r.k, r.c, T(1), s, r.c, w, r.k, T(0), dx + r0 * r.k, r.k);
-      if (dw) gemm<T>(true, false, r.c, r.k, m, T(1), s, r.c, x + r0 * r.k, r.k, T(r0 ? 1 : 0), dw, r.k);
-      if (db)
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < r.c; ++j) db[j] += s[i * r.c + j];
-    }
-    if (dw && r.n == 0) std::fill(dw, dw + r.c * r.k, T(0));
+    backward<T, T>(a, r, c);
   });
 }
 
@@ -221,21 +257,30 @@ Dim block_scratch(ops::InferCtx& s, size_t w) {
   return Dim(block_rows(classes.value(), size_t(elem)) * classes.value() * elem);
 }
 
-// Forward: a block, and each row's log-sum-exp when output 1 is not asked for.
-Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
-  const auto& outs = s.node().outputs;
-  if (outs.size() > 1 && outs[1]) return block_scratch(s, 1);
-  const Shape& x = s.shape(0);
-  return block_scratch(s, 1) + shape_numel(Shape(x.begin(), x.end() - 1)) * Dim(score_bytes(s.dtype(0)));
+// What the gradients of W (C, K) in `w`'s dtype take beyond a block: in bfloat16 the block's bf16 gradient and
+// float32 sums of dW and dB (Gradients), nothing else.
+Dim gradient_scratch(ops::InferCtx& s, size_t w) {
+  if (s.dtype(w) != DType::kBFloat16) return Dim(0);
+  const Shape& ws = s.shape(w);
+  return scratch_span(Dim::ceil_div(block_scratch(s, w), Dim(2))) + scratch_span(shape_numel(ws) * Dim(4)) +
+         ws[0] * Dim(4);
 }
 
-// Backward: a block; in bfloat16 also the block's bf16 gradient and float32 sums of dW and dB.
+// Forward: a block, each row's log-sum-exp when output 1 is not asked for, and the gradients' scratch when
+// outputs 2-4 are.
+Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
+  const auto& outs = s.node().outputs;
+  const Shape& x = s.shape(0);
+  Dim r = scratch_span(block_scratch(s, 1));
+  if (outs.size() < 2 || !outs[1])
+    r = r + scratch_span(shape_numel(Shape(x.begin(), x.end() - 1)) * Dim(score_bytes(s.dtype(0))));
+  bool grads = std::any_of(outs.begin() + std::min<size_t>(2, outs.size()), outs.end(), [](auto* v) { return v; });
+  return grads ? r + gradient_scratch(s, 1) : r;
+}
+
+// Backward: a block and the gradients' scratch.
 Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
-  Dim block = block_scratch(s, 2);
-  if (s.dtype(2) != DType::kBFloat16) return block;
-  const Shape& w = s.shape(2);
-  return scratch_span(block) + scratch_span(Dim::ceil_div(block, Dim(2))) + scratch_span(shape_numel(w) * Dim(4)) +
-         w[0] * Dim(4);
+  return scratch_span(block_scratch(s, 2)) + gradient_scratch(s, 2);
 }
 
 const bool kRegistered = register_kernels(
