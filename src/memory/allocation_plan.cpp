@@ -42,8 +42,8 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
       if (i == 0 && n->op && n->op->is_view() && n->inputs[0]) {
         vp.kind = AllocKind::kView;
         src = n->inputs[0];
-      } else if (i == 0 && allow_inplace && n->op && n->op->inplace_input() >= 0) {
-        const ir::Value* cand = n->input(size_t(n->op->inplace_input()));
+      } else if (allow_inplace && n->op && n->op->inplace_input_of(i) >= 0) {
+        const ir::Value* cand = n->input(size_t(n->op->inplace_input_of(i)));
         if (cand && p.values_.count(cand)) {
           const ValuePlan& cp = p.values_.at(cand);
           const ir::Value* root = cp.root;

@@ -153,11 +153,12 @@ class GeluGradOp : public Op {
 
 // com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), bit for bit, in one pass: where backward
 // recomputes a GELU whose input its gradient reads anyway (gelu_recompute_fusion makes it), the recompute
-// costs little more than the gradient alone. dx may take dy's buffer, as GeluGrad's does.
+// costs little more than the gradient alone. dx may take dy's buffer, as GeluGrad's does, and y x's: the recompute
+// then allocates nothing (x's last reader is this node, typically).
 class GeluAndGradOp : public Op {
  public:
   explicit GeluAndGradOp(const ir::Node&) {}
-  int inplace_input() const override { return 0; }
+  int inplace_input_of(size_t i) const override { return i < 2 ? int(i) : -1; }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) != ctx.rank(1))
       ctx.fail("dy " + shape_str(ctx.shape(0)) + " and x " + shape_str(ctx.shape(1)) + " differ");

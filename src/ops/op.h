@@ -110,6 +110,8 @@ class Op {
   virtual void infer(InferCtx& ctx) const = 0;
   // Output 0 may be written into input `inplace_input()`'s buffer; -1 if not.
   virtual int inplace_input() const { return -1; }
+  // The same for any output: the input whose buffer output `i` may be written into, or -1 (by default output 0's).
+  virtual int inplace_input_of(size_t i) const { return i == 0 ? inplace_input() : -1; }
   // Output 0 is input 0's data under another shape (Reshape, Squeeze, ...):
   // run_node shares the storage; such an op has no kernel.
   virtual bool is_view() const { return false; }

@@ -116,7 +116,10 @@ void gelu_and_grad(KernelCtx& c) {
         in_f32_blocks<T, 2, 2>({d, xp}, {dx, y}, b, e,
                                [](auto in, auto o, int64_t m) { gelu_and_grad_f32(in[0], in[1], o[0], o[1], m); });
       } else {
-        for (int64_t i = b; i < e; ++i) y[i] = gelu(false, xp[i]), dx[i] = d[i] * gelu_derivative(xp[i]);
+        for (int64_t i = b; i < e; ++i) {  // (dx may be dy's buffer and y x's: both read before either is written)
+          const T xi = xp[i], di = d[i];
+          y[i] = gelu(false, xi), dx[i] = di * gelu_derivative(xi);
+        }
       }
     });
   });
