@@ -25,9 +25,10 @@ void* CachingAllocator::allocate(size_t bytes) {
                            " allocated and a limit of " + mib(s_.limit));
   void* p = nullptr;
   size_t block = rounded;
-  // Best fit among cached blocks, but never more than twice the request.
+  // Best fit among cached blocks, but never more than an eighth over the request (the slack of a bigger block is
+  // process memory the plan does not count).
   auto it = free_blocks_.lower_bound(rounded);
-  if (it != free_blocks_.end() && it->first <= 2 * rounded) {
+  if (it != free_blocks_.end() && it->first <= rounded + rounded / 8) {
     block = it->first;
     p = it->second;
     free_blocks_.erase(it);
