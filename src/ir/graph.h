@@ -48,6 +48,9 @@ struct Node {
   std::string random_key;             // random ops: the key their numbers derive from (the name when empty)
   bool backward = false;              // made by autodiff: runs in the backward part of a training step
 
+  // The key a random op's numbers derive from: random_key, else the name (what a clone or a gradient copies to
+  // draw the same numbers).
+  const std::string& key() const { return random_key.empty() ? name : random_key; }
   // "node 'name' (OpType)": the prefix of every message about this node.
   std::string where() const;
   Value* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }

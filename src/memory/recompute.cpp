@@ -199,7 +199,7 @@ static void clone_into_backward(ir::Graph& g, const Candidate& c, Clones& done) 
     k->opset = n->opset;
     k->op = n->op;
     k->backward = true;
-    k->random_key = n->random_key.empty() ? n->name : n->random_key;  // the same dropout mask
+    k->random_key = n->key();  // the same dropout mask
     clones.push_back(k);
   }
   // Backward readers of the target read the clone (the schedule runs the clones just before the first of them).

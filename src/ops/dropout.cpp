@@ -30,8 +30,7 @@ class DropoutOp : public OpWith<DropoutAttrs> {
     ir::Attributes a;
     if (attrs.has_seed) a["seed"] = attrs.seed;
     std::vector<ir::Value*> dx = g.ops("DropoutGrad", {dy, g.x(1), training}, 1, a, "com.onnxtrain");
-    const ir::Node& n = g.node();
-    dx[0]->producer->random_key = n.random_key.empty() ? n.name : n.random_key;
+    dx[0]->producer->random_key = g.node().key();
     g.set_dx(0, dx[0]);
   }
 };
@@ -47,8 +46,8 @@ class DropoutGradOp : public OpWith<DropoutAttrs> {
   bool is_random() const override { return true; }
 };
 
-const bool kRegistered = register_ops({{"", "Dropout", factory<DropoutOp>()},
-                                       {"com.onnxtrain", "DropoutGrad", factory<DropoutGradOp>()}});
+const bool kRegistered =
+    register_ops({{"", "Dropout", factory<DropoutOp>()}, {"com.onnxtrain", "DropoutGrad", factory<DropoutGradOp>()}});
 
 }  // namespace
 }  // namespace onnxtrain::ops

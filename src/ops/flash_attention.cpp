@@ -102,7 +102,7 @@ class FlashAttentionOp : public Op {
     for (const char* a : {"zero_masked_rows", "kv_groups"})
       if (n.attrs.count(a)) attrs[a] = n.attrs.at(a);
     std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, attrs, "com.onnxtrain");
-    d[0]->producer->random_key = n.random_key.empty() ? n.name : n.random_key;  // the forward's dropout mask
+    d[0]->producer->random_key = n.key();  // the forward's dropout mask
     for (size_t i = kQ; i <= kV; ++i)
       if (g.needs(i)) g.set_dx(i, d[i]);
   }

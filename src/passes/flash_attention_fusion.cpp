@@ -143,7 +143,7 @@ class FlashAttentionFusion : public Pass {
       if (under_safe) attrs["zero_masked_rows"] = int64_t(1);
       ir::Node* f = add_fused(g, "com.onnxtrain", 1, "FlashAttention", in, {mm->outputs[0], lse},
                               g.unique_name(softmax->name + "_flash"), mm->backward, attrs);
-      if (dropout) f->random_key = dropout->random_key.empty() ? dropout->name : dropout->random_key;
+      if (dropout) f->random_key = dropout->key();
       gone.insert(gone.end(), replaced.begin(), replaced.end());
       if (dropout) gone.push_back(dropout);
     }

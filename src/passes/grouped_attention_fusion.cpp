@@ -49,7 +49,7 @@ class GroupedAttentionFusion : public Pass {
       const std::vector<ir::Value*> outs = f->outputs;  // (a copy: add_fused gives f placeholders instead)
       ir::Node* grouped = add_fused(g, "com.onnxtrain", 1, "FlashAttention", in, outs,
                                     g.unique_name(f->name + "_grouped"), f->backward, attrs);
-      grouped->random_key = f->random_key.empty() ? f->name : f->random_key;
+      grouped->random_key = f->key();
       gone.push_back(f);  // (the repeating nodes go with dead code when nothing else reads them)
     }
     return remove_all(g, gone, true);

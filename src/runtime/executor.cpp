@@ -12,7 +12,7 @@ namespace onnxtrain::runtime {
 // name), so a node and its recomputed clone (which keeps the key) draw the same numbers.
 static uint64_t random_key(const ir::Node& n) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char ch : n.random_key.empty() ? n.name : n.random_key) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  for (char ch : n.key()) h = (h ^ uint8_t(ch)) * 1099511628211ull;
   return h;
 }
 

@@ -134,7 +134,8 @@ def test_train_takes_the_memory_optimizer_options(tmp_path):
     plain, layered = cli(*args), cli(*args, "--level", "1")
     assert plain.returncode == 0 and layered.returncode == 0, layered.stderr
     assert "level 1: 2 transformer layers" in layered.stdout
-    stash = lambda out: [float(l.split()[-1]) for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]  # noqa: E731
+    stash = lambda out: [float(l.split()[-1])  # noqa: E731
+                         for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]
     losses = lambda out: [l.split()[1] for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]  # noqa: E731
     assert stash(layered.stdout)[-1] < stash(plain.stdout)[-1]
     assert losses(layered.stdout) == losses(plain.stdout), "recompute changes no number"
