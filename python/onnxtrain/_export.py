@@ -14,7 +14,7 @@ import onnx
 import torch
 from onnx import helper
 
-from onnxtrain import _capture_lock, _export_program, _export_torchscript
+from onnxtrain import _capture_lock, _capture_process, _export_program, _export_torchscript
 from onnxtrain import _onnxtrain as C
 from onnxtrain._schema import flatten, unflatten
 
@@ -147,10 +147,13 @@ def _training_batch_norms(model, buffers):
     return updates
 
 
-def export(module, schema, tensors, names, training, dynamic_dims=None, exporter="auto"):
+def export(module, schema, tensors, names, training, dynamic_dims=None, exporter="auto", in_child=False):
     """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
     every tensor when None. `exporter` "auto" captures through torch.export and falls back to the TorchScript-based
-    exporter, with a warning naming why, where torch.export cannot capture the module."""
+    exporter, with a warning naming why, where torch.export cannot capture the module. `in_child`: in a forked
+    child process where one may be (_capture_process)."""
+    if in_child and _capture_process.usable():
+        return _capture_process.run(export, module, schema, tensors, names, training, dynamic_dims, exporter)
     if dynamic_dims is None:
         dynamic_dims = [range(t.dim()) for t in tensors]
     used = "torchscript" if exporter == "torchscript" else "torch.export"

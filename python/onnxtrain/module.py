@@ -269,7 +269,7 @@ class Module(torch.nn.Module):
         # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); all by default.
         dynamic_dims = getattr(self.module, "dynamic_dims", None)
         exported = export(self.module, full, tensors, names, self.module.training, dynamic_dims,
-                          self._options.exporter)
+                          self._options.exporter, self._options.capture_process)
         t1 = time.perf_counter()
         self.export_count += 1
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]

@@ -13,6 +13,10 @@ class Options:
     # ONNXTRAIN_EXPORTER: how a module is captured: "auto" (torch.export, or PyTorch's TorchScript-based exporter
     # with a warning naming why where torch.export cannot capture it), "torch.export" or "torchscript"
     exporter: str = "auto"
+    # ONNXTRAIN_CAPTURE_PROCESS=0: capture in this process rather than in a child forked for it (the child keeps
+    # the exporters' imports and caches, about 90 MiB, out of the training process; a capture runs here anyway
+    # while other threads run, under torch.distributed, or where there is no fork)
+    capture_process: bool = True
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
@@ -55,6 +59,7 @@ class Options:
             raise ValueError(f"onnxtrain: ONNXTRAIN_MEMORY_TIMELINE / Options.memory_timeline is "
                              f"'{o.memory_timeline}', but the folder {folder} does not exist")
         flag = {True: "1", False: "0"}
+        o.capture_process = os.environ.get("ONNXTRAIN_CAPTURE_PROCESS", flag[o.capture_process]) == "1"
         o.keep_cache = os.environ.get("ONNXTRAIN_KEEP_CACHE", flag[o.keep_cache]) == "1"
         o.early_gradients = os.environ.get("ONNXTRAIN_EARLY_GRADIENTS", flag[o.early_gradients]) == "1"
         o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", flag[o.print_memory_stats]) == "1"
