@@ -90,6 +90,7 @@ def main():
     model.train()
     first = None
     t0 = time.perf_counter()
+    tqdm.monitor_interval = 0  # no monitor thread: onnxtrain captures in a forked process only while no other runs
     bar = tqdm(range(args.steps), desc="training", unit="step", mininterval=1.0, disable=not sys.stderr.isatty())
     for step in bar:
         lr = args.lr * min(1.0, (step + 1) / 20) * (0.5 * (1 + math.cos(math.pi * step / args.steps)) * 0.9 + 0.1)
