@@ -12,6 +12,8 @@ optimizer (so whatever a configuration keeps between steps counts).
     python bench/peers.py [--rounds 3] [--steps 6] [--only eager,onnxtrain-l1,onnxtrain-l1-keep]
 
 (a "-keep" suffix on an onnxtrain configuration keeps the allocator's free blocks between steps: Options.keep_cache;
+an "-idle" suffix returns them once idle for a second rather than at the end of each backward:
+Options.release_cache_after;
 a "-torchscript" suffix captures with the TorchScript-based exporter instead of torch.export: Options.exporter)
 """
 
@@ -73,9 +75,11 @@ def build(config):
     elif config.startswith("onnxtrain"):
         keep = config.endswith("-keep")  # the allocator's free blocks kept between steps (Options.keep_cache)
         what = config.removesuffix("-keep")
+        after = 1.0 if what.endswith("-idle") else 0.0  # kept until idle for a second (release_cache_after)
+        what = what.removesuffix("-idle")
         exporter = "torchscript" if what.endswith("-torchscript") else "auto"
         what = what.removesuffix("-torchscript")
-        common = dict(keep_cache=keep, exporter=exporter)
+        common = dict(keep_cache=keep, release_cache_after=after, exporter=exporter)
         if "budget" in what:
             options = onnxtrain.Options(memory_budget=what.rsplit("-", 1)[1], **common)
         else:

@@ -30,8 +30,10 @@ struct SessionOptions : runtime::CompileOptions {
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
   CachingAllocator* allocator = nullptr;  // the device's allocator when null
   // Whether the allocator keeps its free blocks between steps; by default each run() and run_backward() ends by
-  // returning them to the system (CachingAllocator::trim).
+  // returning them to the system, at once or, with release_cache_after seconds, once nothing has been allocated
+  // for that long (CachingAllocator::trim_when_idle).
   bool keep_cache = false;
+  double release_cache_after = 0;
 };
 
 // What one forward call leaves for its backward call: the stashed activations

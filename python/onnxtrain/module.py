@@ -58,7 +58,8 @@ class _Runner:
             self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
             self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
                                                   options.memory_opt_config, options.memory_budget, dims,
-                                                  options.memory_opt_level, keep_cache=options.keep_cache)
+                                                  options.memory_opt_level, keep_cache=options.keep_cache,
+                                                  release_cache_after=options.release_cache_after)
             self.dims = dims
             # Recorded at the first training step, by rank 0 only (as the memory lines) when distributed.
             self.timeline_path = options.memory_timeline if memory_log._rank() == 0 else ""

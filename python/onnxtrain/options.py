@@ -32,9 +32,13 @@ class Options:
     # ONNXTRAIN_MEMORY_TIMELINE: a PNG path; the first training step's allocations and frees are recorded and
     # drawn there (the data goes to the same path with .json)
     memory_timeline: str = ""
-    # ONNXTRAIN_KEEP_CACHE=1: the allocator keeps its free blocks between steps (by default each backward ends by
-    # returning them to the system, so none idle while PyTorch's optimizer and the next batch allocate)
+    # ONNXTRAIN_KEEP_CACHE=1: the allocator keeps its free blocks between steps
     keep_cache: bool = False
+    # ONNXTRAIN_RELEASE_CACHE_AFTER: otherwise, the seconds its free blocks may idle after a backward before they
+    # go back to the system (0, the default: at the end of each backward, so that none idle beside PyTorch's
+    # optimizer). A step that starts sooner reuses them: faster where the system is slow to give freed memory back
+    # (a virtual machine's host), at the cost of the optimizer's temporaries on the process's peak
+    release_cache_after: float = 0.0
     # ONNXTRAIN_EARLY_GRADIENTS=0: each parameter's gradient reaches autograd (p.grad, DDP's hooks) when all of
     # backward is done, rather than as soon as it is final (backward then runs in a thread of its own)
     early_gradients: bool = True
@@ -61,6 +65,14 @@ class Options:
         flag = {True: "1", False: "0"}
         o.capture_process = os.environ.get("ONNXTRAIN_CAPTURE_PROCESS", flag[o.capture_process]) == "1"
         o.keep_cache = os.environ.get("ONNXTRAIN_KEEP_CACHE", flag[o.keep_cache]) == "1"
+        after = os.environ.get("ONNXTRAIN_RELEASE_CACHE_AFTER", o.release_cache_after)
+        try:
+            o.release_cache_after = float(after)
+        except ValueError:
+            o.release_cache_after = -1.0
+        if not o.release_cache_after >= 0:
+            raise ValueError(f"onnxtrain: ONNXTRAIN_RELEASE_CACHE_AFTER / Options.release_cache_after is '{after}'; "
+                             "use a number of seconds >= 0")
         o.early_gradients = os.environ.get("ONNXTRAIN_EARLY_GRADIENTS", flag[o.early_gradients]) == "1"
         o.print_memory_stats = os.environ.get("ONNXTRAIN_PRINT_MEMORY_STATS", flag[o.print_memory_stats]) == "1"
         budget = os.environ.get("ONNXTRAIN_MEMORY_BUDGET", o.memory_budget)

@@ -14,6 +14,12 @@ static std::string mib(int64_t b) {
 }
 
 CachingAllocator::~CachingAllocator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  idle_cv_.notify_all();
+  if (idle_thread_.joinable()) idle_thread_.join();
   for (auto& [size, p] : free_blocks_) memory_.release(p);
 }
 
@@ -108,8 +114,40 @@ void CachingAllocator::empty_cache() {
 
 void CachingAllocator::trim() {
   std::lock_guard<std::mutex> lock(mu_);
+  trim_locked();
+}
+
+void CachingAllocator::trim_locked() {
   release_free_blocks();
   high_water_ = s_.allocated;
+  idle_deadline_.reset();
+}
+
+void CachingAllocator::trim_when_idle(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (seconds <= 0) {
+    trim_locked();
+    return;
+  }
+  idle_deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(seconds));
+  idle_allocs_ = s_.num_allocs;
+  if (!idle_thread_.joinable()) idle_thread_ = std::thread(&CachingAllocator::idle_loop, this);
+  idle_cv_.notify_all();
+}
+
+void CachingAllocator::idle_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (!idle_deadline_) {
+      idle_cv_.wait(lock);
+    } else if (std::chrono::steady_clock::now() < *idle_deadline_) {
+      idle_cv_.wait_until(lock, *idle_deadline_);
+    } else {
+      if (s_.num_allocs == idle_allocs_) trim_locked();
+      idle_deadline_.reset();  // (a step under way schedules again at its end)
+    }
+  }
 }
 
 void CachingAllocator::release_beyond_high_water(size_t bytes) {

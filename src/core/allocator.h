@@ -3,11 +3,15 @@
 // highest allocated total since the last trim(), so the bytes it reserves (cached) peak where the allocated bytes
 // peak, and a step's process memory is the planned peak, not the planned peak plus fragments of other sizes.
 #pragma once
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include "core/device.h"
 
@@ -45,9 +49,13 @@ class CachingAllocator {
   void set_limit(int64_t bytes);
   // Returns unused cached blocks to the system.
   void empty_cache();
-  // empty_cache(), and a new high-water mark from here: what a session calls at the end of each step, so that
-  // between steps no memory idles in this cache while PyTorch's optimizer and the next batch allocate beside it.
+  // empty_cache(), and a new high-water mark from here.
   void trim();
+  // trim() once `seconds` have passed with nothing allocated (at once for 0), on a thread of the allocator's own:
+  // what a session calls at the end of each step (SessionOptions::release_cache_after). A step that follows sooner
+  // reuses the cache: on a virtual machine whose host takes back the pages a guest frees, faulting them in again
+  // costs about 2 ms per MiB. Memory idle longer (a pause, an evaluation, the end of training) goes back.
+  void trim_when_idle(double seconds);
   // Each observer is called (under the allocator's lock: it must not allocate from this allocator) with every
   // block handed out (+rounded bytes) and taken back (-rounded bytes), on the thread that allocates or frees it,
   // until removed by the id add_observer returned. Several can watch one allocator at once.
@@ -63,6 +71,8 @@ class CachingAllocator {
 
  private:
   void update_peaks();
+  void trim_locked();
+  void idle_loop();            // the thread trim_when_idle starts
   void release_free_blocks();  // with mu_ held
   // With mu_ held, before reserving `bytes` more: releases free blocks, largest first, until the cache fits
   // under the high-water mark (or holds no free block).
@@ -76,6 +86,12 @@ class CachingAllocator {
   int64_t high_water_ = 0;  // the highest allocated total since the last trim()
   std::map<int, Observer> observers_;
   int next_observer_ = 0;
+  // trim_when_idle's: when to trim, if nothing is allocated before (num_allocs still idle_allocs_).
+  std::condition_variable idle_cv_;
+  std::thread idle_thread_;
+  std::optional<std::chrono::steady_clock::time_point> idle_deadline_;
+  int64_t idle_allocs_ = 0;
+  bool stopping_ = false;
 };
 
 }  // namespace onnxtrain

@@ -184,7 +184,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
 }
 
 void Session::end_of_step() {
-  if (!options_.keep_cache) alloc_->trim();
+  if (!options_.keep_cache) alloc_->trim_when_idle(options_.release_cache_after);
 }
 
 std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run_forward(

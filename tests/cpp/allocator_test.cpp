@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "onnxtrain/error.h"
 
 using onnxtrain::CachingAllocator;
@@ -92,4 +95,31 @@ TEST(Allocator, HostMemoryServesSmallAndMappedBlocks) {
     EXPECT_EQ(p[0] + p[bytes - 1], 3);
     host.release(p);
   }
+}
+
+// trim_when_idle: the free blocks stay while the cache may still be reused, go back to the system once nothing has
+// been allocated for the time given, and stay if an allocation comes first (a step under way).
+TEST(Allocator, TrimWhenIdleReturnsOnlyAnIdleCache) {
+  using namespace std::chrono_literals;
+  auto wait_for_empty = [](CachingAllocator& a) {
+    for (int i = 0; i < 500 && a.stats().cached != 0; ++i) std::this_thread::sleep_for(10ms);
+    return a.stats().cached;
+  };
+  CachingAllocator a;
+  a.free(a.allocate(4096));
+  a.trim_when_idle(60);
+  EXPECT_EQ(a.stats().cached, 4096);  // (60 s from now)
+  a.trim_when_idle(0.01);
+  EXPECT_EQ(wait_for_empty(a), 0);
+
+  void* p = a.allocate(4096);
+  a.free(a.allocate(4096));
+  a.free(p);
+  a.trim_when_idle(1);
+  p = a.allocate(4096);  // the next step starts before the second passes
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(a.stats().cached, 2 * 4096);  // the free block kept
+  a.free(p);
+  a.trim_when_idle(0);  // at once
+  EXPECT_EQ(a.stats().cached, 0);
 }

@@ -3,6 +3,7 @@
 import json
 import logging
 import re
+import time
 
 import pytest
 import torch
@@ -155,3 +156,28 @@ def test_the_steps_to_log_can_be_chosen(caplog):
         for _ in range(3):
             model(torch.randn(2, 4)).sum().backward()
     assert [int(m.group(2)) for m in lines(caplog)] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("after", [0.0, 0.05])
+def test_the_cache_goes_back_once_idle_and_is_kept_while_steps_follow(after):
+    torch.manual_seed(0)
+    idx = torch.randint(0, 65, (8, 64))
+    kept = onnxtrain.Module(WithLoss(GPT(vocab=65, dim=256, heads=4, layers=2, block=64)),
+                            onnxtrain.Options(release_cache_after=600))
+    train(kept, 1, (idx, idx))
+    idle = onnxtrain.allocator_stats()["inactive"]  # kept for the next step
+    returned = onnxtrain.Module(WithLoss(GPT(vocab=65, dim=256, heads=4, layers=2, block=64)),
+                                onnxtrain.Options(release_cache_after=after))
+    train(returned, 1, (idx, idx))
+    for _ in range(500):  # (returned at once for 0; by a thread of the allocator's own otherwise)
+        if onnxtrain.allocator_stats()["inactive"] < idle / 100:
+            break
+        time.sleep(0.01)
+    # (what stays inactive is the slack of blocks in use, the gradients PyTorch holds: at most an eighth of each)
+    assert idle > 2**20 and onnxtrain.allocator_stats()["inactive"] < idle / 100, (idle, onnxtrain.allocator_stats())
+
+
+def test_release_cache_after_is_checked(monkeypatch):
+    monkeypatch.setenv("ONNXTRAIN_RELEASE_CACHE_AFTER", "soon")
+    with pytest.raises(ValueError, match="ONNXTRAIN_RELEASE_CACHE_AFTER"):
+        onnxtrain.Options().resolved()
