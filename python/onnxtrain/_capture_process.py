@@ -54,7 +54,11 @@ def _collect_log_records(records):
         if record.exc_info:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
             record.exc_info = None
-        records.append(record)
+        try:
+            pickle.dumps(record)  # (a record whose extra fields do not pickle stays in the child)
+            records.append(record)
+        except Exception:  # noqa: BLE001
+            pass
 
     logging.Logger.callHandlers = collect
 
@@ -102,8 +106,13 @@ def run(fn, *args):
         os.close(read_fd)
         _child(write_fd, fn, args)
     os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()
+    try:
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+    except BaseException:  # (interrupted: the child goes too)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     _, status = os.waitpid(pid, 0)
     if not data:
         raise C.Error(f"onnxtrain: the process capturing the module {_ended(status)} before it answered; "
