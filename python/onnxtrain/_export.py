@@ -147,12 +147,12 @@ def _training_batch_norms(model, buffers):
     return updates
 
 
-def export(module, schema, tensors, names, training, dynamic_dims=None, exporter="auto", in_child=False):
+def export(module, schema, tensors, names, training, dynamic_dims=None, exporter="auto", capture_process=False):
     """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
     every tensor when None. `exporter` "auto" captures through torch.export and falls back to the TorchScript-based
-    exporter, with a warning naming why, where torch.export cannot capture the module. `in_child`: in a forked
-    child process where one may be (_capture_process)."""
-    if in_child and _capture_process.usable():
+    exporter, with a warning naming why, where torch.export cannot capture the module. `capture_process`: in a
+    forked child process where one may be (_capture_process)."""
+    if capture_process and _capture_process.usable():
         return _capture_process.run(export, module, schema, tensors, names, training, dynamic_dims, exporter)
     if dynamic_dims is None:
         dynamic_dims = [range(t.dim()) for t in tensors]
