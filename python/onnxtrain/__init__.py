@@ -21,6 +21,7 @@ from onnxtrain._onnxtrain import (
     set_memory_limit,
 )
 
+from onnxtrain._capture_cache import clear as clear_capture_cache
 from onnxtrain.memory_log import log_memory_usage, memory_stats
 from onnxtrain.memory_log import subscribe as subscribe_memory_stats
 from onnxtrain.module import Module
@@ -43,6 +44,7 @@ __all__ = [
     "TrainingSession",
     "UnsupportedError",
     "allocator_stats",
+    "clear_capture_cache",
     "empty_cache",
     "log_memory_usage",
     "memory_stats",

@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from onnxtrain import _capture_lock, memory_log
+from onnxtrain import _capture_cache, _capture_lock, memory_log
 from onnxtrain import _onnxtrain as C
 from onnxtrain._autograd import Apply, Release, as_input
-from onnxtrain._export import export
+from onnxtrain._export import OPSET, export
 from onnxtrain._schema import flatten, key, unflatten
 from onnxtrain.options import Options
 
@@ -269,15 +269,33 @@ class Module(torch.nn.Module):
         t0 = time.perf_counter()
         # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); all by default.
         dynamic_dims = getattr(self.module, "dynamic_dims", None)
-        exported = export(self.module, full, tensors, names, self.module.training, dynamic_dims,
-                          self._options.exporter, self._options.capture_process)
+        exported, how = self._exported(full, tensors, names, dynamic_dims)
         t1 = time.perf_counter()
-        self.export_count += 1
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]
         dims = {f"{n}_dim{i}": int(d) for n, t in zip(names, tensors) for i, d in enumerate(t.shape)}
         runner = _Runner(self.module, exported, training, self._options, needs, dims)
         t2 = time.perf_counter()
-        logger.info("onnxtrain: %s: exported in %.2f s by %s (%d nodes), session built in %.2f s",
-                    type(self.module).__name__, t1 - t0, exported.exporter, len(exported.model.graph.node), t2 - t1)
+        logger.info("onnxtrain: %s: %s in %.2f s (%d nodes, by %s), session built in %.2f s",
+                    type(self.module).__name__, how, t1 - t0, len(exported.model.graph.node), exported.exporter,
+                    t2 - t1)
         return runner
+
+    def _exported(self, full, tensors, names, dynamic_dims):
+        """The graph of this call, from the capture cache or captured (and then stored in it), and which."""
+        folder = _capture_cache.folder_of(self._options.capture_cache)
+        k = folder and _capture_cache.key(self.module, key(full), tensors, self.module.training, dynamic_dims,
+                                          self._options.exporter, OPSET)
+        exported = k and _capture_cache.load(folder, k)
+        if exported:
+            if exported.exporter != "torch.export" and self._options.exporter == "auto":
+                logger.warning("onnxtrain: %s: captured by PyTorch's TorchScript-based exporter, torch.export "
+                               "could not (the capture cache's entry; ONNXTRAIN_LOG_LEVEL=INFO and "
+                               "ONNXTRAIN_CAPTURE_CACHE=0 show why)", type(self.module).__name__)
+            return exported, "loaded from the capture cache"
+        exported = export(self.module, full, tensors, names, self.module.training, dynamic_dims,
+                          self._options.exporter, self._options.capture_process)
+        self.export_count += 1
+        if k:
+            _capture_cache.store(folder, k, exported)
+        return exported, "exported"
 

@@ -17,12 +17,16 @@ class Options:
     # the exporters' imports and caches, about 90 MiB, out of the training process; a capture runs here anyway
     # while other threads run, under torch.distributed, or where there is no fork)
     capture_process: bool = True
+    # ONNXTRAIN_CAPTURE_CACHE: the folder of the capture cache, where captured graphs are kept so that the next run
+    # of the same code on the same model loads them instead of capturing again; "0" disables it. By default
+    # $XDG_CACHE_HOME/onnxtrain/captures (~/.cache/onnxtrain/captures); onnxtrain.clear_capture_cache() empties it
+    capture_cache: str = ""
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
-    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL): 0 the config only; 1 inside each transformer
-    # layer, what is cheap to recompute (no matrix product, no attention); 2 layer-wise checkpointing (each layer
-    # recomputed from its input), compromised plans too (the narrower input of an up-cast stashed, not its output)
+    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL), as ONNX Runtime's: 0 the config only; 1
+    # layer-wise checkpointing (inside each transformer layer, every plain plan: the layer recomputed in backward
+    # from its input); 2 level 1 with compromised plans too (the narrower input of an up-cast stashed, not its output)
     memory_opt_level: int = 0
     # ONNXTRAIN_MEMORY_BUDGET: a fraction of the stash to keep at most (0.3), or a size for the whole step's
     # predicted peak ("6GiB": parameters, gradients, stash, transient buffers; PyTorch's optimizer state is not
@@ -50,6 +54,7 @@ class Options:
         o.save_onnx = os.environ.get("ONNXTRAIN_SAVE_ONNX", o.save_onnx)
         o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
         o.exporter = os.environ.get("ONNXTRAIN_EXPORTER", o.exporter).lower()
+        o.capture_cache = os.environ.get("ONNXTRAIN_CAPTURE_CACHE", o.capture_cache)
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
         level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL",
