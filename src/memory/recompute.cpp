@@ -224,34 +224,9 @@ static bool cast_at_every_level(const Candidate& c) {
   return c.compromise ? is_upcast(c.nodes[0]) : !c.nodes[0]->input(0)->producer;
 }
 
-// Work per element written above which a node is not cheap to recompute: matrix products (2K per element) and
-// attention (about 4T) are what makes layer-wise checkpointing cost a third more time; elementwise ops,
-// normalizations, softmaxes and copies stay far below it.
-constexpr int64_t kCheapFlopsPerElement = 32;
-
-// `d` for `dims`, 128 for each dim they do not give.
-static std::optional<int64_t> eval_or_128(const Dim& d, const Bindings& dims) {
-  std::vector<std::string> symbols;
-  d.symbols(&symbols);
-  Bindings all = dims;
-  for (const std::string& s : symbols) all.emplace(s, 128);
-  return d.eval(all);
-}
-
-static bool cheap_to_recompute(const Candidate& c, const Bindings& dims) {
-  for (const ir::Node* n : c.nodes) {
-    Dim written(0);
-    for (const ir::Value* v : n->outputs)
-      if (v && v->has_shape) written = written + shape_numel(v->shape);
-    auto flops = eval_or_128(n->op->flops(*n), dims), elements = eval_or_128(written, dims);
-    if (!flops || !elements || *flops > kCheapFlopsPerElement * std::max<int64_t>(*elements, 1)) return false;
-  }
-  return true;
-}
-
 // Which candidates the config and the level choose; `by_config` marks the config's. Inside the layers but for
-// their inputs, level 1 chooses the candidates cheap to recompute (the outputs of the layers' products stay
-// stashed), level 2 every candidate, compromised ones too: layer-wise checkpointing.
+// their inputs, level 1 chooses every plain candidate (layer-wise checkpointing, as ONNX Runtime's level 1),
+// level 2 the compromised ones too.
 static std::vector<bool> choose_by_config_and_level(const std::vector<Candidate>& candidates, const RecomputeOptions& o,
                                                     const Layers& layers, std::vector<bool>* by_config) {
   std::vector<bool> pick(candidates.size(), false);
@@ -270,7 +245,7 @@ static std::vector<bool> choose_by_config_and_level(const std::vector<Candidate>
       pick[i] = true;
       continue;
     }
-    bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise && cheap_to_recompute(c, o.dims));
+    bool level_allows = o.level == 2 || (o.level == 1 && !c.compromise);
     if (level_allows && !switched_off && layers.nodes.count(c.target->producer) && !layers.has_input(c.target))
       pick[i] = true;
   }
@@ -348,11 +323,9 @@ RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {
   if (o.level > 0) {
     std::ostringstream os;
     os << "level " << o.level << ": " << layers.count() << " transformer layers";
-    if (layers.count() && o.level == 1)
-      os << "; what is cheap to recompute inside each (not the products, not attention) is recomputed in backward, "
-            "its input and its products' outputs stay stashed";
-    else if (layers.count())
-      os << "; each recomputed in backward from its input (layer-wise checkpointing, with compromised plans)";
+    if (layers.count())
+      os << "; each recomputed in backward from its input (layer-wise checkpointing"
+         << (o.level == 2 ? ", compromised plans too)" : ")");
     else
       os << " found (no attention whose output joins a residual stream): nothing recomputed";
     report.level = os.str();

@@ -69,21 +69,19 @@ struct RecomputeReport {
 
 struct RecomputeOptions {
   std::vector<ConfigEntry> config;
-  // 0 the config only; 1 the plain plans inside the transformer layers (memory/layers.h) that recompute no
-  // product and no attention (cheap: elementwise ops, normalizations, softmaxes, copies), their inputs and the
-  // products' outputs staying stashed; 2 every plan inside the layers, compromised ones too, all but their inputs
-  // recomputed: layer-wise checkpointing. (Other middle grounds, the cheapest plans that keep a fraction of the
-  // stash, are budgets: stash_fraction.) At every level, casts of
-  // parameters (autocast's bf16 weights) are cast again in backward rather than stashed, unless a config entry
-  // names their cluster; so are lone up-casts, their narrower input stashed instead (the bf16 logits
-  // that autocast casts to float32 for the loss).
+  // 0 the config only; 1 every plain plan inside the transformer layers (memory/layers.h), their inputs excepted:
+  // layer-wise checkpointing, as ONNX Runtime's level 1; 2 the compromised plans too. (Middle grounds are budgets,
+  // stash_fraction and save_bytes: the plans cheapest per byte saved come first, the elementwise chains that
+  // read the products' outputs.) At every level, casts of parameters (autocast's bf16 weights) are cast again in
+  // backward rather than stashed, unless a config entry names their cluster; so are lone up-casts, their
+  // narrower input stashed instead (the bf16 logits that autocast casts to float32 for the loss).
   int level = 0;
   // Further plans, the cheapest that keep at most this fraction of the stash (0: none), ...
   double stash_fraction = 0;
   // ... or the cheapest that save at least this many bytes of stash (how runtime::compile_training searches for
   // the plans that meet a budget on the step's peak, which only a schedule and an allocation plan can predict).
   int64_t save_bytes = 0;
-  Bindings dims;  // the batch the sizes are evaluated for (levels: 128 for each dim not given)
+  Bindings dims;  // the batch a budget's sizes are evaluated for
 };
 
 // Clones the chosen candidates (by config, level and budget) into the backward part, each clone before its

@@ -158,30 +158,28 @@ def test_layer_detection_finds_every_transformer_layer(arch, layers, tmp_path):
 
 
 def recomputes_a_projection(session):
-    """Whether a recompute plan the session applies runs a projection (a Linear of K = 32: 64 operations per
-    element it writes, past level 1's 32)."""
+    """Whether a recompute plan the session applies runs a projection (a Linear)."""
     rows = [line.split(" | ") for line in session.memory_report().splitlines()[1:] if " | " in line]
     return any("Linear" in r[0].split("+") for r in rows if r[3].startswith("ON"))
 
 
 def test_levels_recompute_inside_layers_with_identical_gradients(model):
-    """Level 1 recomputes what is cheap inside the layers (at most 32 operations per element written: not the
-    projections; the attention products of these 8-wide heads are cheap); level 2 is layer-wise checkpointing
-    (everything but the layers' inputs): each stashes less than the level before."""
+    """Level 1 is layer-wise checkpointing (every plain plan inside the layers, projections included: all but the
+    layers' inputs recomputed), level 2 adds the compromised plans: each stashes no more than the level before."""
     b, wrt, feeds = model
     plain = onnxtrain.Session.for_training(b, wrt, "loss")
     want, stash = step(plain, feeds)
-    dims = {"batch": 4, "seq": 16}  # the batch the level's plans are chosen for (as onnxtrain.Module passes it)
+    dims = {"batch": 4, "seq": 16}
     layered = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=1, memory_dims=dims)
     got, kept = step(layered, feeds)
     assert "level 1: 2 transformer layers" in layered.memory_report()
-    assert kept < 0.8 * stash and not recomputes_a_projection(layered), layered.memory_report()
+    assert kept < 0.5 * stash and recomputes_a_projection(layered), layered.memory_report()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     level2 = onnxtrain.Session.for_training(b, wrt, "loss", memory_level=2, memory_dims=dims)
     got2, kept2 = step(level2, feeds)
     assert "level 2: 2 transformer layers" in level2.memory_report()
-    assert kept2 < 0.5 * stash and kept2 < kept and recomputes_a_projection(level2), level2.memory_report()
+    assert kept2 <= kept, level2.memory_report()
     for name in want:
         np.testing.assert_array_equal(got2[name], want[name], err_msg=name)
     with pytest.raises(onnxtrain.ConfigError, match="level 3 is not 0, 1 or 2"):
