@@ -1,5 +1,4 @@
-// Ops that move data into a new layout: Transpose, Concat, Split, Slice,
-// Expand, Tile, Pad, Trilu.
+// Ops that move data into a new layout: Transpose, Concat, Split, Expand, Tile, Pad, Trilu (Slice: slice.cpp).
 #include "ops/layout.h"
 
 #include <algorithm>
@@ -128,42 +127,6 @@ class SplitOp : public OpWith<SplitAttrs> {
   }
 };
 
-// Slice: starts/ends/axes/steps from inputs (opset >= 10) or attributes.
-class SliceOp : public OpWith<SliceAttrs> {
- public:
-  uint64_t host_inputs() const override { return input_bits({1, 2, 3, 4}); }
-  explicit SliceOp(const ir::Node& n)
-      : OpWith({n.attr_ints("starts"), n.attr_ints("ends"), n.attr_ints("axes"), n.has_attr("starts")}) {}
-  bool recomputable() const override { return true; }
-
-  void infer(InferCtx& ctx) const override {
-    SliceAttrs::Plan p = attrs.plan(ctx);
-    std::optional<std::vector<Dim>> v;
-    const auto* in_v = ctx.propagated(0);
-    if (in_v && ctx.rank(0) == 1 && p.start[0].is_const() && p.size[0].is_const()) {
-      v.emplace();
-      for (int64_t i = 0; i < p.size[0].value(); ++i) {
-        int64_t idx = p.start[0].value() + i * p.step[0];
-        if (idx < 0 || idx >= int64_t(in_v->size())) {
-          v.reset();
-          break;
-        }
-        v->push_back((*in_v)[size_t(idx)]);
-      }
-    }
-    ctx.set(0, ctx.dtype(0), p.size, v);
-  }
-  // The gradient scatters dy to the positions the same Slice picks out of an
-  // index tensor 0..numel(x)-1: exact for every start, end, axis and step.
-  void grad(GradCtx& g) const override {
-    ir::Value* x = g.x(0);
-    std::vector<ir::Value*> in = g.node().inputs;
-    in[0] = g.reshape(g.op("Range", {g.scalar(0, DType::kInt64), g.size(x), g.scalar(1, DType::kInt64)}), g.shape(x));
-    ir::Value* picked = g.op("Slice", in, g.node().attrs);
-    g.set_dx(0, g.scatter_add_flat(x, picked, g.dy(0)));
-  }
-};
-
 class ExpandOp : public Op {
  public:
   uint64_t host_inputs() const override { return input_bits({1}); }
@@ -253,7 +216,6 @@ const bool kRegistered = register_ops({
     {"", "Transpose", factory<TransposeOp>()},
     {"", "Concat", factory<ConcatOp>()},
     {"", "Split", factory<SplitOp>()},
-    {"", "Slice", factory<SliceOp>()},
     {"", "Expand", factory<ExpandOp>()},
     {"", "Tile", factory<TileOp>()},
     {"", "Pad", factory<PadOp>()},
@@ -266,74 +228,6 @@ std::vector<int64_t> TransposeAttrs::resolved(int64_t rank) const {
   if (!perm.empty()) return perm;
   auto p = std::vector<int64_t>(size_t(rank));
   for (int64_t i = 0; i < rank; ++i) p[size_t(i)] = rank - 1 - i;
-  return p;
-}
-
-SliceAttrs::Plan SliceAttrs::plan(InferCtx& ctx) const {
-  int64_t r = ctx.rank(0);
-  std::vector<Dim> starts, ends;
-  std::vector<int64_t> axes, steps;
-  if (from_attrs) {
-    starts.assign(this->starts.begin(), this->starts.end());
-    ends.assign(this->ends.begin(), this->ends.end());
-    axes = this->axes;
-  } else {
-    auto* s = ctx.value(1);
-    auto* e = ctx.value(2);
-    if (!s || !e) ctx.unknown("starts and ends");
-    starts = *s;
-    ends = *e;
-    if (ctx.has(3)) {
-      auto v = ctx.int_values(3);
-      if (!v) ctx.unknown("axes");
-      axes = *v;
-    }
-    if (ctx.has(4)) {
-      auto v = ctx.int_values(4);
-      if (!v) ctx.unknown("steps");
-      steps = *v;
-    }
-  }
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-    ctx.fail("starts, ends, axes and steps differ in length");
-  Plan p;
-  for (int64_t i = 0; i < r; ++i) {
-    p.start.push_back(Dim(0));
-    p.size.push_back(ctx.shape(0)[size_t(i)]);
-    p.step.push_back(1);
-  }
-  for (size_t k = 0; k < axes.size(); ++k) {
-    int64_t a = ctx.axis(axes[k], r);
-    Dim dim = ctx.shape(0)[size_t(a)];
-    int64_t step = steps[k];
-    if (step == 0) ctx.fail("step is zero");
-    Dim s = starts[k], e = ends[k];
-    // Clamp like NumPy: negative indices count from the end.
-    auto norm = [&](Dim x, int64_t lo_off, int64_t hi_off) {
-      if (x.is_const() && x.value() < 0) x = dim + x;
-      if (x.is_const() && x.value() <= -(int64_t(1) << 60)) return Dim(lo_off);
-      if (x.is_const() && x.value() >= (int64_t(1) << 60)) return dim + Dim(hi_off);
-      if (x.is_const() && dim.is_const()) return Dim(std::clamp(x.value(), lo_off, dim.value() + hi_off));
-      if (x.is_const() && x.value() >= lo_off) return Dim::min(x, dim + Dim(hi_off));
-      return Dim::max(Dim(lo_off), Dim::min(x, dim + Dim(hi_off)));
-    };
-    Dim size;
-    if (step > 0) {
-      s = norm(s, 0, 0);
-      e = norm(e, 0, 0);
-      size = Dim::max(Dim(0), Dim::ceil_div(e - s, Dim(step)));
-    } else {
-      s = norm(s, -1, -1);
-      e = norm(e, -1, -1);
-      size = Dim::max(Dim(0), Dim::ceil_div(s - e, Dim(-step)));
-    }
-    p.start[size_t(a)] = s;
-    p.size[size_t(a)] = size;
-    p.step[size_t(a)] = step;
-  }
   return p;
 }
 

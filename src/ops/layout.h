@@ -32,7 +32,8 @@ struct SliceAttrs {
     std::vector<Dim> start, size;
     std::vector<int64_t> step;
   };
-  Plan plan(InferCtx& ctx) const;
+  // `in`: the sliced data's shape; starts, ends, axes and steps are inputs first.. of the node.
+  Plan plan(InferCtx& ctx, const Shape& in, size_t first) const;
 };
 
 struct PadAttrs {

@@ -151,6 +151,8 @@ CASES += [
     Case("Split", [r(6, 2)], {"num_outputs": 3}, outputs=3),
     Case("Slice", [r(4, 5), ints([1, 0]), ints([3, 5]), ints([0, 1]), ints([1, 2])]),
     Case("Slice", [r(4, 5), ints([-1]), ints([-5]), ints([1]), ints([-2])]),
+    Case("Slice", [r(2, 3, 6), ints([3]), ints([2**62]), ints([-1])]),  # rotate_half's second half
+    Case("Slice", [r(2, 3, 6), ints([-9, 1]), ints([2, 100])]),  # clamped, every axis from 0
     Case("Expand", [r(3, 1), ints([2, 3, 4])]), Case("Tile", [r(2, 3), ints([2, 1])]),
     Case("Pad", [r(2, 3), ints([0, 1, 1, 2]), Const(np.array(0.5))]),
     Case("Trilu", [r(3, 4)]), Case("Trilu", [r(2, 3, 4), ints(1)], {"upper": 0}),
@@ -201,7 +203,8 @@ for op in ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]:
 CASES += [Case("Upsample", [r(1, 2, 3, 4), Const(np.array([1, 1, 2, 3], np.float32))], {"mode": mode}, opset=9)
           for mode in ("nearest", "linear")]
 CASES += [Case("Upsample", [r(1, 2, 3, 4)], {"mode": "linear", "scales": [1.0, 1.0, 2.0, 1.5]}, opset=7),
-          Case("Pad", [r(2, 3)], {"pads": [0, 1, 2, 0], "value": 0.5}, opset=7)]
+          Case("Pad", [r(2, 3)], {"pads": [0, 1, 2, 0], "value": 0.5}, opset=7),
+          Case("Slice", [r(4, 5)], {"starts": [1, -2], "ends": [3, 5], "axes": [0, 1]}, opset=9)]
 
 # What linear_cross_entropy_fusion makes of a head and its loss: X of rank 3 flattened to rows, with or without
 # a bias, the three reductions, an ignored target.
@@ -226,6 +229,7 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
     "com.onnxtrain.FlashAttentionGrad": "itself a gradient op (checked through FlashAttention)",
+    "com.onnxtrain.SliceGrad": "itself a gradient op (checked through Slice)",
     "com.onnxtrain.DropoutGrad": "itself a gradient op (checked through Dropout)",
     "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",
     "com.onnxtrain.LinearCrossEntropyGrad": "itself a gradient op (checked through LinearCrossEntropy)",

@@ -1,4 +1,4 @@
-// Ops that move data into a new layout: Transpose, Concat, Split, Slice, Expand, Tile, Pad, Trilu.
+// Ops that move data into a new layout: Transpose, Concat, Split, Expand, Tile, Pad, Trilu (Slice: slice.cpp).
 #include "ops/layout.h"
 
 #include <cstring>
@@ -61,21 +61,6 @@ void split(const ops::SplitAttrs& at, KernelCtx& c) {
     }
     pos += row;
   }
-}
-
-void slice(const ops::SliceAttrs& at, KernelCtx& c) {
-  ops::SliceAttrs::Plan p = at.plan(*c.shapes);
-  auto in_st = contiguous_strides(c.in(0).dims());
-  int64_t off = 0;
-  std::vector<int64_t> st;
-  for (size_t i = 0; i < in_st.size(); ++i) {
-    off += p.start[i].value() * in_st[i];
-    st.push_back(in_st[i] * p.step[i]);
-  }
-  dispatch_bytes(c.in(0).dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    strided_copy(c.out(0).data<T>(), c.in(0).data<T>() + off, c.out(0).dims(), st);
-  });
 }
 
 void expand(KernelCtx& c) {
@@ -167,7 +152,6 @@ const bool kRegistered = register_kernels(kCpu, {
                                                     {"", "Transpose", kernel(transpose)},
                                                     {"", "Concat", kernel(concat)},
                                                     {"", "Split", kernel(split)},
-                                                    {"", "Slice", kernel(slice)},
                                                     {"", "Expand", kernel(expand)},
                                                     {"", "Tile", kernel(tile)},
                                                     {"", "Pad", kernel(pad)},

@@ -9,8 +9,9 @@
 
 namespace onnxtrain::kernels {
 
-// dst (contiguous, dims) <- src at element strides `st` (may be 0 or negative).
-template <typename T>
+// dst (contiguous, dims) <- src at element strides `st` (may be 0 or negative); with kScatter the other way,
+// dst at strides `st` (none 0) <- src (contiguous).
+template <bool kScatter = false, typename T>
 void strided_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const std::vector<int64_t>& st) {
   int64_t n = 1;
   for (auto d : dims) n *= d;
@@ -29,12 +30,21 @@ void strided_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const 
         off += (rem % dims[size_t(d)]) * st[size_t(d)];
         rem /= dims[size_t(d)];
       }
-      T* o = dst + r * inner;
-      const T* s = src + off;
-      if (s_in == 1)
-        std::memcpy(o, s, size_t(inner) * sizeof(T));
-      else
-        for (int64_t j = 0; j < inner; ++j) o[j] = s[j * s_in];
+      if constexpr (kScatter) {
+        T* o = dst + off;
+        const T* s = src + r * inner;
+        if (s_in == 1)
+          std::memcpy(o, s, size_t(inner) * sizeof(T));
+        else
+          for (int64_t j = 0; j < inner; ++j) o[j * s_in] = s[j];
+      } else {
+        T* o = dst + r * inner;
+        const T* s = src + off;
+        if (s_in == 1)
+          std::memcpy(o, s, size_t(inner) * sizeof(T));
+        else
+          for (int64_t j = 0; j < inner; ++j) o[j] = s[j * s_in];
+      }
     }
   });
 }
