@@ -92,6 +92,7 @@ class ScatterElementsOp : public IndexOp {
  public:
   using IndexOp::IndexOp;
   void infer(InferCtx& ctx) const override { ctx.set(0, ctx.dtype(0), ctx.shape(0)); }
+  int inplace_input() const override { return 0; }  // the data, updated where it lies
 
   // Without a reduction: the data's gradient is dy with the overwritten places
   // zeroed; the updates' gradient is dy read back at those places.

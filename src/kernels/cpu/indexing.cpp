@@ -99,7 +99,7 @@ void scatter_elements(const ops::IndexAttrs& at, KernelCtx& c) {
   const auto& id = idx.dims();
   if (upd.dims() != id) c.fail("updates " + dims_str(upd.dims()) + " are not shaped as indices " + dims_str(id));
   auto xs = contiguous_strides(x.dims());
-  std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
+  if (c.out(0).raw() != x.raw()) std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());  // (else in place)
   dispatch<kAll>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = c.out(0).data<T>();
@@ -123,7 +123,7 @@ void scatter_nd(const ops::IndexAttrs& at, KernelCtx& c) {
     c.fail("updates " + dims_str(upd.dims()) + " do not fit indices " + dims_str(idx.dims()) + " into data " +
            dims_str(x.dims()));
   auto xs = contiguous_strides(x.dims());
-  std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
+  if (c.out(0).raw() != x.raw()) std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());  // (else in place)
   dispatch<kAll>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = c.out(0).data<T>();
