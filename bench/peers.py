@@ -25,23 +25,12 @@ import subprocess
 import sys
 import time
 
+from process_memory import reset_peak_rss, rss_mib
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = ["eager", "eager-checkpoint", "compile", "compile-budget-0.5", "onnxtrain-l0", "onnxtrain-l1",
            "onnxtrain-l2", "onnxtrain-budget-0.5", "onnxtrain-budget-0.3", "compile-onnxtrain-l0",
            "compile-onnxtrain-l1"]
-
-
-def rss_mib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def reset_peak_rss():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current resident size
 
 
 def build(config):

@@ -1,0 +1,165 @@
+"""The benchmark of record: real-size models trained by onnxtrain beside PyTorch's eager and torch.compile, fp32
+and bf16 autocast, full and LoRA, each configuration in its own process (configurations alternate over rounds,
+figures are medians).
+
+Models (transformers, random weights, loss from labels=input_ids):
+  llama  SmolLM2-135M's shape (vocab 49152, d576, 30 layers, 9 heads, 3 KV heads, tied head), batch 2x256
+  gpt2   GPT-2 124M (GPT2Config's defaults, dropout 0.1), batch 2x512
+
+Configurations: eager, eager-bf16, compile, compile-bf16 (inductor), onnxtrain-l0/-l1/-l2 (memory optimizer
+levels), onnxtrain-bf16 (level 0 under autocast), lora-eager and lora-onnxtrain (peft, r=16 on the attention's
+query and value projections); every optimizer is PyTorch's AdamW with fused=True.
+
+Printed per configuration: s/step (median of the measured steps), the ratio to its reference (eager for fp32,
+eager-bf16 for bf16, lora-eager for LoRA), the first step (capture or compilation included), peak RSS growth
+(the process's peak over the measured steps above its resident size once the model and optimizer exist; the
+peak is reset after two warm-up steps) and its ratio, and for onnxtrain the step peak it predicted before the
+first step beside the peak its allocator measured. onnxtrain's configurations share a capture cache of their own:
+it is emptied before each onnxtrain-l0 run, whose first step is the cold one (capture included); the levels after
+it load its graph (a level does not change the capture): their first step is a warm cache's.
+
+    python bench/real_size.py [--models llama,gpt2] [--rounds 1] [--steps 3] [--only eager,onnxtrain-l0]
+"""
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from process_memory import reset_peak_rss, rss_mib
+
+CONFIGS = ["eager", "eager-bf16", "compile", "compile-bf16", "onnxtrain-l0", "onnxtrain-l1", "onnxtrain-l2",
+           "onnxtrain-bf16", "lora-eager", "lora-onnxtrain"]
+SHAPES = {"llama": (2, 256), "gpt2": (2, 512)}
+LORA_TARGETS = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"]}
+REFERENCE = {"eager-bf16": "eager-bf16", "compile-bf16": "eager-bf16", "onnxtrain-bf16": "eager-bf16",
+             "lora-eager": "lora-eager", "lora-onnxtrain": "lora-eager"}
+
+
+def make_model(name):
+    import transformers as T
+
+    if name == "llama":
+        config = T.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                               num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True,
+                               max_position_embeddings=2048)
+        return T.LlamaForCausalLM(config)
+    return T.GPT2LMHeadModel(T.GPT2Config())
+
+
+def build(name, config):
+    import torch
+
+    import onnxtrain
+
+    torch.manual_seed(0)
+    model = make_model(name).train()
+    if config.startswith("lora"):
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS[name],
+                                                           lora_dropout=0.0))
+    if config.startswith("compile"):
+        model = torch.compile(model)
+    elif config.endswith("onnxtrain") or config.startswith("onnxtrain"):
+        level = int(config[-1]) if config[-1].isdigit() else 0
+        model = onnxtrain.Module(model, onnxtrain.Options(memory_opt_level=level))
+    params = [p for p in model.parameters() if p.requires_grad]
+    return model, torch.optim.AdamW(params, lr=1e-4, fused=True)
+
+
+def measure(name, config, steps):
+    """One configuration in this process: its figures as a dict."""
+    import torch
+
+    import onnxtrain
+
+    model, opt = build(name, config)
+    batch, seq = SHAPES[name]
+    ids = torch.randint(0, model.config.vocab_size if hasattr(model, "config") else 50257, (batch, seq))
+    bf16 = config.endswith("bf16")
+    gc.collect()
+    base = rss_mib("VmRSS")
+
+    def step():
+        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    t = time.perf_counter()
+    step()  # capture or compilation
+    first = time.perf_counter() - t
+    step()  # the optimizer's state
+    gc.collect()
+    reset_peak_rss()
+    times, measured = [], 0
+    for _ in range(steps):
+        onnxtrain.reset_peak_stats()
+        before = onnxtrain.allocator_stats()["allocated"]
+        t = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t)
+        measured = max(measured, onnxtrain.allocator_stats()["peak_allocated"] - before)
+    out = {"s": statistics.median(times), "rss": rss_mib("VmHWM") - base, "first": first, "loss": loss}
+    wrapped = model if isinstance(model, onnxtrain.Module) else None
+    if wrapped is not None:
+        runner = [r for r in wrapped.runners() if r.training][-1]
+        out["predicted"] = runner.session.predict_memory(runner.last_dims)["total"] / 2**20
+        out["measured"] = measured / 2**20
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="llama,gpt2")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--only", default="", help="comma-separated configurations (default: all)")
+    p.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.measure:
+        print(json.dumps(measure(*args.measure, args.steps)))
+        return
+    configs = args.only.split(",") if args.only else CONFIGS
+    threads = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))
+    cache = tempfile.mkdtemp(prefix="onnxtrain-bench-captures-")
+    env = {**os.environ, "ONNXTRAIN_CAPTURE_CACHE": cache}
+    for name in args.models.split(","):
+        res = {c: [] for c in configs}
+        for _ in range(args.rounds):
+            for c in configs:
+                if c == "onnxtrain-l0":
+                    shutil.rmtree(cache, ignore_errors=True)
+                out = subprocess.run([sys.executable, __file__, "--measure", name, c, "--steps", str(args.steps)],
+                                     capture_output=True, text=True, env=env)
+                if out.returncode != 0:
+                    print(f"{name} {c} failed:\n{out.stderr[-3000:]}", flush=True)
+                    continue
+                res[c].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        med = {c: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for c, runs in res.items() if runs}
+        batch, seq = SHAPES[name]
+        print(f"\n{name}, batch {batch}x{seq}, {threads} threads, AdamW(fused=True); each configuration in its own "
+              f"process; medians of {args.rounds} run(s) of {args.steps} steps")
+        print(f"{'':18}{'s/step':>8}{'/ref':>7}{'first s':>9}{'RSS +MiB':>10}{'/ref':>7}{'predicted':>11}"
+              f"{'measured':>10}{'loss':>9}")
+        for c, m in med.items():
+            ref = med.get(REFERENCE.get(c, "eager"))
+            t_rel = f"{m['s'] / ref['s']:7.2f}" if ref else " " * 7
+            m_rel = f"{m['rss'] / ref['rss']:7.2f}" if ref else " " * 7
+            pred = f"{m['predicted']:11.1f}{m['measured']:10.1f}" if "predicted" in m else " " * 21
+            print(f"{c:18}{m['s']:8.2f}{t_rel}{m['first']:9.1f}{m['rss']:10.0f}{m_rel}{pred}{m['loss']:9.3f}",
+                  flush=True)
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
