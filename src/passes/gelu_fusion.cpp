@@ -18,12 +18,6 @@ bool is_scalar(const ir::Value* v, double want) {
   return std::abs(v->initializer->to_double()[0] - want) < tol * std::abs(want);
 }
 
-// The other input of a binary node whose input `known` is one of them.
-ir::Value* other_input(const ir::Node* n, const ir::Value* known) {
-  if (!n || n->inputs.size() != 2) return nullptr;
-  return n->input(0) == known ? n->input(1) : n->input(1) == known ? n->input(0) : nullptr;
-}
-
 const ir::Node* single_reader(const ir::Value* v) { return v && v->consumers.size() == 1 ? v->consumers[0] : nullptr; }
 
 class GeluFusion : public Pass {

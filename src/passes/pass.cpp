@@ -11,6 +11,8 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> r;
   r.push_back(identity_elimination());
   r.push_back(gelu_fusion());
+  r.push_back(rms_norm_fusion());
+  r.push_back(swiglu_fusion());
   r.push_back(linear_fusion());
   r.push_back(linear_cross_entropy_fusion());
   r.push_back(masked_softmax_fusion());
@@ -43,6 +45,11 @@ bool has_inputs(const ir::Node* n, size_t count) {
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain) {
   ir::Node* p = v ? v->producer : nullptr;
   return p && p->op_type == op && p->domain == domain && has_inputs(p, 1) ? p : nullptr;
+}
+
+ir::Value* other_input(const ir::Node* n, const ir::Value* known) {
+  if (!n || n->inputs.size() != 2) return nullptr;
+  return n->input(0) == known ? n->input(1) : n->input(1) == known ? n->input(0) : nullptr;
 }
 
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {

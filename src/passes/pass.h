@@ -22,6 +22,8 @@ std::unique_ptr<Pass> common_subexpressions();
 std::unique_ptr<Pass> dead_code();
 std::unique_ptr<Pass> identity_elimination();
 std::unique_ptr<Pass> gelu_fusion();
+std::unique_ptr<Pass> rms_norm_fusion();
+std::unique_ptr<Pass> swiglu_fusion();
 std::unique_ptr<Pass> transpose_gemm_fusion();
 std::unique_ptr<Pass> linear_fusion();
 std::unique_ptr<Pass> masked_softmax_fusion();
@@ -42,6 +44,8 @@ std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const
 bool has_inputs(const ir::Node* n, size_t count);
 // v's producer when it is `op` of `domain` (ONNX's by default), else null.
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain = "");
+// The other input of binary node n than `known` (null when n is not binary or `known` is not an input).
+ir::Value* other_input(const ir::Node* n, const ir::Value* known);
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);
 // A fusion's new node: `op_type` in `domain` at `opset` reads `inputs` and now makes `outs` (values made by the
@@ -54,9 +58,9 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
 // rest producers first (fusions put new nodes at the end); returns whether any went.
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
-// The default list, in order: identity elimination, GELU fusion, Linear fusion, Linear-cross-entropy fusion,
-// masked-softmax fusion, attention-softmax fusion, flash-attention fusion, grouped-attention fusion,
-// Transpose-into-Gemm fusion, constant folding, common subexpressions, dead code.
+// The default list, in order: identity elimination, GELU fusion, RMSNorm fusion, SwiGLU fusion, Linear fusion,
+// Linear-cross-entropy fusion, masked-softmax fusion, attention-softmax fusion, flash-attention fusion,
+// grouped-attention fusion, Transpose-into-Gemm fusion, constant folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

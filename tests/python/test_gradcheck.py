@@ -215,6 +215,10 @@ CASES += [Case("LinearCrossEntropy", [r(2, 3, 4), r(5, 4), r(5), ints([0, 4, 2, 
                {"reduction": "none", "ignore_index": 4}, domain="com.onnxtrain"),
           Case("LinearCrossEntropy", [r(6, 4), r(5, 4), r(5), ints([0, 4, -100, 1, -100, 2])],
                {"ignore_index": -100}, domain="com.onnxtrain")]
+# RMSNorm (rms_norm_fusion's node): over the last dim, and over the last two
+CASES += [Case("RMSNormalization", [r(2, 3, 5), r(5)], {"epsilon": 1e-5}, domain="com.onnxtrain"),
+          Case("RMSNormalization", [r(2, 3, 4), r(3, 4)], {"axis": 1, "epsilon": 0.1}, domain="com.onnxtrain"),
+          Case("SwiGLU", [r(2, 3, 5) * 4, r(2, 3, 5)], domain="com.onnxtrain")]
 
 # Ops of the table without a gradient rule, and why.
 NOT_DIFFERENTIABLE = {
@@ -229,6 +233,8 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.GeluGrad": "itself a gradient op (checked through Gelu)",
     "com.onnxtrain.MaskedSoftmaxGrad": "itself a gradient op (checked through MaskedSoftmax and AttentionSoftmax)",
     "com.onnxtrain.FlashAttentionGrad": "itself a gradient op (checked through FlashAttention)",
+    "com.onnxtrain.RMSNormalizationGrad": "itself a gradient op (checked through RMSNormalization)",
+    "com.onnxtrain.SwiGLUGrad": "itself a gradient op (checked through SwiGLU)",
     "com.onnxtrain.SliceGrad": "itself a gradient op (checked through Slice)",
     "com.onnxtrain.DropoutGrad": "itself a gradient op (checked through Dropout)",
     "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",

@@ -1,0 +1,38 @@
+// SwiGLU fusion: silu(gate) * up, silu written as gate * Sigmoid(gate) (how PyTorch's exporter writes F.silu),
+// the products in either order, gate and up of one shape and dtype, the values between read by nothing else,
+// becomes com.onnxtrain.SwiGLU(gate, up).
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+class SwiGLUFusion : public Pass {
+ public:
+  std::string name() const override { return "swiglu_fusion"; }
+  bool apply(ir::Graph& g) const override {
+    std::vector<const ir::Node*> gone;
+    for (ir::Node* sigmoid : nodes_of(g, "Sigmoid")) {
+      ir::Value *gate = sigmoid->input(0), *s = sigmoid->outputs[0];
+      if (!gate || s->consumers.size() != 1) continue;
+      ir::Node* silu = const_cast<ir::Node*>(s->consumers[0]);
+      if (silu->op_type != "Mul" || other_input(silu, s) != gate || !sole_reader(g, s, silu)) continue;
+      ir::Value* act = silu->outputs[0];
+      if (act->consumers.size() != 1 || !sole_reader(g, act, act->consumers[0])) continue;
+      ir::Node* product = const_cast<ir::Node*>(act->consumers[0]);
+      ir::Value* up = product->op_type == "Mul" ? other_input(product, act) : nullptr;
+      if (!up || up == act || !up->has_shape || !gate->has_shape || up->shape != gate->shape ||
+          up->dtype != gate->dtype || !dtype_is_float(gate->dtype))
+        continue;
+      add_fused(g, "com.onnxtrain", 1, "SwiGLU", {gate, up}, {product->outputs[0]},
+                g.unique_name(product->name + "_swiglu"), product->backward);
+      gone.insert(gone.end(), {sigmoid, silu, product});
+    }
+    return remove_all(g, gone, true);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> swiglu_fusion() { return std::make_unique<SwiGLUFusion>(); }
+
+}  // namespace onnxtrain::passes

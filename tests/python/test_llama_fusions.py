@@ -1,0 +1,85 @@
+"""The Llama family's fusions: RMSNorm as transformers' families write it (Llama's float32 upcast, T5's, Gemma's
+1 + w) becomes one com.onnxtrain.RMSNormalization (no Pow, ReduceMean or Sqrt left in the training graph), and the
+SwiGLU MLP's silu(gate) * up one com.onnxtrain.SwiGLU (no Sigmoid); the loss and every gradient as eager's, in
+float32 and under bf16 autocast (whose norm statistics stay float32)."""
+
+import onnx
+import pytest
+import torch
+
+import onnxtrain
+
+
+class Norms(torch.nn.Module):
+    def __init__(self, style, d=24, eps=1e-6):
+        super().__init__()
+        self.style, self.eps = style, eps
+        self.fc = torch.nn.Linear(d, d)
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(d))
+
+    def norm(self, x):
+        if self.style == "llama":  # LlamaRMSNorm
+            dtype = x.dtype
+            h = x.to(torch.float32)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+            return self.weight * h.to(dtype)
+        if self.style == "t5":  # T5LayerNorm: the scale on the left, the square as a product
+            h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps)
+            return self.weight * h
+        h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)  # GemmaRMSNorm
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+    def forward(self, x):  # two norms of one scale (as a final norm shares none; each fused on its own)
+        h = self.fc(self.norm(x)).float()  # (a residual stream stays float32 under autocast)
+        return h.sin().sum() * 0.1 + self.norm(h).sum() * 0.01
+
+
+class SwiGLUMLP(torch.nn.Module):  # LlamaMLP
+    def __init__(self, d=24, hidden=40):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(d, hidden, bias=False)
+        self.up_proj = torch.nn.Linear(d, hidden, bias=False)
+        self.down_proj = torch.nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return (self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x)) ** 2).mean()
+
+
+def trained_ops(make, bf16, tmp_path):
+    """The optimized training graph's ops, after checking the step against eager's."""
+    torch.manual_seed(0)
+    eager = make()
+    ours = onnxtrain.Module(make(), onnxtrain.Options(save_onnx=str(tmp_path)))
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 5, 24)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        got, want = ours(xa), eager(xb)
+    got.backward()
+    want.backward()
+    tol = dict(rtol=2e-2, atol=2e-3) if bf16 else dict(rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got, want, **tol)
+    grads = [("x", xa.grad, xb.grad)] + [(n, p.grad, q.grad) for (n, p), q in
+                                         zip(ours.named_parameters(), eager.parameters())]
+    for name, a, b in grads:
+        if bf16:
+            cos = torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0)
+            assert cos >= 0.999, name
+        else:
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-4 * b.abs().max().item(), msg=name)
+    name = type(ours.module).__name__
+    return [n.op_type for n in onnx.load(str(tmp_path / f"{name}_train_optimized.onnx")).graph.node]
+
+
+@pytest.mark.parametrize("style", ["llama", "t5", "gemma"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_rms_norm_is_fused_and_trains_as_eager(style, bf16, tmp_path):
+    ops = trained_ops(lambda: Norms(style), bf16, tmp_path)
+    assert ops.count("RMSNormalization") == 2 and ops.count("RMSNormalizationGrad") == 2, ops
+    assert not {"Pow", "ReduceMean", "Sqrt", "Reciprocal"} & set(ops), ops
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_swiglu_is_fused_and_trains_as_eager(bf16, tmp_path):
+    ops = trained_ops(SwiGLUMLP, bf16, tmp_path)
+    assert ops.count("SwiGLU") == 1 and ops.count("SwiGLUGrad") == 1 and "Sigmoid" not in ops, ops
