@@ -48,9 +48,9 @@ def make_model(name):
     if name == "llama":
         config = T.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                                num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True,
-                               max_position_embeddings=2048)
+                               max_position_embeddings=2048, use_cache=False)
         return T.LlamaForCausalLM(config)
-    return T.GPT2LMHeadModel(T.GPT2Config())
+    return T.GPT2LMHeadModel(T.GPT2Config(use_cache=False))
 
 
 def build(name, config):

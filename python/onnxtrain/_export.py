@@ -16,7 +16,7 @@ from onnx import helper
 
 from onnxtrain import _capture_lock, _capture_process, _export_program, _export_torchscript
 from onnxtrain import _onnxtrain as C
-from onnxtrain._schema import flatten, unflatten
+from onnxtrain._schema import UnsupportedType, flatten, unflatten
 
 OPSET = 18
 EXPORTERS = ("auto", "torch.export", "torchscript")
@@ -61,7 +61,10 @@ class _Flat(torch.nn.Module):
     def forward(self, *flat):
         args, kwargs = unflatten(self.schema, list(flat))
         outs, names = [], []
-        self.record["out_schema"] = flatten(self.module(*args, **kwargs), "output", outs, names)
+        try:
+            self.record["out_schema"] = flatten(self.module(*args, **kwargs), "output", outs, names, "output")
+        except UnsupportedType as e:  # (no other exporter would do better: not a reason to fall back)
+            raise C.UnsupportedError(str(e)) from None
         self.record["custom_functions"] = custom_functions(outs)
         return tuple(outs)
 

@@ -32,6 +32,11 @@ _SKIPPED = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"
             "_is_full_backward_hook", "_compiled_call_impl"}
 
 
+# Object attributes that differ from one process to the next without changing a graph: transformers'
+# GenerationConfig keeps hash() of itself (randomized per process for its strings)
+_VOLATILE = {"_original_object_hash"}
+
+
 class Unfingerprintable(Exception):
     pass
 
@@ -175,7 +180,7 @@ class _Walk:
         cls = type(v)
         self.emit(f"object:{cls.__module__}.{cls.__qualname__}")
         self.classes.add(cls)
-        state = dict(getattr(v, "__dict__", {}))
+        state = {k: x for k, x in getattr(v, "__dict__", {}).items() if k not in _VOLATILE}
         for klass in cls.__mro__:
             for slot in getattr(klass, "__slots__", ()):
                 if slot not in ("__dict__", "__weakref__") and hasattr(v, slot):

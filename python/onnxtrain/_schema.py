@@ -7,6 +7,10 @@ same dtypes, ranks and requires-grad flags) share one exported graph whatever th
 import torch
 
 
+class UnsupportedType(TypeError):
+    """An input or output of a type a schema cannot hold."""
+
+
 class TensorSlot:
     """Where a tensor stands in a structure, with what the graph depends on (not its sizes)."""
 
@@ -17,20 +21,24 @@ class TensorSlot:
         return ("tensor", str(self.dtype), self.ndim, self.requires_grad)
 
 
-def flatten(obj, name, tensors, names):
-    """Appends obj's tensors (and their input names) in order; returns obj's schema."""
+def flatten(obj, name, tensors, names, role="input"):
+    """Appends obj's tensors (and their names) in order; returns obj's schema. `role`: what obj is, for the error
+    an unsupported type raises ("input" or "output")."""
     if isinstance(obj, torch.Tensor):
         tensors.append(obj)
         names.append(name)
         return TensorSlot(len(tensors) - 1, obj.dtype, obj.dim(), obj.requires_grad)
     if isinstance(obj, (tuple, list)):
-        return (type(obj), [flatten(v, f"{name}_{i}", tensors, names) for i, v in enumerate(obj)])
+        return (type(obj), [flatten(v, f"{name}_{i}", tensors, names, role) for i, v in enumerate(obj)])
     if isinstance(obj, dict):  # dict subclasses (OrderedDict, transformers' ModelOutput) keep their class
-        return (type(obj), {k: flatten(v, f"{name}_{k}", tensors, names) for k, v in obj.items()})
+        return (type(obj), {k: flatten(v, f"{name}_{k}", tensors, names, role) for k, v in obj.items()})
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return ("const", obj)
-    raise TypeError(f"onnxtrain: inputs of type {type(obj).__name__} ({name}) are not supported; "
-                    "use tensors, numbers, strings, None, or tuples, lists and dicts of them")
+    hint = ""
+    if role == "output" and type(obj).__name__.endswith("Cache"):
+        hint = " (a transformers model returns its key-value cache unless its config says use_cache=False)"
+    raise UnsupportedType(f"onnxtrain: {role}s of type {type(obj).__name__} ({name}) are not supported; "
+                    f"use tensors, numbers, strings, None, or tuples, lists and dicts of them{hint}")
 
 
 def key(schema):

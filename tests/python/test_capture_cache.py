@@ -176,3 +176,19 @@ def test_a_fingerprint_does_not_depend_on_weights_and_names_the_parameters():
     torch.manual_seed(1)
     assert _fingerprint.of_module(GPT()) == a
     assert any(part.startswith("parameter:weight:torch.float32") for part in a)
+
+
+def test_a_transformers_model_has_one_fingerprint_across_processes():
+    """Nothing that differs per process (transformers' GenerationConfig keeps a hash of itself) reaches the key."""
+    pytest.importorskip("transformers")
+    code = textwrap.dedent("""
+        import hashlib, torch, transformers as T
+        from onnxtrain import _fingerprint
+        config = T.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, num_key_value_heads=1, use_cache=False)
+        parts = _fingerprint.of_module(T.LlamaForCausalLM(config).train())
+        print(hashlib.sha256("\\n".join(parts).encode()).hexdigest())
+        """)
+    digests = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout
+               for _ in range(2)]
+    assert digests[0] and digests[0] == digests[1]

@@ -312,3 +312,15 @@ def test_memory_level_from_the_environment(monkeypatch, variable):
     monkeypatch.setenv(variable, "3")
     with pytest.raises(ValueError, match="level '3' is not 0, 1 or 2"):
         onnxtrain.Module(nn.Linear(2, 2))
+
+
+def test_an_output_of_an_unsupported_type_is_an_unsupported_error_naming_it():
+    """A transformers model that returns its key-value cache (use_cache=True) is told how to stop it, at once
+    (no fallback capture: no exporter would return the cache either)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, use_cache=True)
+    model = onnxtrain.Module(transformers.LlamaForCausalLM(config))
+    ids = torch.randint(0, 50, (1, 6))
+    with pytest.raises(onnxtrain.UnsupportedError, match=r"outputs of type DynamicCache .*use_cache=False"):
+        model(input_ids=ids, labels=ids)
