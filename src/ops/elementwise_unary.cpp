@@ -15,6 +15,16 @@ namespace {
 using ir::Value;
 using UnaryGrad = Value* (*)(GradCtx& g, const UnaryAttrs& a, Value* x, Value* y, Value* dy);
 
+// Gelu's and GeluGrad's attribute `approximate`: "none" or "tanh".
+UnaryAttrs gelu_form(const ir::Node& n) {
+  UnaryAttrs a;
+  std::string approx = n.attr_string("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    throw UnsupportedError(n.where() + ": approximate='" + approx + "' is not supported");
+  a.tanh_approx = approx == "tanh";
+  return a;
+}
+
 // Each op's attributes with its defaults (ONNX's) applied.
 UnaryAttrs unary_attrs(const ir::Node& n) {
   static const std::map<std::string, UnaryAttrs> defaults = {
@@ -29,12 +39,7 @@ UnaryAttrs unary_attrs(const ir::Node& n) {
   a.alpha = n.attr_float("alpha", a.alpha);
   a.beta = n.attr_float("beta", a.beta);
   a.gamma = n.attr_float("gamma", a.gamma);
-  if (n.op_type == "Gelu") {
-    std::string approx = n.attr_string("approximate", "none");
-    if (approx != "none" && approx != "tanh")
-      throw UnsupportedError(n.where() + ": approximate='" + approx + "' is not supported");
-    a.tanh_approx = approx == "tanh";
-  }
+  if (n.op_type == "Gelu") a.tanh_approx = gelu_form(n).tanh_approx;
   return a;
 }
 
@@ -59,16 +64,11 @@ OpDef unary(const std::string& name, UnaryGrad grad) {
 Value* square(GradCtx& g, Value* v) { return g.mul(v, v); }
 Value* positive(GradCtx& g, Value* x) { return g.greater(x, g.like(0, x)); }
 
-// GELU's gradient: one com.onnxtrain.GeluGrad for the exact form; the tanh form's derivative from ordinary ops:
-// d/dx 0.5x(1+t), t = tanh(k(x + c x^3)).
+// GELU's gradient: one com.onnxtrain.GeluGrad, of the exact or the tanh form.
 Value* gelu_grad(GradCtx& g, const UnaryAttrs& a, Value* x, Value*, Value* dy) {
-  if (!a.tanh_approx) return g.ops("GeluGrad", {dy, x}, 1, {}, "com.onnxtrain")[0];
-  Value* x2 = square(g, x);
-  Value* t = g.tanh(g.mul(g.like(0.7978845608028654, x), g.add(x, g.mul(g.like(0.044715, x), g.mul(x2, x)))));
-  Value* dt = g.mul(g.sub(g.like(1, t), square(g, t)),
-                    g.mul(g.like(0.7978845608028654, x), g.add(g.like(1, x), g.mul(g.like(3 * 0.044715, x), x2))));
-  Value* d = g.add(g.mul(g.like(0.5, t), g.add(g.like(1, t), t)), g.mul(g.mul(g.like(0.5, x), x), dt));
-  return g.mul(dy, d);
+  ir::Attributes form;
+  if (a.tanh_approx) form["approximate"] = std::string("tanh");
+  return g.ops("GeluGrad", {dy, x}, 1, form, "com.onnxtrain")[0];
 }
 
 Value* hard_swish_grad(GradCtx& g, const UnaryAttrs&, Value* x, Value*, Value* dy) {
@@ -134,11 +134,11 @@ const bool kUnaryRegistered = register_ops({
 });
 #undef OT_GRAD
 
-// com.onnxtrain.GeluGrad(dy, x) = dy (Phi(x) + x phi(x)): the gradient of exact GELU in one pass; composed of
-// ordinary ops it took ten passes over the activation (Erf, Exp and their products).
-class GeluGradOp : public Op {
+// com.onnxtrain.GeluGrad(dy, x) = dy (Phi(x) + x phi(x)): the gradient of exact GELU in one pass (of its tanh form
+// with approximate="tanh", as Gelu's attribute); composed of ordinary ops it took ten passes over the activation.
+class GeluGradOp : public OpWith<UnaryAttrs> {
  public:
-  explicit GeluGradOp(const ir::Node&) {}
+  explicit GeluGradOp(const ir::Node& n) : OpWith(gelu_form(n)) {}
   bool recomputable() const override { return true; }
   int inplace_input() const override { return 0; }
   void infer(InferCtx& ctx) const override {

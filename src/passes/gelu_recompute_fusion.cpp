@@ -40,7 +40,8 @@ class GeluRecomputeFusion : public Pass {
     for (auto& n : g.nodes()) {
       if (!n->backward || !exact_gelu(*n) || !n->input(0)) continue;
       for (ir::Node* r : n->input(0)->consumers)
-        if (r->backward && r->op_type == "GeluGrad" && r->domain == "com.onnxtrain" && r->input(1) == n->input(0) &&
+        if (r->backward && r->op_type == "GeluGrad" && r->domain == "com.onnxtrain" &&
+            r->attr_string("approximate", "none") == "none" && r->input(1) == n->input(0) &&
             r->input(0) && r->input(0)->dtype == n->input(0)->dtype && !depends_on(r->input(0), n.get())) {
           pairs.emplace_back(n.get(), r);
           break;

@@ -66,12 +66,17 @@ T gelu_derivative(T x) {  // Phi(x) + x phi(x)
   T pdf = T(0.3989422804014327) * std::exp(T(-0.5) * x * x);
   return cdf + x * pdf;
 }
+template <typename T>
+T gelu_tanh_derivative(T x) {  // 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+  const T k(0.7978845608028654), c(0.044715);
+  const T t = std::tanh(k * (x + c * x * x * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+}
 
 bool exp_vector(const UnaryAttrs&, const float* x, float* y, int64_t n) { return exp_f32(x, y, n), true; }
 bool erf_vector(const UnaryAttrs&, const float* x, float* y, int64_t n) { return erf_f32(x, y, n), true; }
 bool gelu_vector(const UnaryAttrs& a, const float* x, float* y, int64_t n) {
-  if (a.tanh_approx) return false;
-  gelu_f32(x, y, n);
+  (a.tanh_approx ? gelu_tanh_f32 : gelu_f32)(x, y, n);
   return true;
 }
 
@@ -80,22 +85,24 @@ void check_same(const KernelCtx& c, const Tensor& x, const Tensor& dy) {
     c.fail("dy " + dims_str(dy.dims()) + " and x " + dims_str(x.dims()) + " differ");
 }
 
-// com.onnxtrain.GeluGrad(dy, x) = dy (Phi(x) + x phi(x)).
-void gelu_grad(KernelCtx& c) {
+// com.onnxtrain.GeluGrad(dy, x) = dy GELU'(x): Phi(x) + x phi(x), or the tanh form's derivative.
+void gelu_grad(const UnaryAttrs& a, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1);
   check_same(c, x, dy);
+  const auto vector = a.tanh_approx ? gelu_tanh_grad_f32 : gelu_grad_f32;
   dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *d = dy.data<T>(), *xp = x.data<T>();
     T* out = c.out(0).data<T>();
     parallel_for(x.numel(), 30, [&](int64_t b, int64_t e) {
       if constexpr (std::is_same_v<T, float>) {
-        gelu_grad_f32(d + b, xp + b, out + b, e - b);
+        vector(d + b, xp + b, out + b, e - b);
       } else if constexpr (kLowFloat<T>) {
         in_f32_blocks<T, 2, 1>({d, xp}, {out}, b, e,
-                               [](auto in, auto o, int64_t m) { gelu_grad_f32(in[0], in[1], o[0], m); });
+                               [vector](auto in, auto o, int64_t m) { vector(in[0], in[1], o[0], m); });
       } else {
-        for (int64_t i = b; i < e; ++i) out[i] = d[i] * gelu_derivative(xp[i]);
+        for (int64_t i = b; i < e; ++i)
+          out[i] = d[i] * (a.tanh_approx ? gelu_tanh_derivative(xp[i]) : gelu_derivative(xp[i]));
       }
     });
   });
@@ -192,7 +199,7 @@ const bool kRegistered = register_kernels(
         {"", "ThresholdedRelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return x > a.alpha ? x : 0; })},
         {"", "Gelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return gelu(a.tanh_approx, x); }, gelu_vector)},
         {"", "Mish", unary<kFloats>([](auto, auto x) { return x * std::tanh(softplus(x)); })},
-        {"com.onnxtrain", "GeluGrad", kernel(gelu_grad)},
+        {"com.onnxtrain", "GeluGrad", kernel<UnaryAttrs>(gelu_grad)},
         {"com.onnxtrain", "GeluAndGrad", kernel(gelu_and_grad)},
         {"", "IsNaN", kernel(is_nan)},
         {"", "IsInf", kernel(is_inf)},

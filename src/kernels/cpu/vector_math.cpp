@@ -79,6 +79,18 @@ __m256 gelu_grad_from8(__m256 dy, __m256 x, __m256 e) {
 
 __m256 gelu8(__m256 x) { return gelu_from8(x, erf_scaled8(x)); }
 
+// GELU's tanh form: t = tanh(k (x + c x^3)) as 1 - 2 / (exp(2z) + 1) (exp's overflow gives 1, its underflow -1).
+constexpr float kGeluK = 0.7978845608028654f, kGeluC = 0.044715f;
+__m256 gelu_tanh_t8(__m256 x) {
+  __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 z = _mm256_mul_ps(_mm256_set1_ps(2 * kGeluK), _mm256_mul_ps(x, _mm256_fmadd_ps(_mm256_set1_ps(kGeluC), x2,
+                                                                                         _mm256_set1_ps(1.f))));
+  __m256 e = exp8(z);
+  return _mm256_sub_ps(_mm256_set1_ps(1.f), _mm256_div_ps(_mm256_set1_ps(2.f), _mm256_add_ps(e, _mm256_set1_ps(1.f))));
+}
+
+__m256 gelu_tanh8(__m256 x) { return gelu_from8(x, gelu_tanh_t8(x)); }
+
 // Element-wise over n floats, 8 at a time: f(inputs..., outputs...) on full vectors, the tail padded to one.
 template <int In, int Out, typename F>
 void map_n(const float* const (&in)[In], float* const (&out)[Out], int64_t n, F f) {
@@ -294,7 +306,19 @@ void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int
   });
 }
 
+// d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
+void gelu_tanh_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
+  map_n<2, 1>({dy, x}, {dx}, n, [](const __m256* a, __m256* b) {
+    const __m256 x = a[1], t = gelu_tanh_t8(x), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
+    __m256 inner = _mm256_mul_ps(_mm256_set1_ps(kGeluK),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(3 * kGeluC), _mm256_mul_ps(x, x), one));
+    __m256 slope = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_mul_ps(_mm256_fnmadd_ps(t, t, one), inner));
+    b[0] = _mm256_mul_ps(a[0], _mm256_fmadd_ps(half, _mm256_add_ps(one, t), slope));
+  });
+}
+
 void erf_f32(const float* x, float* y, int64_t n) { map8<erf8>(x, y, n); }
+void gelu_tanh_f32(const float* x, float* y, int64_t n) { map8<gelu_tanh8>(x, y, n); }
 void gelu_f32(const float* x, float* y, int64_t n) { map8<gelu8>(x, y, n); }
 
 }  // namespace onnxtrain::kernels

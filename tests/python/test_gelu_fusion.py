@@ -1,0 +1,54 @@
+"""GELU's two exported forms become one Gelu node: the erf form (F.gelu) and the tanh form GPT-2 writes out
+(transformers' NewGELUActivation, gelu_new): no Erf or Tanh left in the training graph, its gradient one GeluGrad
+of the same form, and the loss and every gradient as eager's (float32, and bf16 autocast)."""
+
+import math
+
+import onnx
+import pytest
+import torch
+
+import onnxtrain
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.fc = torch.nn.Linear(16, 48)
+        self.proj = torch.nn.Linear(48, 16)
+
+    def act(self, h):
+        if self.form == "tanh":  # NewGELUActivation
+            return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        return torch.nn.functional.gelu(h)
+
+    def forward(self, x):
+        return self.proj(self.act(self.fc(x))).sin().sum()
+
+
+@pytest.mark.parametrize("form", ["tanh", "erf"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_gelu_forms_are_fused_and_train_as_eager(form, bf16, tmp_path):
+    torch.manual_seed(0)
+    eager = MLP(form)
+    ours = onnxtrain.Module(MLP(form), onnxtrain.Options(save_onnx=str(tmp_path)))
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(3, 7, 16) * 2
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        got, want = ours(x), eager(x)
+    got.backward()
+    want.backward()
+    graph = onnx.load(str(tmp_path / "MLP_train_optimized.onnx")).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("Gelu") == 1 and ops.count("GeluGrad") == 1 and not {"Erf", "Tanh", "Pow"} & set(ops), ops
+    gelu = next(n for n in graph.node if n.op_type == "GeluGrad")
+    assert [a.s.decode() for a in gelu.attribute if a.name == "approximate"] == (["tanh"] if form == "tanh" else [])
+    tol = dict(rtol=2e-2, atol=2e-2) if bf16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.float(), want.float(), **tol)  # (under autocast ours sums in float32)
+    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+        if bf16:
+            cos = torch.nn.functional.cosine_similarity(p.grad.flatten().double(), q.grad.flatten().double(), dim=0)
+            assert cos >= 0.999, name
+        else:
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-4 * q.grad.abs().max().item(), msg=name)
