@@ -13,8 +13,8 @@ query and value projections); every optimizer is PyTorch's AdamW with fused=True
 Printed per configuration: s/step (median of the measured steps), the ratio to its reference (eager for fp32,
 eager-bf16 for bf16, lora-eager for LoRA), the first step (capture or compilation included), peak RSS growth
 (the process's peak over the measured steps above its resident size once the model and optimizer exist; the
-peak is reset after two warm-up steps) and its ratio, and for onnxtrain the step peak it predicted before the
-first step beside the peak its allocator measured. onnxtrain's configurations share a capture cache of their own:
+peak is reset after two warm-up steps) and its ratio, and for onnxtrain the step's peak in its allocator (above
+what was allocated before the step) as predicted before the first step and as measured. onnxtrain's configurations share a capture cache of their own:
 it is emptied before each onnxtrain-l0 run, whose first step is the cold one (capture included); the levels after
 it load its graph (a level does not change the capture): their first step is a warm cache's.
 
@@ -37,6 +37,7 @@ from process_memory import reset_peak_rss, rss_mib
 CONFIGS = ["eager", "eager-bf16", "compile", "compile-bf16", "onnxtrain-l0", "onnxtrain-l1", "onnxtrain-l2",
            "onnxtrain-bf16", "lora-eager", "lora-onnxtrain"]
 SHAPES = {"llama": (2, 256), "gpt2": (2, 512)}
+VOCAB = {"llama": 49152, "gpt2": 50257}
 LORA_TARGETS = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"]}
 REFERENCE = {"eager-bf16": "eager-bf16", "compile-bf16": "eager-bf16", "onnxtrain-bf16": "eager-bf16",
              "lora-eager": "lora-eager", "lora-onnxtrain": "lora-eager"}
@@ -82,7 +83,7 @@ def measure(name, config, steps):
 
     model, opt = build(name, config)
     batch, seq = SHAPES[name]
-    ids = torch.randint(0, model.config.vocab_size if hasattr(model, "config") else 50257, (batch, seq))
+    ids = torch.randint(0, VOCAB[name], (batch, seq))
     bf16 = config.endswith("bf16")
     gc.collect()
     base = rss_mib("VmRSS")
@@ -113,7 +114,7 @@ def measure(name, config, steps):
     wrapped = model if isinstance(model, onnxtrain.Module) else None
     if wrapped is not None:
         runner = [r for r in wrapped.runners() if r.training][-1]
-        out["predicted"] = runner.session.predict_memory(runner.last_dims)["total"] / 2**20
+        out["predicted"] = runner.session.predict_memory(runner.last_dims)["peak"] / 2**20
         out["measured"] = measured / 2**20
     return out
 
