@@ -14,9 +14,10 @@ Printed per configuration: s/step (median of the measured steps), the ratio to i
 eager-bf16 for bf16, lora-eager for LoRA), the first step (capture or compilation included), peak RSS growth
 (the process's peak over the measured steps above its resident size once the model and optimizer exist; the
 peak is reset after two warm-up steps) and its ratio, and for onnxtrain the step's peak in its allocator (above
-what was allocated before the step) as predicted before the first step and as measured. onnxtrain's configurations share a capture cache of their own:
-it is emptied before each onnxtrain-l0 run, whose first step is the cold one (capture included); the levels after
-it load its graph (a level does not change the capture): their first step is a warm cache's.
+what was allocated before the step) as predicted before the first step and as measured. onnxtrain's configurations
+share a capture cache of their own: it is emptied before each onnxtrain-l0 run, whose first step is the cold one
+(capture included); the levels after it load its graph (a level does not change the capture): their first step is
+a warm cache's.
 
     python bench/real_size.py [--models llama,gpt2] [--rounds 1] [--steps 3] [--only eager,onnxtrain-l0]
 """
@@ -112,9 +113,8 @@ def measure(name, config, steps):
         times.append(time.perf_counter() - t)
         measured = max(measured, onnxtrain.allocator_stats()["peak_allocated"] - before)
     out = {"s": statistics.median(times), "rss": rss_mib("VmHWM") - base, "first": first, "loss": loss}
-    wrapped = model if isinstance(model, onnxtrain.Module) else None
-    if wrapped is not None:
-        runner = [r for r in wrapped.runners() if r.training][-1]
+    if isinstance(model, onnxtrain.Module):
+        runner = [r for r in model.runners() if r.training][-1]
         out["predicted"] = runner.session.predict_memory(runner.last_dims)["peak"] / 2**20
         out["measured"] = measured / 2**20
     return out

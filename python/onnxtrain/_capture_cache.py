@@ -23,6 +23,7 @@ import onnx
 import torch
 
 from onnxtrain import _fingerprint
+from onnxtrain._export import Exported
 from onnxtrain._schema import TensorSlot
 
 logger = logging.getLogger("onnxtrain")
@@ -66,7 +67,6 @@ def key(module, schema_key, tensors, training, dynamic_dims, exporter, opset):
         "dynamic_dims": None if dynamic_dims is None else [list(d) for d in dynamic_dims],
         "exporter": exporter,
         "opset": opset,
-        "python": sys.version,
     }
     digest = hashlib.sha256()
     for part in (json.dumps(call, sort_keys=True), *parts):
@@ -123,8 +123,6 @@ def _path(folder, k):
 def load(folder, k):
     """The Exported record stored under key `k`, or None: absent, unreadable, corrupt (its checksum or contents do
     not check: removed, with a warning) or naming a class not loaded."""
-    from onnxtrain._export import Exported
-
     path = _path(folder, k)
     try:
         with open(path, "rb") as f:

@@ -106,8 +106,7 @@ class _Walk:
 
     def __init__(self):
         self.out = []
-        self.seen = {}
-        self.kept = []  # (what was seen stays alive while walking: an id stays unique)
+        self.seen = {}  # id -> (index, the object itself: kept alive while walking, so that an id stays unique)
         self.classes = set()
 
     def emit(self, s):
@@ -125,10 +124,9 @@ class _Walk:
             self.classes.add(v)
             return
         if id(v) in self.seen:
-            self.emit(f"ref:{self.seen[id(v)]}")
+            self.emit(f"ref:{self.seen[id(v)][0]}")
             return
-        self.seen[id(v)] = len(self.seen)
-        self.kept.append(v)
+        self.seen[id(v)] = (len(self.seen), v)
         if isinstance(v, torch.Tensor):
             self.tensor(v)
         elif isinstance(v, (list, tuple, set, frozenset)):

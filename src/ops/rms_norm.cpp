@@ -8,7 +8,9 @@
 namespace onnxtrain::ops {
 namespace {
 
-NormAttrs rms_attrs(const ir::Node& n) { return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), 0, false, false}; }
+NormAttrs rms_attrs(const ir::Node& n) {
+  return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), 0, false, false};
+}
 
 // The per-row statistic's shape: X's with the normalized dims 1.
 Shape row_shape(InferCtx& ctx, int64_t axis) {

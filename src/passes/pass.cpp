@@ -52,6 +52,11 @@ ir::Value* other_input(const ir::Node* n, const ir::Value* known) {
   return n->input(0) == known ? n->input(1) : n->input(1) == known ? n->input(0) : nullptr;
 }
 
+ir::Node* only_reader(const ir::Graph& g, const ir::Value* v) {
+  return v && v->consumers.size() == 1 && sole_reader(g, v, v->consumers[0]) ? const_cast<ir::Node*>(v->consumers[0])
+                                                                             : nullptr;
+}
+
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader) {
   return v->consumers.size() == 1 && v->consumers[0] == reader &&
          std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();

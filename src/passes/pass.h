@@ -46,6 +46,8 @@ bool has_inputs(const ir::Node* n, size_t count);
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain = "");
 // The other input of binary node n than `known` (null when n is not binary or `known` is not an input).
 ir::Value* other_input(const ir::Node* n, const ir::Value* known);
+// v's only reader when v is not a graph output (so a fusion may drop v), else null.
+ir::Node* only_reader(const ir::Graph& g, const ir::Value* v);
 // Whether `reader` is the only reader of v and v is not a graph output (so a fusion may drop v).
 bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader);
 // A fusion's new node: `op_type` in `domain` at `opset` reads `inputs` and now makes `outs` (values made by the

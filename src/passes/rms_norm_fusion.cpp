@@ -15,12 +15,6 @@ double scalar_of(const ir::Value* v) {
   return v && v->initializer && !v->trainable && v->initializer->numel() == 1 ? v->initializer->to_double()[0] : NAN;
 }
 
-// v's only reader (v not a graph output), or null.
-ir::Node* only_reader(const ir::Graph& g, const ir::Value* v) {
-  return v && v->consumers.size() == 1 && sole_reader(g, v, v->consumers[0]) ? const_cast<ir::Node*>(v->consumers[0])
-                                                                             : nullptr;
-}
-
 // Whether a ReduceMean keeps the dims and reduces the last of rank r alone (its axes an input from opset 18, an
 // attribute before).
 bool means_last_dim(const ir::Node* m, int64_t r) {

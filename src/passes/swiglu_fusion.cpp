@@ -13,13 +13,11 @@ class SwiGLUFusion : public Pass {
     std::vector<const ir::Node*> gone;
     for (ir::Node* sigmoid : nodes_of(g, "Sigmoid")) {
       ir::Value *gate = sigmoid->input(0), *s = sigmoid->outputs[0];
-      if (!gate || s->consumers.size() != 1) continue;
-      ir::Node* silu = const_cast<ir::Node*>(s->consumers[0]);
-      if (silu->op_type != "Mul" || other_input(silu, s) != gate || !sole_reader(g, s, silu)) continue;
+      ir::Node* silu = only_reader(g, s);
+      if (!gate || !silu || silu->op_type != "Mul" || other_input(silu, s) != gate) continue;
       ir::Value* act = silu->outputs[0];
-      if (act->consumers.size() != 1 || !sole_reader(g, act, act->consumers[0])) continue;
-      ir::Node* product = const_cast<ir::Node*>(act->consumers[0]);
-      ir::Value* up = product->op_type == "Mul" ? other_input(product, act) : nullptr;
+      ir::Node* product = only_reader(g, act);
+      ir::Value* up = product && product->op_type == "Mul" ? other_input(product, act) : nullptr;
       if (!up || up == act || !up->has_shape || !gate->has_shape || up->shape != gate->shape ||
           up->dtype != gate->dtype || !dtype_is_float(gate->dtype))
         continue;

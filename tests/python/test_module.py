@@ -191,7 +191,8 @@ class Unsupported(nn.Module):
 
 def test_unsupported_op_error_and_fallback(monkeypatch):
     x = torch.randn(2, 3, 3)
-    with pytest.raises(onnxtrain.UnsupportedError, match=r"onnxtrain.Module\(Unsupported\).*Det.*ONNXTRAIN_FALLBACK=torch"):
+    with pytest.raises(onnxtrain.UnsupportedError,
+                       match=r"onnxtrain.Module\(Unsupported\).*Det.*ONNXTRAIN_FALLBACK=torch"):
         onnxtrain.Module(Unsupported())(x)
     monkeypatch.setenv("ONNXTRAIN_FALLBACK", "torch")
     wrapped = onnxtrain.Module(Unsupported())

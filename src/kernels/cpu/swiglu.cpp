@@ -65,7 +65,8 @@ void swiglu(KernelCtx& c) {
       if constexpr (std::is_same_v<T, float>) {
         swiglu_f32(g + b, u + b, y + b, e - b);
       } else if constexpr (kLowFloat<T>) {
-        in_f32_blocks<T, 2, 1>({g, u}, {y}, b, e, [](auto in, auto o, int64_t m) { swiglu_f32(in[0], in[1], o[0], m); });
+        in_f32_blocks<T, 2, 1>({g, u}, {y}, b, e,
+                               [](auto in, auto o, int64_t m) { swiglu_f32(in[0], in[1], o[0], m); });
       } else {
         for (int64_t i = b; i < e; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
       }
