@@ -77,7 +77,9 @@ class Session {
   // was fed wherever the stash still reads it (views included): for callers whose tensors move between the two
   // calls (FSDP2 frees each parameter after forward and gathers it again, elsewhere, before backward).
   // `on_gradient`: called with each gradient as soon as it is final (the step making it has run), in the order
-  // of gradient_order(), before run_backward returns them all.
+  // of gradient_order(), before run_backward returns them all. Those of SessionOptions::applied_in_backward come
+  // at their handoff (final, and their parameter read no more: the callback may update it in place); they are
+  // freed when it returns and are not among those returned.
   using GradientReady = std::function<void(const std::string& name, const Tensor& gradient)>;
   std::map<std::string, Tensor> run_backward(RunState& state, const std::map<std::string, Tensor>& output_grads = {},
                                              const std::map<std::string, Tensor>& refeeds = {},

@@ -24,6 +24,7 @@ from onnxtrain._onnxtrain import (
 from onnxtrain._capture_cache import clear as clear_capture_cache
 from onnxtrain.memory_log import log_memory_usage, memory_stats
 from onnxtrain.memory_log import subscribe as subscribe_memory_stats
+from onnxtrain import optim
 from onnxtrain.module import Module
 from onnxtrain.options import Options
 
@@ -48,6 +49,7 @@ __all__ = [
     "empty_cache",
     "log_memory_usage",
     "memory_stats",
+    "optim",
     "registered_ops",
     "reset_peak_stats",
     "set_memory_limit",

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from onnxtrain import _capture_cache, _capture_lock, memory_log
+from onnxtrain import _capture_cache, _capture_lock, memory_log, optim
 from onnxtrain import _onnxtrain as C
 from onnxtrain._autograd import Apply, Release, as_input
 from onnxtrain._export import OPSET, export
@@ -21,6 +21,24 @@ from onnxtrain._schema import flatten, key, unflatten
 from onnxtrain.options import Options
 
 logger = logging.getLogger("onnxtrain")
+
+
+def applied_in_backward(module, wrt):
+    """The names among `wrt` whose parameters an onnxtrain.optim optimizer updates inside backward (a parameter
+    the graph reads under two names is left to step())."""
+    held = dict(module.named_parameters(remove_duplicate=False))
+    names = [n for n in wrt if optim.owner_of(held[n]) is not None]
+    if not names:
+        return frozenset()
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and \
+            torch.distributed.get_world_size() > 1:
+        raise RuntimeError("onnxtrain.optim(in_backward=True) updates each parameter from this rank's gradient, "
+                           "but distributed training must average gradients across ranks first: use "
+                           "in_backward=False")
+    count = {}
+    for n in names:
+        count[id(held[n])] = count.get(id(held[n]), 0) + 1
+    return frozenset(n for n in names if count[id(held[n])] == 1)
 
 
 def held_state(module):
@@ -32,7 +50,9 @@ def held_state(module):
 class _Runner:
     """One exported graph and its session, for one input schema and mode."""
 
-    def __init__(self, module, exported, training, options, inputs_requiring_grad, dims):
+    def __init__(self, module, exported, training, options, inputs_requiring_grad, dims, applied=frozenset()):
+        self.rebuild_args = (module, exported, training, options, inputs_requiring_grad, dims)
+        self.applied = applied  # the parameters an optimizer updates inside backward (onnxtrain.optim)
         self.module = module
         self.exported = exported
         self.training = training
@@ -59,7 +79,8 @@ class _Runner:
             self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
                                                   options.memory_opt_config, options.memory_budget, dims,
                                                   options.memory_opt_level, keep_cache=options.keep_cache,
-                                                  release_cache_after=options.release_cache_after)
+                                                  release_cache_after=options.release_cache_after,
+                                                  applied_in_backward=set(applied))
             self.dims = dims
             # Recorded at the first training step, by rank 0 only (as the memory lines) when distributed.
             self.timeline_path = options.memory_timeline if memory_log._rank() == 0 else ""
@@ -107,6 +128,15 @@ class _Runner:
         # them again before backward, elsewhere; the stash reads them where they are.
         held = held_state(self.module)
         refeeds = {n: as_input(held[n]) for n in self.exported.state_names if n in self.model_inputs}
+        if self.applied:
+            handed = on_gradient
+
+            def on_gradient(name, gradient):
+                if name in self.applied:  # (its last use: the session frees it when this returns)
+                    optim.apply_in_backward(held[name], torch.from_dlpack(gradient))
+                elif handed is not None:
+                    handed(name, gradient)
+
         result = self.session.run_backward(state, output_grads, refeeds, on_gradient)
         if self.timeline_path:
             from onnxtrain import timeline
@@ -247,6 +277,12 @@ class Module(torch.nn.Module):
             runner = self._build(full, tensors, names, training)
             runners.append(runner)
             self._built.append(runner)
+        applied = applied_in_backward(self.module, runner.wrt) if training else frozenset()
+        if training and applied != runner.applied:  # (an in_backward optimizer made or dropped since it was built)
+            rebuilt = _Runner(*runner.rebuild_args, applied=applied)
+            runners[runners.index(runner)] = rebuilt
+            self._built[self._built.index(runner)] = rebuilt
+            runner = rebuilt
         return runner, tensors, training
 
     def _forward(self, args, kwargs):
@@ -258,8 +294,12 @@ class Module(torch.nn.Module):
         if training:
             handoff, token, released = None, None, set()
             if self._options.early_gradients:
-                handoff, token, released = Release.chain(held, runner.gradient_order)
-            state = [held[n].detach() if n in released else held[n] for n in runner.exported.state_names]
+                handoff, token, released = Release.chain(held, [n for n in runner.gradient_order
+                                                                if n not in runner.applied])
+            if runner.applied and token is None:  # (what autograd reaches backward through, when nothing else is)
+                token = torch.zeros((), requires_grad=True)
+            state = [held[n].detach() if n in released or n in runner.applied else held[n]
+                     for n in runner.exported.state_names]
             outs = Apply.apply(runner, handoff, token, *tensors, *state)
         else:
             outs = runner.run([*tensors, *state])

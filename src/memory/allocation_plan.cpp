@@ -13,7 +13,7 @@ namespace onnxtrain::memory {
 static int64_t rounded(int64_t bytes) { return int64_t(CachingAllocator::round_size(size_t(bytes == 0 ? 1 : bytes))); }
 
 AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace,
-                                     Device device) {
+                                     Device device, const std::map<const ir::Value*, int>& handed) {
   AllocationPlan p;
   p.steps_.resize(order.size());
   p.allocs_.resize(order.size());
@@ -22,7 +22,10 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
   for (size_t s = 0; s < order.size(); ++s)
     for (const ir::Value* v : order[s]->inputs)
       if (v) last_use[v] = int(s);
-  for (const ir::Value* v : g.outputs) last_use[v] = INT_MAX;
+  for (const ir::Value* v : g.outputs) {
+    auto h = handed.find(v);
+    last_use[v] = h == handed.end() ? INT_MAX : std::max(last_use.count(v) ? last_use[v] : -1, h->second);
+  }
 
   for (const ir::Value* v : g.inputs) p.values_[v] = ValuePlan{AllocKind::kExternal, nullptr, v, INT_MAX, Dim(0)};
   for (const ir::Value* v : g.initializers) p.values_[v] = ValuePlan{AllocKind::kExternal, nullptr, v, INT_MAX, Dim(0)};
@@ -77,6 +80,10 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
       }
     for (const ir::Value* v : n->outputs)
       if (v && p.values_.at(v).last_use == int(s)) p.steps_[s].release.push_back(v);
+  }
+  for (auto& [v, at] : handed) {  // (released after their handoff, where no step may read them)
+    auto& rel = p.steps_[size_t(last_use[v])].release;
+    if (p.values_.count(v) && std::find(rel.begin(), rel.end(), v) == rel.end()) rel.push_back(v);
   }
   for (auto& [root, death] : root_death)
     if (death != INT_MAX && p.values_.at(root).kind == AllocKind::kAllocate)

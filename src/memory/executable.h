@@ -27,6 +27,9 @@ struct Executable {
   std::vector<ir::Value*> grads;         // per `wrt` entry: its gradient
   std::vector<std::string> wrt;
   std::vector<bool> reached;          // per `wrt` entry: whether the loss depends on it
+  // Per `wrt` entry: the step after which an optimizer applies its gradient in backward, which is then freed
+  // (memory/gradient_handoff.h); -1 where it is returned at the end of backward.
+  std::vector<int> handoff;
   double optimizer_state_factor = 0;  // optimizer state bytes per parameter byte, for predictions
   // The same step compiled without recompute plans, for "before and after" predictions.
   std::unique_ptr<Executable> without_plans;

@@ -5,6 +5,7 @@ namespace onnxtrain::python {
 
 void init_errors(pybind11::module_& m);
 void init_memory(pybind11::module_& m);
+void init_optim(pybind11::module_& m);
 void init_session(pybind11::module_& m);
 void init_training(pybind11::module_& m);
 void init_tensor(pybind11::module_& m);

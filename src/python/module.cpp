@@ -10,4 +10,5 @@ PYBIND11_MODULE(_onnxtrain, m) {
   onnxtrain::python::init_memory(m);
   onnxtrain::python::init_session(m);
   onnxtrain::python::init_training(m);
+  onnxtrain::python::init_optim(m);
 }

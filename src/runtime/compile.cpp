@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "kernels/shape_inference.h"
+#include "memory/gradient_handoff.h"
 #include "memory/predict.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
@@ -17,7 +18,13 @@ void plan(memory::Executable& e, const CompileOptions& o) {
   Schedule s = schedule(*e.graph);
   e.schedule = std::move(s.order);
   e.boundary = s.boundary;
-  e.plan = memory::AllocationPlan::build(*e.graph, e.schedule, o.allow_inplace, o.device);
+  std::map<const ir::Value*, int> handed;
+  if (e.training) {
+    e.handoff = memory::handoff_steps(*e.graph, e.schedule, e.wrt, e.grads, o.applied_in_backward);
+    for (size_t i = 0; i < e.handoff.size(); ++i)
+      if (e.handoff[i] >= 0) handed[e.grads[i]] = e.handoff[i];
+  }
+  e.plan = memory::AllocationPlan::build(*e.graph, e.schedule, o.allow_inplace, o.device, handed);
 }
 
 // `base`'s step on another graph (a copy of base's, rewritten): its interface found there by name, and planned.

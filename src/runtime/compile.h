@@ -3,6 +3,8 @@
 // plan. Options come in typed and checked (parsed at the edge: bindings, CLI); nothing is called back.
 #pragma once
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "autodiff/training_graph.h"
@@ -24,6 +26,9 @@ struct CompileOptions {
   memory::Budget memory_budget;
   Bindings memory_dims;               // the dims of the batch the budget is for
   double optimizer_state_factor = 0;  // optimizer state bytes per parameter byte (AdamW 2), if held by the caller
+  // `wrt` entries whose gradients the caller's optimizer applies inside backward: each handed over as soon as it is
+  // final and its parameter read no more, then freed
+  std::set<std::string> applied_in_backward;
   Device device = kCpu;               // whose kernels' scratch the plan counts
 };
 

@@ -42,7 +42,6 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
   std::vector<Tensor> outs = kernels::run_node(n, ins, args);
   for (size_t i = 0; i < n.outputs.size(); ++i)
     if (n.outputs[i]) env[n.outputs[i]] = std::move(outs[i]);
-  for (const ir::Value* v : step.release) env.erase(v);
 }
 
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
@@ -64,6 +63,7 @@ void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& 
       throw Error(plan.steps()[s].node->where() + ": " + e.what());
     }
     if (after_step) after_step(s);
+    for (const ir::Value* v : plan.steps()[s].release) env.erase(v);
   }
 }
 

@@ -27,12 +27,18 @@ std::map<std::string, int64_t> RunState::stash_values() const {
   return r;
 }
 
-// Per step, the `wrt` gradients a backward step makes final; last, one more entry: those no step makes.
+// Per step, the `wrt` gradients handed over after it: as soon as a backward step makes them final, or, for those an
+// optimizer applies in backward, at their handoff step; last, one more entry: those no step makes.
 static std::vector<std::vector<size_t>> gradients_by_step(const memory::Executable& exe) {
   const auto& steps = exe.plan.steps();
   std::vector<std::vector<size_t>> r(steps.size() + 1);
   std::unordered_map<const ir::Value*, std::vector<size_t>> wanted;
-  for (size_t i = 0; i < exe.grads.size(); ++i) wanted[exe.grads[i]].push_back(i);
+  for (size_t i = 0; i < exe.grads.size(); ++i) {
+    if (i < exe.handoff.size() && exe.handoff[i] >= 0)
+      r[size_t(exe.handoff[i])].push_back(i);
+    else
+      wanted[exe.grads[i]].push_back(i);
+  }
   for (size_t s = exe.boundary; s < steps.size(); ++s)
     for (const ir::Value* out : steps[s].node->outputs) {
       auto it = wanted.find(out);
@@ -258,8 +264,9 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
                    recorder_.get(), after_step);
   if (on_gradient)  // (gradients no backward step makes: an input's, or an output gradient's passed through)
     for (size_t i : gradients_by_step_.back()) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
-  std::map<std::string, Tensor> grads;
-  for (size_t i = 0; i < exe_.grads.size(); ++i) grads[exe_.wrt[i]] = state.env_.at(exe_.grads[i]);
+  std::map<std::string, Tensor> grads;  // (but those applied in backward, freed already)
+  for (size_t i = 0; i < exe_.grads.size(); ++i)
+    if (exe_.handoff.empty() || exe_.handoff[i] < 0) grads[exe_.wrt[i]] = state.env_.at(exe_.grads[i]);
   state.env_.clear();
   end_of_step();
   return grads;

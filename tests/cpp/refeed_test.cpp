@@ -13,23 +13,7 @@ using namespace onnxtrain::test_graphs;
 
 namespace {
 
-// y = x Reshape(w, (8, 4)): dx reads the reshaped w, a view of the fed memory.
-Session viewed_weight_session() {
-  auto g = std::make_unique<ir::Graph>();
-  g->opsets[""] = 20;
-  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
-  ir::Value* w = add_input(*g, "w", DType::kFloat32, {Dim(32)});
-  ir::Value* shape = g->add_value("shape");
-  Tensor dims(DType::kInt64, {2});
-  dims.data<int64_t>()[0] = 8, dims.data<int64_t>()[1] = 4;
-  shape->initializer = dims;
-  shape->dtype = DType::kInt64;
-  shape->shape = const_shape({2});
-  shape->has_shape = true;
-  g->initializers.push_back(shape);
-  g->outputs.push_back(add_op(*g, "MatMul", {x, add_op(*g, "Reshape", {w, shape})}));
-  return Session(std::move(g), autodiff::TrainingSpec{{"x", "w"}, ""});
-}
+Session viewed_weight_session() { return Session(viewed_weight_graph(), autodiff::TrainingSpec{{"x", "w"}, ""}); }
 
 Tensor copy_of(const Tensor& t) {
   Tensor c(t.dtype(), t.dims());

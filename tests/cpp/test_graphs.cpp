@@ -41,6 +41,23 @@ ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> i
   return out;
 }
 
+std::unique_ptr<ir::Graph> viewed_weight_graph() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(8)});
+  ir::Value* w = add_input(*g, "w", DType::kFloat32, {Dim(32)});
+  ir::Value* shape = g->add_value("shape");
+  Tensor dims(DType::kInt64, {2});
+  dims.data<int64_t>()[0] = 8, dims.data<int64_t>()[1] = 4;
+  shape->initializer = dims;
+  shape->dtype = DType::kInt64;
+  shape->shape = const_shape({2});
+  shape->has_shape = true;
+  g->initializers.push_back(shape);
+  g->outputs.push_back(add_op(*g, "MatMul", {x, add_op(*g, "Reshape", {w, shape})}));
+  return g;
+}
+
 std::unique_ptr<ir::Graph> mlp_graph() {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 20;

@@ -16,6 +16,8 @@ ir::Value* add_weight(ir::Graph& g, const std::string& name, std::vector<int64_t
 ir::Value* add_scalar(ir::Graph& g, const std::string& name, float value);
 // A node with one fresh output; returns the output.
 ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> inputs, ir::Attributes attrs = {});
+// y = x Reshape(w (32), (8, 4)), x (batch, 8): a gradient of x reads w through a view.
+std::unique_ptr<ir::Graph> viewed_weight_graph();
 // x (batch, 8) -> MatMul W1 (8, 32) -> Add b1 -> Relu -> MatMul W2 (32, 4) -> Softmax.
 std::unique_ptr<ir::Graph> mlp_graph();
 // A float tensor filled with a deterministic pattern.
