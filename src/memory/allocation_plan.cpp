@@ -13,7 +13,8 @@ namespace onnxtrain::memory {
 static int64_t rounded(int64_t bytes) { return int64_t(CachingAllocator::round_size(size_t(bytes == 0 ? 1 : bytes))); }
 
 AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace,
-                                     Device device, const std::map<const ir::Value*, int>& handed) {
+                                     Device device, const std::map<const ir::Value*, int>& handed,
+                                     const std::map<const ir::Value*, int>& returned) {
   AllocationPlan p;
   p.steps_.resize(order.size());
   p.allocs_.resize(order.size());
@@ -23,9 +24,12 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
     for (const ir::Value* v : order[s]->inputs)
       if (v) last_use[v] = int(s);
   for (const ir::Value* v : g.outputs) {
-    auto h = handed.find(v);
-    last_use[v] = h == handed.end() ? INT_MAX : std::max(last_use.count(v) ? last_use[v] : -1, h->second);
+    auto h = handed.find(v), r = returned.find(v);
+    const int after = h != handed.end() ? h->second : r != returned.end() ? r->second : INT_MAX;
+    last_use[v] = after == INT_MAX ? INT_MAX : std::max(last_use.count(v) ? last_use[v] : -1, after);
   }
+  // (a returned value whose last use is its return is the caller's to release, not the executor's)
+  auto callers = [&](const ir::Value* v) { return returned.count(v) && last_use[v] == returned.at(v); };
 
   for (const ir::Value* v : g.inputs) p.values_[v] = ValuePlan{AllocKind::kExternal, nullptr, v, INT_MAX, Dim(0)};
   for (const ir::Value* v : g.initializers) p.values_[v] = ValuePlan{AllocKind::kExternal, nullptr, v, INT_MAX, Dim(0)};
@@ -74,12 +78,12 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
     }
     // Values read for the last time here, and outputs nobody reads, are released.
     for (const ir::Value* v : n->inputs)
-      if (v && last_use[v] == int(s) && p.values_.at(v).kind != AllocKind::kExternal) {
+      if (v && last_use[v] == int(s) && p.values_.at(v).kind != AllocKind::kExternal && !callers(v)) {
         auto& rel = p.steps_[s].release;
         if (std::find(rel.begin(), rel.end(), v) == rel.end()) rel.push_back(v);
       }
     for (const ir::Value* v : n->outputs)
-      if (v && p.values_.at(v).last_use == int(s)) p.steps_[s].release.push_back(v);
+      if (v && p.values_.at(v).last_use == int(s) && !callers(v)) p.steps_[s].release.push_back(v);
   }
   for (auto& [v, at] : handed) {  // (released after their handoff, where no step may read them)
     auto& rel = p.steps_[size_t(last_use[v])].release;

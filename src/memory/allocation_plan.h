@@ -39,9 +39,12 @@ class AllocationPlan {
  public:
   // Plans `order` (nodes of g, topologically sorted) with the scratch of `device`'s kernels; in-place reuse can
   // be switched off. `handed`: graph outputs the caller takes at a step (gradients an optimizer applies there),
-  // released after it rather than kept to the end.
+  // released after it rather than kept to the end. `returned`: graph outputs the caller takes at a step and
+  // releases itself (a training step's forward outputs, but for the stash's readers in backward): counted as
+  // freed after it, not released by the executor.
   static AllocationPlan build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace = true,
-                              Device device = kCpu, const std::map<const ir::Value*, int>& handed = {});
+                              Device device = kCpu, const std::map<const ir::Value*, int>& handed = {},
+                              const std::map<const ir::Value*, int>& returned = {});
 
   const std::vector<StepPlan>& steps() const { return steps_; }
   const ValuePlan& value(const ir::Value* v) const { return values_.at(v); }

@@ -13,18 +13,27 @@
 namespace onnxtrain::runtime {
 namespace {
 
+bool one_element(const ir::Value& v) {
+  return v.has_shape && std::all_of(v.shape.begin(), v.shape.end(), [](const Dim& d) { return d == Dim(1); });
+}
+
 // The schedule and the allocation plan of e's graph.
 void plan(memory::Executable& e, const CompileOptions& o) {
   Schedule s = schedule(*e.graph);
   e.schedule = std::move(s.order);
   e.boundary = s.boundary;
-  std::map<const ir::Value*, int> handed;
+  std::map<const ir::Value*, int> handed, returned;
   if (e.training) {
     e.handoff = memory::handoff_steps(*e.graph, e.schedule, e.wrt, e.grads, o.applied_in_backward);
     for (size_t i = 0; i < e.handoff.size(); ++i)
       if (e.handoff[i] >= 0) handed[e.grads[i]] = e.handoff[i];
+    // The forward's outputs are the caller's once forward returns: a training loop keeps the loss it calls
+    // backward on and drops the rest (a language model's logits), so the step's peak counts an output of one
+    // element through the step and a larger one until forward returns.
+    for (const ir::Value* v : e.forward_outputs)
+      if (v && v->producer && e.boundary > 0 && !one_element(*v)) returned[v] = int(e.boundary) - 1;
   }
-  e.plan = memory::AllocationPlan::build(*e.graph, e.schedule, o.allow_inplace, o.device, handed);
+  e.plan = memory::AllocationPlan::build(*e.graph, e.schedule, o.allow_inplace, o.device, handed, returned);
 }
 
 // `base`'s step on another graph (a copy of base's, rewritten): its interface found there by name, and planned.

@@ -27,29 +27,41 @@ void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& 
     using A = acc_t<T>;
     // PyTorch's scalars, as its kernels take them: Python floats cast to the compute type.
     const A decay = A(1 - h.lr * h.weight_decay), w1 = A(1 - h.beta1), b2 = A(h.beta2), w2 = A(1 - h.beta2);
-    const bool low_weight = w1 < A(0.5);  // lerp's two forms, as PyTorch picks them
     const A step_size = A(h.lr / (1 - std::pow(h.beta1, double(step))));
-    const A bc2_sqrt = A(std::pow(1 - std::pow(h.beta2, double(step)), 0.5)), eps = A(h.eps);  // (as Python's **0.5)
+    const A bc2_sqrt = A(std::pow(1 - std::pow(h.beta2, double(step)), 0.5)), eps = A(h.eps);  // (Python's **0.5)
+    // lerp(m, g, 1 - beta1) in the form PyTorch's vectorized lerp picks for its weight: fma(c, g - m, base)
+    const bool low_weight = w1 < A(0.5);
+    const A c = low_weight ? w1 : w1 - A(1);
     const A sign = h.maximize ? A(-1) : A(1);
     T *xp = x.data<T>(), *mp = m.data<T>(), *vp = v.data<T>(), *mx = max_v ? max_v->data<T>() : nullptr;
     const T* gp = g.data<T>();
-    parallel_for(x.numel(), 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const A gi = sign * A(gp[i]), mi0 = A(mp[i]);
-        // lerp(m, g, 1 - beta1) in the form PyTorch's vectorized lerp picks for its weight
-        const A mi = low_weight ? std::fma(w1, gi - mi0, mi0) : std::fma(w1 - A(1), gi - mi0, gi);
-        const A vi = std::fma(w2 * gi, gi, A(vp[i]) * b2);  // v * beta2 + (1 - beta2) g g, as addcmul fuses it
-        mp[i] = T(mi);
-        vp[i] = T(vi);
-        A top = vi;
-        if (mx) {
-          top = std::max(A(mx[i]), vi);
-          mx[i] = T(top);
+    auto run = [&](auto amsgrad, auto low) {
+      parallel_for(x.numel(), 16, [=](int64_t begin, int64_t end) {
+        T* __restrict xr = xp;
+        T* __restrict mr = mp;
+        T* __restrict vr = vp;
+        T* __restrict top = mx;
+        const T* __restrict gr = gp;
+        for (int64_t i = begin; i < end; ++i) {
+          const A gi = sign * A(gr[i]), mi0 = A(mr[i]);
+          const A mi = std::fma(c, gi - mi0, decltype(low)::value ? mi0 : gi);
+          const A vi = std::fma(w2 * gi, gi, A(vr[i]) * b2);  // v beta2 + (1 - beta2) g g, as addcmul fuses it
+          mr[i] = T(mi);
+          vr[i] = T(vi);
+          A vmax = vi;
+          if constexpr (decltype(amsgrad)::value) {
+            vmax = std::max(A(top[i]), vi);
+            top[i] = T(vmax);
+          }
+          const A denom = std::sqrt(vmax) / bc2_sqrt + eps;
+          xr[i] = T(A(xr[i]) * decay + (-step_size * mi) / denom);  // addcdiv
         }
-        const A denom = std::sqrt(top) / bc2_sqrt + eps;
-        xp[i] = T(A(xp[i]) * decay + (-step_size * mi) / denom);  // addcdiv
-      }
-    });
+      });
+    };
+    if (mx)
+      low_weight ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+    else
+      low_weight ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
   });
 }
 
