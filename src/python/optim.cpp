@@ -1,7 +1,7 @@
 // The fused updates behind onnxtrain.optim: one call per parameter group, the GIL released while it runs.
 #include <pybind11/stl.h>
 
-#include "kernels/cpu/parameter_update.h"
+#include "kernels/parameter_update.h"
 #include "onnxtrain/error.h"
 #include "python/dlpack_bridge.h"
 #include "python/init.h"
