@@ -9,7 +9,8 @@ Models (transformers, random weights, loss from labels=input_ids):
 Configurations: eager, eager-bf16, compile, compile-bf16 (inductor), onnxtrain-l0/-l1/-l2 (memory optimizer
 levels), onnxtrain-bf16 (level 0 under autocast), lora-eager and lora-onnxtrain (peft, r=16 on the attention's
 query and value projections): PyTorch's AdamW with fused=True; onnxtrain-adamw (level 0, onnxtrain.optim.AdamW)
-and onnxtrain-inbw (level 0, onnxtrain.optim.AdamW with in_backward=True: each update applied in backward).
+and onnxtrain-inbw (level 0, onnxtrain.optim.AdamW with in_backward=True: each update applied in backward),
+onnxtrain-l1-inbw (the same at level 1).
 
 Printed per configuration: s/step (median of the measured steps), the ratio to its reference (eager for fp32,
 eager-bf16 for bf16, lora-eager for LoRA), the first step (capture or compilation included), peak RSS growth
@@ -37,7 +38,7 @@ import time
 from process_memory import reset_peak_rss, rss_mib
 
 CONFIGS = ["eager", "eager-bf16", "compile", "compile-bf16", "onnxtrain-l0", "onnxtrain-l1", "onnxtrain-l2",
-           "onnxtrain-bf16", "onnxtrain-adamw", "onnxtrain-inbw", "lora-eager", "lora-onnxtrain"]
+           "onnxtrain-bf16", "onnxtrain-adamw", "onnxtrain-inbw", "onnxtrain-l1-inbw", "lora-eager", "lora-onnxtrain"]
 SHAPES = {"llama": (2, 256), "gpt2": (2, 512)}
 VOCAB = {"llama": 49152, "gpt2": 50257}
 LORA_TARGETS = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"]}
@@ -71,11 +72,11 @@ def build(name, config):
     if config.startswith("compile"):
         model = torch.compile(model)
     elif config.endswith("onnxtrain") or config.startswith("onnxtrain"):
-        level = int(config[-1]) if config[-1].isdigit() else 0
+        level = int(config[11]) if config[:11] == "onnxtrain-l" else 0
         model = onnxtrain.Module(model, onnxtrain.Options(memory_opt_level=level))
     params = [p for p in model.parameters() if p.requires_grad]
-    if config in ("onnxtrain-adamw", "onnxtrain-inbw"):
-        return model, onnxtrain.optim.AdamW(params, lr=1e-4, in_backward=config == "onnxtrain-inbw")
+    if config in ("onnxtrain-adamw", "onnxtrain-inbw", "onnxtrain-l1-inbw"):
+        return model, onnxtrain.optim.AdamW(params, lr=1e-4, in_backward=config.endswith("inbw"))
     return model, torch.optim.AdamW(params, lr=1e-4, fused=True)
 
 
