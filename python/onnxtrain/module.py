@@ -6,6 +6,7 @@ Parameters, buffers, state_dict, optimizers and gradient accumulation stay plain
 fed to the graph on every call and gradients come back through torch.autograd into `p.grad`.
 """
 
+import collections
 import inspect
 import logging
 import os
@@ -35,9 +36,7 @@ def applied_in_backward(module, wrt):
         raise RuntimeError("onnxtrain.optim(in_backward=True) updates each parameter from this rank's gradient, "
                            "but distributed training must average gradients across ranks first: use "
                            "in_backward=False")
-    count = {}
-    for n in names:
-        count[id(held[n])] = count.get(id(held[n]), 0) + 1
+    count = collections.Counter(id(held[n]) for n in names)
     return frozenset(n for n in names if count[id(held[n])] == 1)
 
 
