@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 
+#include "core/allocator.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
 #include "tools/commands.h"
@@ -98,6 +99,7 @@ void add_conformance(CLI::App& app) {
     std::string skip_list;
     bool verbose = false;
     std::string as;
+    std::string device = "cpu";
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("dirs", a->dirs, "test folders, or folders of test folders")->required();
@@ -105,6 +107,9 @@ void add_conformance(CLI::App& app) {
   cmd->add_option("--as", a->as,
                   "bfloat16 or float16: run each test's float32 inputs rounded to it, against the float32 run of the "
                   "rounded inputs rounded to it");
+  cmd->add_option("--device", a->device,
+                  "cpu (the default: against the suite's outputs), or another device such as cuda or cuda:1: each "
+                  "test run there, against its run on the CPU; tests with an op the device has no kernel for skip");
   cmd->add_option("--skip-list", a->skip_list,
                   "a file of 'test_name: reason' lines: tests reported as skips with that reason");
   cmd->callback([a] {
@@ -115,6 +120,9 @@ void add_conformance(CLI::App& app) {
       as = DType::kFloat16;
     else if (!a->as.empty())
       throw InputError("conformance: --as takes bfloat16 or float16, not '" + a->as + "'");
+    const Device device = parse_device(a->device);
+    if (!(device == kCpu) && as != DType::kUndefined) throw InputError("conformance: --as and --device go one at a time");
+    if (!(device == kCpu)) CachingAllocator::of(device);  // a device this build or machine lacks: said once, here
     std::vector<fs::path> tests;
     for (auto& d : a->dirs) {
       if (!fs::is_directory(d)) throw IoError("conformance: '" + d + "' is not a folder");
@@ -143,7 +151,9 @@ void add_conformance(CLI::App& app) {
         r = {Outcome::kSkip, listed[name]};
       } else {
         try {
-          r = as == DType::kUndefined ? run_test(t) : run_test_as(t, as);
+          r = !(device == kCpu)          ? run_test_on(t, device)
+              : as == DType::kUndefined ? run_test(t)
+                                        : run_test_as(t, as);
         } catch (const std::exception& e) {
           r = {Outcome::kFail, e.what()};
         }

@@ -37,4 +37,7 @@ Result read_inputs(const std::filesystem::path& set, const std::vector<std::stri
 // run of the same rounded inputs, rounded to DTYPE.
 Result run_test_as(const std::filesystem::path& dir, DType as);
 
+// `onnxtrain conformance --device DEVICE`: a test run on `device`, against its run on the CPU.
+Result run_test_on(const std::filesystem::path& dir, Device device);
+
 }  // namespace onnxtrain::cli

@@ -180,23 +180,40 @@ static std::mutex& devices_mu() {
   return mu;
 }
 
-static std::map<int, std::unique_ptr<CachingAllocator>>& devices() {
-  static std::map<int, std::unique_ptr<CachingAllocator>> d;
+static std::map<Device, std::unique_ptr<CachingAllocator>>& devices() {
+  static std::map<Device, std::unique_ptr<CachingAllocator>> d;
   return d;
+}
+
+static std::map<DeviceType, CachingAllocator::MemoryProvider>& providers() {
+  static std::map<DeviceType, CachingAllocator::MemoryProvider> p;
+  return p;
 }
 
 void CachingAllocator::register_device(Device device, DeviceMemory& memory) {
   std::lock_guard<std::mutex> lock(devices_mu());
-  if (device == kCpu || devices().count(device.id)) throw Error("device " + device.str() + " is already registered");
-  devices()[device.id] = std::make_unique<CachingAllocator>(device, memory);
+  if (device == kCpu || devices().count(device)) throw Error("device " + device.str() + " is already registered");
+  devices()[device] = std::make_unique<CachingAllocator>(device, memory);
+}
+
+void CachingAllocator::register_device_type(DeviceType type, MemoryProvider provider) {
+  std::lock_guard<std::mutex> lock(devices_mu());
+  if (type == DeviceType::kCpu || providers().count(type))
+    throw Error("device type " + Device{type, 0}.str() + " is already registered");
+  providers()[type] = std::move(provider);
 }
 
 CachingAllocator& CachingAllocator::of(Device device) {
   if (device == kCpu) return global();
   std::lock_guard<std::mutex> lock(devices_mu());
-  auto it = devices().find(device.id);
-  if (it == devices().end()) throw UnsupportedError("device " + device.str() + " is not registered");
-  return *it->second;
+  auto it = devices().find(device);
+  if (it != devices().end()) return *it->second;
+  auto provider = providers().find(device.type);
+  if (provider == providers().end())
+    throw UnsupportedError("device " + device.str() + " is not registered" +
+                           (device.type == DeviceType::kCuda ? ": this onnxtrain was built without CUDA" : ""));
+  DeviceMemory& memory = provider->second(device.index);  // throws for an index the type lacks
+  return *(devices()[device] = std::make_unique<CachingAllocator>(device, memory));
 }
 
 }  // namespace onnxtrain

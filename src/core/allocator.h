@@ -65,9 +65,13 @@ class CachingAllocator {
 
   // The host's allocator.
   static CachingAllocator& global();
-  // The allocator of a device; kCpu's is global(). Another device's is registered once, before use.
+  // The allocator of a device; kCpu's is global(). Another device's is registered once, before use: by itself, or
+  // made at its first use from the memory its type's provider gives for its index.
   static CachingAllocator& of(Device device);
   static void register_device(Device device, DeviceMemory& memory);
+  // The memory of each index of a device type (the provider throws UnsupportedError for an index it lacks).
+  using MemoryProvider = std::function<DeviceMemory&(int index)>;
+  static void register_device_type(DeviceType type, MemoryProvider provider);
 
  private:
   void update_peaks();

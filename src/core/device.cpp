@@ -7,6 +7,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "onnxtrain/error.h"
+
 namespace onnxtrain {
 
 namespace {
@@ -47,6 +49,27 @@ class HostMemory : public DeviceMemory {
   std::unordered_map<void*, size_t> mapped_;
 };
 }  // namespace
+
+std::string Device::str() const {
+  switch (type) {
+    case DeviceType::kCpu:
+      return index == 0 ? "cpu" : "cpu:" + std::to_string(index);
+    case DeviceType::kCuda:
+      return "cuda:" + std::to_string(index);
+    case DeviceType::kExtDev:
+      return "ext:" + std::to_string(index);
+  }
+  return "device type " + std::to_string(int(type)) + ":" + std::to_string(index);
+}
+
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return kCpu;
+  if (s == "cuda") return cuda_device(0);
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.size() < 10 &&
+      s.find_first_not_of("0123456789", 5) == std::string::npos)
+    return cuda_device(std::stoi(s.substr(5)));
+  throw InputError("device '" + s + "': expected cpu, cuda or cuda:N");
+}
 
 DeviceMemory& host_memory() {
   static HostMemory m;

@@ -1,18 +1,33 @@
-// Where a tensor's bytes live and which kernels run on them. Device 0 is the host CPU; another device registers
-// its memory (a DeviceMemory under its own caching allocator, core/allocator.h) and its kernels
-// (kernels/kernel.h, in src/kernels/<device>/), and touches nothing else.
+// Where a tensor's bytes live and which kernels run on them: a device type and an index, as DLPack names them.
+// The host CPU is {kCpu, 0}; another device type registers its memory (a DeviceMemory per index, under its own
+// caching allocator, core/allocator.h) and its kernels (kernels/kernel.h, in src/kernels/<device>/), and touches
+// nothing else.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace onnxtrain {
 
-struct Device {
-  int id = 0;
-  friend bool operator==(Device a, Device b) { return a.id == b.id; }
-  std::string str() const { return id == 0 ? "cpu" : "device" + std::to_string(id); }
+// DLPack's DLDeviceType codes (python/dlpack_bridge.cpp checks they match dlpack.h).
+enum class DeviceType : int32_t {
+  kCpu = 1,
+  kCuda = 2,
+  kExtDev = 12,  // a device of the embedder's own (the tests' second device)
 };
-inline constexpr Device kCpu{0};
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+  friend bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
+  friend bool operator<(Device a, Device b) { return a.type != b.type ? a.type < b.type : a.index < b.index; }
+  // "cpu", "cuda:0", "ext:7": as PyTorch writes a device.
+  std::string str() const;
+};
+inline constexpr Device kCpu{DeviceType::kCpu, 0};
+inline constexpr Device cuda_device(int index) { return {DeviceType::kCuda, index}; }
+// "cpu", "cuda", "cuda:N" (as PyTorch writes them); an InputError for anything else.
+Device parse_device(const std::string& s);
 
 // A device's raw memory: what the caching allocator reserves blocks from, and how bytes get there from the host.
 class DeviceMemory {
@@ -26,6 +41,9 @@ class DeviceMemory {
   // Whether the host can read this memory in place (host memory, unified memory). If not, the inputs an op reads
   // on the host (ops::Op::host_inputs) are copied there before its shape function and kernel run.
   virtual bool host_readable() const = 0;
+  // Waits until the work queued on this memory by the calling thread has completed (before another party reads
+  // it on its own queue); nothing to wait for on the host.
+  virtual void synchronize() {}
 };
 
 // The host's memory: blocks of 1 MiB and more mapped from the system (mmap, munmap), smaller ones from malloc.

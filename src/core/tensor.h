@@ -58,7 +58,7 @@ class Tensor {
   Device device() const { return storage_ ? storage_->device() : kCpu; }
   // Same storage, other dims (same element count).
   Tensor reshaped(std::vector<int64_t> dims) const;
-  // A copy of a host tensor, on alloc's device (the host when null).
+  // A copy on alloc's device (the host when null), from any device.
   Tensor clone(CachingAllocator* alloc = nullptr) const;
   // Elements as int64 (for shape-like integer tensors) or double.
   std::vector<int64_t> to_int64() const;

@@ -6,11 +6,11 @@
 
 namespace onnxtrain::kernels {
 
-// device -> domain -> op -> kernel, looked up with the node's own strings (no key built per run of a node);
-// "ai.onnx" is the default domain "".
+// device type -> domain -> op -> kernel, looked up with the node's own strings (no key built per run of a node);
+// "ai.onnx" is the default domain "". One device type's kernels serve each of its devices.
 using OpKernels = std::unordered_map<std::string, std::unordered_map<std::string, Kernel>>;
-static std::unordered_map<int, OpKernels>& table() {
-  static std::unordered_map<int, OpKernels> t;
+static std::unordered_map<DeviceType, OpKernels>& table() {
+  static std::unordered_map<DeviceType, OpKernels> t;
   return t;
 }
 
@@ -20,7 +20,7 @@ static const std::string& domain_of(const std::string& domain) {
 }
 
 bool register_kernels(Device device, std::vector<KernelDef> defs) {
-  for (auto& d : defs) table()[device.id][domain_of(d.domain)][d.name] = Kernel{std::move(d.fn), std::move(d.scratch)};
+  for (auto& d : defs) table()[device.type][domain_of(d.domain)][d.name] = Kernel{std::move(d.fn), std::move(d.scratch)};
   return true;
 }
 
@@ -29,7 +29,7 @@ void attributes_mismatch() {
 }
 
 const Kernel* lookup_kernel(Device device, const std::string& domain, const std::string& name) {
-  auto d = table().find(device.id);
+  auto d = table().find(device.type);
   if (d == table().end()) return nullptr;
   auto ops = d->second.find(domain_of(domain));
   if (ops == d->second.end()) return nullptr;

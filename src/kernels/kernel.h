@@ -107,7 +107,8 @@ struct Kernel {
   KernelFn fn;
   ScratchFn scratch;
 };
-// Registers kernels of one device (each kernel file does it once, from a static initializer).
+// Registers kernels of one device type, for each device of it (each kernel file does it once, from a static
+// initializer).
 bool register_kernels(Device device, std::vector<KernelDef> defs);
 // The kernel of n's op on `device`; throws UnsupportedError when there is none.
 const Kernel& find_kernel(Device device, const ir::Node& n);

@@ -3,12 +3,16 @@
 #include <dlpack/dlpack.h>
 #include <pybind11/stl.h>
 
+#include "core/allocator.h"
 #include "onnxtrain/error.h"
 
 namespace py = pybind11;
 
 namespace onnxtrain::python {
 namespace {
+
+static_assert(int(DeviceType::kCpu) == kDLCPU && int(DeviceType::kCuda) == kDLCUDA &&
+              int(DeviceType::kExtDev) == kDLExtDev);
 
 // DLPack 0.8 names it kDLBool; the 0.6 header Debian ships predates it, and PyTorch and numpy use the code.
 constexpr uint8_t kDLBoolCode = 6;
@@ -81,7 +85,7 @@ py::capsule to_capsule(const Tensor& t) {
   auto* e = new Export{{}, t.storage(), t.dims()};
   DLTensor& d = e->managed.dl_tensor;
   d.data = t.raw();
-  d.device = {kDLCPU, 0};
+  d.device = {DLDeviceType(t.device().type), t.device().index};
   d.ndim = int32_t(e->dims.size());
   d.dtype = dl_dtype(t.dtype());
   d.shape = e->dims.data();
@@ -106,10 +110,12 @@ Tensor from_capsule(py::capsule cap) {
     py::gil_scoped_acquire gil;  // producers such as numpy release Python objects
     m->deleter(m);
   };
-  if (d.device.device_type != kDLCPU && d.device.device_type != kDLCUDAHost) {
+  Device device = kCpu;  // pinned host memory (kDLCUDAHost) is the host's
+  if (d.device.device_type == kDLCUDA)
+    device = cuda_device(d.device.device_id);
+  else if (d.device.device_type != kDLCPU && d.device.device_type != kDLCUDAHost)
     throw InputError("DLPack tensor on device type " + std::to_string(d.device.device_type) +
-                     ": onnxtrain takes host memory only");
-  }
+                     ": onnxtrain takes host and CUDA memory");
   DType t = dtype_of(d.dtype);
   std::vector<int64_t> dims(d.shape, d.shape + d.ndim);
   if (d.strides) {  // contiguous strides, or any stride of a dim of size 1
@@ -122,7 +128,7 @@ Tensor from_capsule(py::capsule cap) {
   }
   PyCapsule_SetName(cap.ptr(), "used_dltensor");
   void* data = static_cast<char*>(d.data) + d.byte_offset;
-  auto storage = Storage::borrow(data, size_t(numel_of(dims)) * dtype_size(t), release);
+  auto storage = Storage::borrow(data, size_t(numel_of(dims)) * dtype_size(t), release, device);
   return Tensor(t, dims, storage);
 }
 
@@ -146,7 +152,7 @@ Tensor from_python(py::handle obj) {
 py::object to_python(const Tensor& t) { return py::cast(PyTensor{t}); }
 
 py::object to_numpy(const Tensor& t) {
-  if (t.dtype() == DType::kBFloat16) return to_python(t);
+  if (t.dtype() == DType::kBFloat16 || !(t.device() == kCpu)) return to_python(t);
   return py::module_::import("numpy").attr("from_dlpack")(to_python(t));
 }
 
@@ -176,11 +182,15 @@ void init_tensor(py::module_& m) {
           "__dlpack__",
           [](const PyTensor& p, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
             if (!copy.is_none() && copy.cast<bool>()) throw InputError("__dlpack__: copy=True is not supported");
+            // The consumer reads on its own stream: the work queued on ours completes first.
+            if (!(p.t.device() == kCpu)) CachingAllocator::of(p.t.device()).memory().synchronize();
             return to_capsule(p.t);
           },
           py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
           py::arg("copy") = py::none())
-      .def("__dlpack_device__", [](const PyTensor&) { return py::make_tuple(int(kDLCPU), 0); })
+      .def("__dlpack_device__",
+           [](const PyTensor& p) { return py::make_tuple(int(p.t.device().type), p.t.device().index); })
+      .def_property_readonly("device", [](const PyTensor& p) { return p.t.device().str(); })
       .def_property_readonly("shape", [](const PyTensor& p) { return py::tuple(py::cast(p.t.dims())); })
       .def_property_readonly("dtype", [](const PyTensor& p) { return dtype_name(p.t.dtype()); })
       .def_property_readonly(
@@ -189,11 +199,23 @@ void init_tensor(py::module_& m) {
       .def(
           "numpy", [](const PyTensor& p) { return to_numpy(p.t); }, "A numpy array viewing it (not for bfloat16).")
       .def("__repr__", [](const PyTensor& p) {
-        return "onnxtrain.Tensor(" + dtype_name(p.t.dtype()) + dims_str(p.t.dims()) + ")";
+        std::string on = p.t.device() == kCpu ? "" : ", " + p.t.device().str();
+        return "onnxtrain.Tensor(" + dtype_name(p.t.dtype()) + dims_str(p.t.dims()) + on + ")";
       });
   m.def(
       "from_dlpack", [](py::object obj) { return to_python(from_python(obj)); }, py::arg("tensor"),
       "An onnxtrain.Tensor sharing the memory of anything with __dlpack__ (a torch tensor, a numpy array).");
+  m.def(
+      "device_available",
+      [](const std::string& device) {
+        try {
+          CachingAllocator::of(parse_device(device));
+          return true;
+        } catch (const UnsupportedError&) {
+          return false;
+        }
+      },
+      py::arg("device"), "Whether this build and machine run on `device` ('cpu', 'cuda', 'cuda:N').");
 }
 
 }  // namespace onnxtrain::python

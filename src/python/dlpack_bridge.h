@@ -16,7 +16,8 @@ namespace onnxtrain::python {
 Tensor from_python(pybind11::handle obj);
 // An onnxtrain.Tensor (torch.from_dlpack takes it without a copy).
 pybind11::object to_python(const Tensor& t);
-// A numpy array viewing the tensor through DLPack; an onnxtrain.Tensor for dtypes numpy lacks (bfloat16).
+// A numpy array viewing the tensor through DLPack; an onnxtrain.Tensor for dtypes numpy lacks (bfloat16) and for
+// memory numpy cannot read (a GPU's).
 pybind11::object to_numpy(const Tensor& t);
 
 std::map<std::string, Tensor> tensors_of(const pybind11::dict& d);

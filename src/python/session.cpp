@@ -12,6 +12,12 @@
 namespace py = pybind11;
 
 namespace onnxtrain::python {
+static SessionOptions on_device(const std::string& device) {
+  SessionOptions o;
+  o.device = parse_device(device);
+  return o;
+}
+
 void init_session(py::module_& m) {
   m.def("registered_ops", &ops::registered_ops, "Every op in onnxtrain's op table (domain.name for other domains).");
   py::class_<RunState>(m, "RunState", "The stash of one forward call, for its backward call.")
@@ -22,9 +28,15 @@ void init_session(py::module_& m) {
   py::class_<Session>(
       m, "Session",
       "Loads an ONNX model and runs it on named inputs (numpy arrays, torch tensors: anything with __dlpack__).")
-      .def(py::init([](const std::string& path) { return Session::load(path); }), py::arg("path"))
+      .def(py::init([](const std::string& path, const std::string& device) {
+             return Session::load(path, on_device(device));
+           }),
+           py::arg("path"), py::arg("device") = "cpu",
+           "device: 'cpu', or 'cuda[:N]' (the inputs given on it, the outputs returned there)")
       .def_static(
-          "from_bytes", [](py::bytes b) { return Session::from_bytes(std::string(b)); }, py::arg("model"))
+          "from_bytes",
+          [](py::bytes b, const std::string& device) { return Session::from_bytes(std::string(b), on_device(device)); },
+          py::arg("model"), py::arg("device") = "cpu")
       .def_static(
           "for_training",
           [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss,

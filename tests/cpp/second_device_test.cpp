@@ -16,7 +16,7 @@
 namespace onnxtrain {
 namespace {
 
-constexpr Device kTestDevice{7};
+constexpr Device kTestDevice{DeviceType::kExtDev, 7};
 
 class CountingMemory : public DeviceMemory {
  public:
@@ -80,26 +80,7 @@ const bool kRegistered = [] {
   return kernels::register_kernels(kTestDevice, defs);
 }();
 
-using test_graphs::add_input;
-using test_graphs::add_op;
-
-// loss = mean((relu(x W1 + b1) W2 - t)^2), the parameters graph inputs as onnxtrain.Module passes them.
-std::unique_ptr<ir::Graph> mlp_with_loss() {
-  auto g = std::make_unique<ir::Graph>();
-  g->opsets[""] = 20;
-  Dim batch = Dim::symbol("batch");
-  ir::Value* x = add_input(*g, "x", DType::kFloat32, {batch, Dim(8)});
-  ir::Value* t = add_input(*g, "t", DType::kFloat32, {batch, Dim(4)});
-  ir::Value* w1 = add_input(*g, "w1", DType::kFloat32, {Dim(8), Dim(16)});
-  ir::Value* b1 = add_input(*g, "b1", DType::kFloat32, {Dim(16)});
-  ir::Value* w2 = add_input(*g, "w2", DType::kFloat32, {Dim(16), Dim(4)});
-  ir::Value* h = add_op(*g, "Relu", {add_op(*g, "Add", {add_op(*g, "MatMul", {x, w1}), b1})});
-  ir::Value* d = add_op(*g, "Sub", {add_op(*g, "MatMul", {h, w2}), t});
-  ir::Value* loss = g->add_value("loss");
-  g->add_node("ReduceMean", {add_op(*g, "Mul", {d, d})}, {loss}, {{"keepdims", int64_t(0)}})->opset = 20;
-  g->outputs.push_back(loss);
-  return g;
-}
+using test_graphs::mlp_with_loss;
 
 Tensor on(Device device, const Tensor& host) { return host.clone(&CachingAllocator::of(device)); }
 

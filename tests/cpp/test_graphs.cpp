@@ -76,4 +76,21 @@ Tensor pattern_tensor(std::vector<int64_t> dims) {
   return t;
 }
 
+std::unique_ptr<ir::Graph> mlp_with_loss() {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  Dim batch = Dim::symbol("batch");
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {batch, Dim(8)});
+  ir::Value* t = add_input(*g, "t", DType::kFloat32, {batch, Dim(4)});
+  ir::Value* w1 = add_input(*g, "w1", DType::kFloat32, {Dim(8), Dim(16)});
+  ir::Value* b1 = add_input(*g, "b1", DType::kFloat32, {Dim(16)});
+  ir::Value* w2 = add_input(*g, "w2", DType::kFloat32, {Dim(16), Dim(4)});
+  ir::Value* h = add_op(*g, "Relu", {add_op(*g, "Add", {add_op(*g, "MatMul", {x, w1}), b1})});
+  ir::Value* d = add_op(*g, "Sub", {add_op(*g, "MatMul", {h, w2}), t});
+  ir::Value* loss = g->add_value("loss");
+  g->add_node("ReduceMean", {add_op(*g, "Mul", {d, d})}, {loss}, {{"keepdims", int64_t(0)}})->opset = 20;
+  g->outputs.push_back(loss);
+  return g;
+}
+
 }  // namespace onnxtrain::test_graphs

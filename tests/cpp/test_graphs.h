@@ -20,6 +20,9 @@ ir::Value* add_op(ir::Graph& g, const std::string& op, std::vector<ir::Value*> i
 std::unique_ptr<ir::Graph> viewed_weight_graph();
 // x (batch, 8) -> MatMul W1 (8, 32) -> Add b1 -> Relu -> MatMul W2 (32, 4) -> Softmax.
 std::unique_ptr<ir::Graph> mlp_graph();
+// loss = mean((relu(x W1 + b1) W2 - t)^2), x (batch, 8), t (batch, 4), the parameters w1, b1 and w2 graph inputs
+// as onnxtrain.Module passes them.
+std::unique_ptr<ir::Graph> mlp_with_loss();
 // A float tensor filled with a deterministic pattern.
 Tensor pattern_tensor(std::vector<int64_t> dims);
 

@@ -6,20 +6,13 @@
 #include <optional>
 
 #include "core/parallel.h"
-#include "kernels/cpu/counter_random.h"
+#include "kernels/counter_random.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/kernel.h"
+#include "kernels/dropout_mode.h"
 
 namespace onnxtrain::kernels {
 namespace {
-
-// The ratio (input 1, 0.5 when omitted) in training mode (input 2 true; never before opset 12), or nullopt.
-std::optional<float> training_ratio(const ops::DropoutAttrs& a, KernelCtx& c) {
-  if (a.legacy || !c.has(2) || c.in(2).to_int64()[0] == 0) return std::nullopt;
-  float ratio = c.has(1) ? float(c.in(1).to_double()[0]) : 0.5f;
-  if (ratio < 0 || ratio >= 1) c.fail("ratio " + std::to_string(ratio) + " must be in [0, 1)");
-  return ratio;
-}
 
 // out = in where the mask keeps, scaled by 1 / (1 - ratio), 0 elsewhere; the mask to `mask` when given.
 void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mask) {
@@ -44,7 +37,7 @@ void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mas
 
 void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
   const Tensor& x = c.in(0);
-  std::optional<float> ratio = training_ratio(a, c);
+  std::optional<float> ratio = dropout_training_ratio(a, c);
   bool* mask = c.wants(1) ? c.out(1).data<bool>() : nullptr;
   if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, mask);
   if (c.out(0).raw() != x.raw()) std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
@@ -53,7 +46,7 @@ void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
 
 // The gradient: the forward's mask drawn again (the node carries the Dropout's key), applied to dy.
 void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) {
-  std::optional<float> ratio = training_ratio(a, c);
+  std::optional<float> ratio = dropout_training_ratio(a, c);
   if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, nullptr);
   if (c.out(0).raw() != c.in(0).raw()) std::memcpy(c.out(0).raw(), c.in(0).raw(), c.in(0).nbytes());
 }

@@ -13,7 +13,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/attention_band.h"
 #include "kernels/cpu/broadcast.h"
-#include "kernels/cpu/counter_random.h"
+#include "kernels/counter_random.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/in_float32.h"

@@ -10,23 +10,16 @@
 #include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/kernel.h"
+#include "kernels/matmul_dims.h"
 
 namespace onnxtrain::kernels {
 namespace {
 
 void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   const Tensor &A = c.in(0), &B = c.in(1);
-  std::vector<int64_t> ad = A.dims(), bd = B.dims();
-  if (at.fused && (ad.size() < 2 || bd.size() < 2))
-    c.fail("inputs must have rank >= 2, got " + dims_str(ad) + " and " + dims_str(bd));
-  if (ad.size() == 1) ad.insert(ad.begin(), 1);
-  if (bd.size() == 1) bd.push_back(1);
-  const size_t ra = ad.size(), rb = bd.size();
-  int64_t m = ad[ra - 2 + at.ta], k = ad[ra - 1 - at.ta], n = bd[rb - 1 - at.tb];
-  if (bd[rb - 2 + at.tb] != k)
-    c.fail("inner dims differ: " + dims_str(A.dims()) + " x " + dims_str(B.dims()) + at.flags());
-  std::vector<int64_t> ab(ad.begin(), ad.end() - 2), bb(bd.begin(), bd.end() - 2), batch;
-  broadcast_dims(ab, bb, &batch);
+  const MatMulDims d = matmul_dims(at, c);
+  const int64_t m = d.m, n = d.n, k = d.k;
+  const auto &ab = d.a_batch, &bb = d.b_batch, &batch = d.batch;
   int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
   const int64_t lda = at.ta ? m : k, ldb = at.tb ? k : n;
   if (A.dtype() == DType::kBFloat16) {

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU checks, for a machine with an NVIDIA GPU, nvcc, cmake, ninja and PyTorch but neither Debian's packages
+# nor internet (the device tool's machines). Usage: scripts/device_check.sh DEBS OUT, where DEBS holds the build's
+# Debian packages (apt-get download: see docs/cuda.md) and OUT receives the logs. It unpacks the packages under
+# /opt/deb, builds the library with CUDA, its C++ tests, CLI and Python extension, then runs: the C++ CUDA tests,
+# the ONNX node suites on the GPU against the CPU kernels, the CUDA pytest (against PyTorch on CUDA), and
+# compute-sanitizer's memcheck over an MLP's training steps on the GPU.
+set -uo pipefail
+debs=$1
+out=$2
+mkdir -p /opt/deb "$out"
+for f in "$debs"/*.deb; do dpkg -x "$f" /opt/deb; done
+ln -sf /lib/x86_64-linux-gnu/libz.so.1 /opt/deb/usr/lib/x86_64-linux-gnu/libz.so  # Debian's link is absolute
+lib=/opt/deb/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp:${LD_LIBRARY_PATH:-}
+export PATH=/opt/deb/usr/bin:$PATH
+py=$(command -v python3)
+nvidia-smi -L | tee "$out/gpu.txt"
+step() {  # step NAME SECONDS COMMAND...: runs it with a time limit, its output to OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  tail -4 "$out/$name.log"
+}
+step configure 120 cmake -S . -B /tmp/gb -G Ninja -DCMAKE_PREFIX_PATH=/opt/deb/usr \
+  -DCMAKE_CXX_FLAGS="-isystem /opt/deb/usr/include" -DONNXTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DONNXTRAIN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" -Dpybind11_DIR="$($py -m pybind11 --cmakedir)"
+step build 420 ninja -C /tmp/gb
+step cpp_cuda 120 /tmp/gb/onnxtrain_tests --gtest_filter='Cuda*:SecondDevice*:Allocator*'
+step conformance 240 /tmp/gb/onnxtrain conformance --device cuda -v /opt/deb/usr/include/onnx/backend/test/data/node
+grep -c ^PASS "$out/conformance.log" | sed 's/^/conformance passes: /' | tee -a "$out/summary.txt"
+mkdir -p /tmp/pkg && cp -r python/onnxtrain /tmp/pkg/ && cp /tmp/gb/_onnxtrain*.so /tmp/pkg/onnxtrain/
+step pytest_cuda 180 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
+step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
+  --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask'

@@ -1,0 +1,78 @@
+// What the .cu files share: element types by DType, float conversion of every element type, the index walk of
+// launch.h's Indexing, and the launch shape of a flat loop.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/runtime.h"
+
+namespace onnxtrain::kernels::cuda {
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return T(x);
+}
+
+// The offsets of flat index i of ix's shape in its first N arrays.
+template <int N>
+struct Offsets {
+  int64_t at[N];
+};
+template <int N>
+__device__ __forceinline__ Offsets<N> offsets(const Indexing& ix, int64_t i) {
+  Offsets<N> o{};
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    int64_t c = i % ix.dims[d];
+    i /= ix.dims[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.at[k] += c * ix.strides[k][d];
+  }
+  return o;
+}
+
+inline int64_t numel(const Indexing& ix) {
+  int64_t n = 1;
+  for (int d = 0; d < ix.rank; ++d) n *= ix.dims[d];
+  return n;
+}
+
+// A grid-stride loop's launch: 256 threads a block, at most 65535 * 8 blocks.
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return unsigned(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+#define ONNXTRAIN_GRID_LOOP(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// Calls f with a value of the device element type of a float dtype; false for another dtype.
+template <typename F>
+bool with_float_type(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32:
+      f(float{});
+      return true;
+    case DType::kFloat16:
+      f(__half{});
+      return true;
+    case DType::kBFloat16:
+      f(__nv_bfloat16{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace onnxtrain::kernels::cuda

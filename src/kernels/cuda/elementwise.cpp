@@ -1,0 +1,141 @@
+// The CUDA kernels of the elementwise ops: unary and binary arithmetic, comparisons, Where, Cast, Dropout and
+// ConstantOfShape (the launchers are elementwise.cu's).
+#include <cstring>
+#include <optional>
+
+#include "kernels/counter_random.h"
+#include "kernels/cpu/broadcast.h"
+#include "kernels/cuda/indexing.h"
+#include "kernels/dropout_mode.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/op.h"
+#include "ops/shape_ops.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+KernelDef unary_def(const char* name, Unary op) {
+  return {"", name, [op](const ops::Op&, KernelCtx& c) {
+            cuda::unary(op, c.in(0).dtype(), c.in(0).raw(), c.out(0).raw(), c.in(0).numel(), stream());
+          }};
+}
+
+void gelu(const ops::UnaryAttrs& a, KernelCtx& c) {
+  cuda::unary(a.tanh_approx ? Unary::kGeluTanh : Unary::kGelu, c.in(0).dtype(), c.in(0).raw(), c.out(0).raw(),
+              c.in(0).numel(), stream());
+}
+
+KernelDef binary_def(const char* name, Binary op) {
+  return {"", name, [op](const ops::Op&, KernelCtx& c) {
+            if (c.in(1).dtype() != c.in(0).dtype())
+              throw UnsupportedError(c.node.where() + ": the CUDA kernel takes operands of one dtype");
+            const auto& od = c.out(0).dims();
+            Indexing ix = indexing(c, od, {broadcast_strides(c.in(0).dims(), od), broadcast_strides(c.in(1).dims(), od)});
+            cuda::binary(op, c.in(0).dtype(), c.in(0).raw(), c.in(1).raw(), c.out(0).raw(), ix, stream());
+          }};
+}
+
+// Sum of any number of inputs, broadcast: the first two added, then each further one added to the output.
+void sum(KernelCtx& c) {
+  const auto& od = c.out(0).dims();
+  const auto contiguous = broadcast_strides(od, od);
+  const DType t = c.out(0).dtype();
+  if (c.inputs.size() == 1) {
+    Indexing ix = indexing(c, od, {contiguous, broadcast_strides(c.in(0).dims(), od)});
+    return strided_copy(int(dtype_size(t)), c.in(0).raw(), c.out(0).raw(), ix, stream());
+  }
+  for (size_t k = 1; k < c.inputs.size(); ++k) {
+    const Tensor& a = k == 1 ? c.in(0) : c.out(0);
+    Indexing ix = indexing(c, od, {broadcast_strides(a.dims(), od), broadcast_strides(c.in(k).dims(), od)});
+    cuda::binary(Binary::kAdd, t, a.raw(), c.in(k).raw(), c.out(0).raw(), ix, stream());
+  }
+}
+
+void where(KernelCtx& c) {
+  const auto& od = c.out(0).dims();
+  Indexing ix = indexing(c, od,
+                         {broadcast_strides(c.in(0).dims(), od), broadcast_strides(c.in(1).dims(), od),
+                          broadcast_strides(c.in(2).dims(), od)});
+  cuda::where(int(dtype_size(c.out(0).dtype())), c.in(0).data<bool>(), c.in(1).raw(), c.in(2).raw(), c.out(0).raw(),
+              ix, stream());
+}
+
+void cast(KernelCtx& c) {
+  cuda::cast(c.in(0).dtype(), c.out(0).dtype(), c.in(0).raw(), c.out(0).raw(), c.in(0).numel(), stream());
+}
+
+void constant_of_shape(const ops::ValueAttrs& at, KernelCtx& c) {
+  cuda::fill(int(dtype_size(c.out(0).dtype())), at.value.raw(), c.out(0).raw(), c.out(0).numel(), stream());
+}
+
+void copy(const Tensor& from, Tensor& to) {
+  if (to.raw() == from.raw() || !from.nbytes()) return;
+  check(cudaMemcpyAsync(to.raw(), from.raw(), from.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
+}
+
+// As the CPU's kernel (kernels/cpu/dropout.cpp): the same mask for the same seed.
+void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mask) {
+  uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
+  const float scale = float(1.0 / (1.0 - double(ratio)));
+  cuda::dropout(c.in(0).dtype(), c.in(0).raw(), c.out(0).raw(), mask, c.in(0).numel(), seed,
+                dropout_threshold(ratio), scale, stream());
+}
+
+void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
+  std::optional<float> ratio = dropout_training_ratio(a, c);
+  bool* mask = c.wants(1) ? c.out(1).data<bool>() : nullptr;
+  if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, mask);
+  copy(c.in(0), c.out(0));
+  if (mask) check(cudaMemsetAsync(mask, 1, size_t(c.in(0).numel()), stream()), "cudaMemsetAsync");
+}
+
+void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) {
+  std::optional<float> ratio = dropout_training_ratio(a, c);
+  if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, nullptr);
+  copy(c.in(0), c.out(0));
+}
+
+void identity(KernelCtx& c) { copy(c.in(0), c.out(0)); }
+
+const bool kRegistered = register_kernels(
+    cuda_device(0),
+    {unary_def("Relu", Unary::kRelu),
+     unary_def("Neg", Unary::kNeg),
+     unary_def("Abs", Unary::kAbs),
+     unary_def("Exp", Unary::kExp),
+     unary_def("Log", Unary::kLog),
+     unary_def("Sqrt", Unary::kSqrt),
+     unary_def("Reciprocal", Unary::kReciprocal),
+     unary_def("Tanh", Unary::kTanh),
+     unary_def("Sigmoid", Unary::kSigmoid),
+     unary_def("Erf", Unary::kErf),
+     unary_def("Sin", Unary::kSin),
+     unary_def("Cos", Unary::kCos),
+     unary_def("Floor", Unary::kFloor),
+     unary_def("Ceil", Unary::kCeil),
+     {"", "Gelu", kernel(gelu)},
+     binary_def("Add", Binary::kAdd),
+     binary_def("Sub", Binary::kSub),
+     binary_def("Mul", Binary::kMul),
+     binary_def("Div", Binary::kDiv),
+     binary_def("Pow", Binary::kPow),
+     binary_def("Equal", Binary::kEqual),
+     binary_def("Less", Binary::kLess),
+     binary_def("LessOrEqual", Binary::kLessOrEqual),
+     binary_def("Greater", Binary::kGreater),
+     binary_def("GreaterOrEqual", Binary::kGreaterOrEqual),
+     binary_def("And", Binary::kAnd),
+     binary_def("Or", Binary::kOr),
+     binary_def("Xor", Binary::kXor),
+     {"", "Sum", kernel(sum)},
+     {"", "Where", kernel(where)},
+     {"", "Cast", kernel(cast)},
+     {"", "CastLike", kernel(cast)},
+     {"", "ConstantOfShape", kernel(constant_of_shape)},
+     {"", "Identity", kernel(identity)},
+     {"", "Dropout", kernel(dropout)},
+     {"com.onnxtrain", "DropoutGrad", kernel(dropout_grad)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda

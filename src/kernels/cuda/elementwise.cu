@@ -1,0 +1,290 @@
+// Elementwise CUDA kernels: unary and binary ops (broadcast by strides), Where, Cast, fills and Dropout.
+#include "kernels/counter_random.h"
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+__device__ __forceinline__ float apply(Unary op, float x) {
+  switch (op) {
+    case Unary::kRelu: return x > 0 ? x : 0.f;
+    case Unary::kNeg: return -x;
+    case Unary::kAbs: return fabsf(x);
+    case Unary::kExp: return expf(x);
+    case Unary::kLog: return logf(x);
+    case Unary::kSqrt: return sqrtf(x);
+    case Unary::kReciprocal: return 1.f / x;
+    case Unary::kTanh: return tanhf(x);
+    case Unary::kSigmoid: return 1.f / (1.f + expf(-x));
+    case Unary::kErf: return erff(x);
+    case Unary::kSin: return sinf(x);
+    case Unary::kCos: return cosf(x);
+    case Unary::kFloor: return floorf(x);
+    case Unary::kCeil: return ceilf(x);
+    case Unary::kGelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case Unary::kGeluTanh: return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  }
+  return x;
+}
+
+template <typename T>
+__global__ void unary_float(Unary op, const T* x, T* y, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) y[i] = from_float<T>(apply(op, to_float(x[i])));
+}
+
+template <typename T>
+__global__ void unary_int(Unary op, const T* x, T* y, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) {
+    T v = x[i];
+    y[i] = op == Unary::kRelu ? (v > 0 ? v : T(0)) : op == Unary::kNeg ? T(-v) : (v < 0 ? T(-v) : v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T arith(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::kAdd: return a + b;
+    case Binary::kSub: return a - b;
+    case Binary::kMul: return a * b;
+    case Binary::kDiv: return a / b;
+    case Binary::kMax: return a > b ? a : b;
+    case Binary::kMin: return a < b ? a : b;
+    default: return T(0);
+  }
+}
+
+__device__ __forceinline__ float arith_float(Binary op, float a, float b) {
+  if (op == Binary::kPow) return powf(a, b);
+  // Max and Min propagate NaN, as the CPU kernels do.
+  if ((op == Binary::kMax || op == Binary::kMin) && (a != a || b != b)) return a != a ? a : b;
+  return arith(op, a, b);
+}
+
+template <typename T>
+__device__ __forceinline__ bool compare(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::kEqual: return a == b;
+    case Binary::kLess: return a < b;
+    case Binary::kLessOrEqual: return a <= b;
+    case Binary::kGreater: return a > b;
+    case Binary::kGreaterOrEqual: return a >= b;
+    case Binary::kAnd: return a && b;
+    case Binary::kOr: return a || b;
+    case Binary::kXor: return bool(a) != bool(b);
+    default: return false;
+  }
+}
+
+__host__ __device__ __forceinline__ bool is_comparison(Binary op) { return op >= Binary::kEqual; }
+
+template <typename T>
+__global__ void binary_float(Binary op, const T* a, const T* b, void* out, Indexing ix, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) {
+    Offsets<2> o = offsets<2>(ix, i);
+    float x = to_float(a[o.at[0]]), y = to_float(b[o.at[1]]);
+    if (is_comparison(op))
+      static_cast<bool*>(out)[i] = compare(op, x, y);
+    else
+      static_cast<T*>(out)[i] = from_float<T>(arith_float(op, x, y));
+  }
+}
+
+template <typename T>
+__global__ void binary_exact(Binary op, const T* a, const T* b, void* out, Indexing ix, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) {
+    Offsets<2> o = offsets<2>(ix, i);
+    T x = a[o.at[0]], y = b[o.at[1]];
+    if (is_comparison(op))
+      static_cast<bool*>(out)[i] = compare(op, x, y);
+    else
+      static_cast<T*>(out)[i] = arith(op, x, y);
+  }
+}
+
+template <typename T>
+__global__ void where_kernel(const bool* cond, const T* a, const T* b, T* out, Indexing ix, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) {
+    Offsets<3> o = offsets<3>(ix, i);
+    out[i] = cond[o.at[0]] ? a[o.at[1]] : b[o.at[2]];
+  }
+}
+
+// Conversions through float for the low-precision types; exact ones between the others, as C++ converts.
+template <typename From>
+__device__ __forceinline__ auto widened(From x) {
+  if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, __nv_bfloat16>)
+    return to_float(x);
+  else
+    return x;
+}
+template <typename To, typename W>
+__device__ __forceinline__ To narrowed(W x) {
+  if constexpr (std::is_same_v<To, __half> || std::is_same_v<To, __nv_bfloat16>)
+    return from_float<To>(float(x));
+  else if constexpr (std::is_same_v<To, bool>)
+    return x != W(0);
+  else
+    return To(x);
+}
+
+template <typename From, typename To>
+__global__ void cast_kernel(const From* x, To* y, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) y[i] = narrowed<To>(widened(x[i]));
+}
+
+template <typename T>
+__global__ void fill_kernel(T value, T* dst, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) dst[i] = value;
+}
+
+struct Int64s {
+  int64_t v[kMaxRank];
+};
+__global__ void write_int64_kernel(Int64s values, int n, int64_t* dst) {
+  if (int(threadIdx.x) < n) dst[threadIdx.x] = values.v[threadIdx.x];
+}
+
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, bool* mask, int64_t n, uint64_t seed, uint32_t threshold,
+                               float scale) {
+  ONNXTRAIN_GRID_LOOP(i, n) {
+    bool keep = dropout_keeps(seed, uint64_t(i), threshold);
+    y[i] = keep ? from_float<T>(to_float(x[i]) * scale) : from_float<T>(0.f);
+    if (mask) mask[i] = keep;
+  }
+}
+
+// Calls f with a value of the device element type of t, for every dtype Cast takes.
+template <typename F>
+void with_any_type(DType t, const char* kernel, F&& f) {
+  if (with_float_type(t, f)) return;
+  switch (t) {
+    case DType::kFloat64: return f(double{});
+    case DType::kInt64: return f(int64_t{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kInt8: return f(int8_t{});
+    case DType::kUInt8: return f(uint8_t{});
+    case DType::kBool: return f(bool{});
+    default: unsupported_dtype(kernel, t);
+  }
+}
+
+// Calls f with an unsigned type of `bytes` bytes.
+template <typename F>
+void with_bytes(int bytes, F&& f) {
+  switch (bytes) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    case 8: return f(uint64_t{});
+    default: launch_error("elements of " + std::to_string(bytes) + " bytes");
+  }
+}
+
+}  // namespace
+
+void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    unary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+  if (!ok) {
+    if (op != Unary::kRelu && op != Unary::kNeg && op != Unary::kAbs) unsupported_dtype("unary", t);
+    if (t == DType::kInt64)
+      unary_int<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(x), static_cast<int64_t*>(y), n);
+    else if (t == DType::kInt32)
+      unary_int<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y), n);
+    else
+      unsupported_dtype("unary", t);
+  }
+  check_launch("unary");
+}
+
+void binary(Binary op, DType t, const void* a, const void* b, void* out, const Indexing& ix, cudaStream_t stream) {
+  const int64_t n = numel(ix);
+  if (n == 0) return;
+  const bool logical = op == Binary::kAnd || op == Binary::kOr || op == Binary::kXor;
+  if (logical != (t == DType::kBool)) unsupported_dtype("binary", t);
+  if (logical) {
+    binary_exact<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const bool*>(a), static_cast<const bool*>(b),
+                                                         out, ix, n);
+    return check_launch("binary");
+  }
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    binary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                            out, ix, n);
+  });
+  if (!ok) {
+    // Integer Div and Pow keep the CPU's rules (division by zero, negative exponents): not here.
+    if (op == Binary::kDiv || op == Binary::kPow) unsupported_dtype("binary", t);
+    if (t == DType::kInt64)
+      binary_exact<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(a),
+                                                           static_cast<const int64_t*>(b), out, ix, n);
+    else if (t == DType::kInt32)
+      binary_exact<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(a),
+                                                           static_cast<const int32_t*>(b), out, ix, n);
+    else
+      unsupported_dtype("binary", t);
+  }
+  check_launch("binary");
+}
+
+void where(int elem_bytes, const bool* cond, const void* a, const void* b, void* out, const Indexing& ix,
+           cudaStream_t stream) {
+  const int64_t n = numel(ix);
+  if (n == 0) return;
+  with_bytes(elem_bytes, [&](auto v) {
+    using T = decltype(v);
+    where_kernel<<<blocks_for(n), kThreads, 0, stream>>>(cond, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                         static_cast<T*>(out), ix, n);
+  });
+  check_launch("Where");
+}
+
+void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  with_any_type(from, "Cast", [&](auto f) {
+    with_any_type(to, "Cast", [&](auto t) {
+      using F = decltype(f);
+      using T = decltype(t);
+      cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const F*>(x), static_cast<T*>(y), n);
+    });
+  });
+  check_launch("Cast");
+}
+
+void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  with_bytes(elem_bytes, [&](auto v) {
+    using T = decltype(v);
+    T bits;
+    memcpy(&bits, value, sizeof(T));
+    fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(bits, static_cast<T*>(dst), n);
+  });
+  check_launch("fill");
+}
+
+void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStream_t stream) {
+  if (n == 0) return;
+  Int64s v;
+  for (int i = 0; i < kMaxRank; ++i) v.v[i] = values[i];
+  write_int64_kernel<<<1, kMaxRank, 0, stream>>>(v, n, dst);
+  check_launch("write_int64");
+}
+
+void dropout(DType t, const void* x, void* y, bool* mask, int64_t n, uint64_t seed, uint32_t threshold, float scale,
+             cudaStream_t stream) {
+  if (n == 0) return;
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), mask, n,
+                                                           seed, threshold, scale);
+  });
+  if (!ok) unsupported_dtype("Dropout", t);
+  check_launch("Dropout");
+}
+
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,23 @@
+#include "kernels/cuda/indexing.h"
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::kernels::cuda {
+
+Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
+                  std::initializer_list<std::vector<int64_t>> strides) {
+  if (dims.size() > size_t(kMaxRank))
+    throw UnsupportedError(c.node.where() + ": the CUDA kernels take at most " + std::to_string(kMaxRank) +
+                           " dims, not " + std::to_string(dims.size()));
+  Indexing ix;
+  ix.rank = int(dims.size());
+  for (size_t d = 0; d < dims.size(); ++d) ix.dims[d] = dims[d];
+  int k = 0;
+  for (const auto& st : strides) {
+    for (size_t d = 0; d < dims.size(); ++d) ix.strides[k][d] = st[d];
+    ++k;
+  }
+  return ix;
+}
+
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,112 @@
+#include "kernels/cuda/runtime.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::kernels::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+void unsupported_dtype(const char* kernel, DType t) {
+  throw UnsupportedError(std::string("the CUDA kernel ") + kernel + " does not take dtype " + dtype_name(t));
+}
+
+void launch_error(const std::string& what) { throw Error("CUDA kernel launch: " + what); }
+
+int device_count() {
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // no driver or no device: clear the error, report none
+      return 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
+static thread_local cudaStream_t tls_stream = nullptr;
+cudaStream_t current_stream() { return tls_stream; }
+void set_current_stream(cudaStream_t stream) { tls_stream = stream; }
+
+namespace {
+
+// Runs f with `index` as the thread's current CUDA device, restoring the one before.
+template <typename F>
+auto on_device(int index, F f) {
+  int before = 0;
+  check(cudaGetDevice(&before), "cudaGetDevice");
+  if (before != index) check(cudaSetDevice(index), "cudaSetDevice");
+  struct Restore {
+    int before, index;
+    ~Restore() {
+      if (before != index) cudaSetDevice(before);
+    }
+  } restore{before, index};
+  return f();
+}
+
+// One CUDA device's memory, in blocks from cudaMalloc (the caching allocator above it reuses them). Copies from
+// and to the host are ordered after the work queued on the thread's stream, and complete before they return.
+class CudaMemory : public DeviceMemory {
+ public:
+  explicit CudaMemory(int index) : index_(index) {}
+  void* reserve(size_t bytes, size_t alignment) override {
+    void* p = nullptr;  // cudaMalloc aligns to 256 bytes at least
+    if (alignment > 256) return nullptr;
+    cudaError_t e = on_device(index_, [&] { return cudaMalloc(&p, bytes); });
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    check(e, "cudaMalloc");
+    return p;
+  }
+  void release(void* block) override {
+    on_device(index_, [&] { check(cudaFree(block), "cudaFree"); });
+  }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyHostToDevice); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyDeviceToHost); }
+  bool host_readable() const override { return false; }
+  void synchronize() override {
+    on_device(index_, [&] { check(cudaStreamSynchronize(current_stream()), "cudaStreamSynchronize"); });
+  }
+
+ private:
+  void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    on_device(index_, [&] {
+      check(cudaMemcpyAsync(dst, src, bytes, kind, current_stream()), "cudaMemcpyAsync");
+      check(cudaStreamSynchronize(current_stream()), "cudaStreamSynchronize");
+    });
+  }
+  int index_;
+};
+
+DeviceMemory& memory_of(int index) {
+  if (index < 0 || index >= device_count())
+    throw UnsupportedError("device " + cuda_device(index).str() + ": this process sees " +
+                           std::to_string(device_count()) + " CUDA devices (a driver and a GPU are needed)");
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<CudaMemory>> memories;
+  std::lock_guard<std::mutex> lock(mu);
+  if (memories.size() <= size_t(index)) memories.resize(size_t(index) + 1);
+  if (!memories[size_t(index)]) memories[size_t(index)] = std::make_unique<CudaMemory>(index);
+  return *memories[size_t(index)];
+}
+
+const bool kRegistered = [] {
+  CachingAllocator::register_device_type(DeviceType::kCuda, memory_of);
+  return true;
+}();
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda
