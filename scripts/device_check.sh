@@ -28,11 +28,11 @@ step() {  # step NAME SECONDS COMMAND...: runs it with a time limit, its output 
 step configure 120 cmake -S . -B /tmp/gb -G Ninja -DCMAKE_PREFIX_PATH=/opt/deb/usr \
   -DCMAKE_CXX_FLAGS="-isystem /opt/deb/usr/include" -DONNXTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DONNXTRAIN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" -Dpybind11_DIR="$($py -m pybind11 --cmakedir)"
-step build 420 ninja -C /tmp/gb
-step cpp_cuda 120 /tmp/gb/onnxtrain_tests --gtest_filter='Cuda*:SecondDevice*:Allocator*'
-step conformance 240 /tmp/gb/onnxtrain conformance --device cuda -v /opt/deb/usr/include/onnx/backend/test/data/node
+step build 330 ninja -C /tmp/gb onnxtrain_tests onnxtrain _onnxtrain
+step cpp_cuda 90 /tmp/gb/onnxtrain_tests --gtest_filter='Cuda*:SecondDevice*:Allocator*'
+step conformance 150 /tmp/gb/onnxtrain conformance --device cuda -v /opt/deb/usr/include/onnx/backend/test/data/node
 grep -c ^PASS "$out/conformance.log" | sed 's/^/conformance passes: /' | tee -a "$out/summary.txt"
 mkdir -p /tmp/pkg && cp -r python/onnxtrain /tmp/pkg/ && cp /tmp/gb/_onnxtrain*.so /tmp/pkg/onnxtrain/
-step pytest_cuda 180 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
-step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
+step pytest_cuda 120 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider tests/python/test_cuda.py
+step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
   --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask'
