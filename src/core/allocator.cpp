@@ -180,9 +180,11 @@ static std::mutex& devices_mu() {
   return mu;
 }
 
+// Never destroyed: a device's runtime (CUDA's) may shut down before static destructors run, and an allocator
+// returning its blocks then would call into it; the process's end returns them.
 static std::map<Device, std::unique_ptr<CachingAllocator>>& devices() {
-  static std::map<Device, std::unique_ptr<CachingAllocator>> d;
-  return d;
+  static auto* d = new std::map<Device, std::unique_ptr<CachingAllocator>>;
+  return *d;
 }
 
 static std::map<DeviceType, CachingAllocator::MemoryProvider>& providers() {
