@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
 def test_cuda_tensors_cross_without_copies():
     for dtype in (torch.float32, torch.bfloat16, torch.int64):
         x = torch.arange(15, device="cuda").reshape(3, 5).to(dtype)
-        t = onnxtrain.from_dlpack(x)
+        t = onnxtrain._onnxtrain.from_dlpack(x)
         assert t.device == "cuda:0" and t.data_ptr == x.data_ptr() and t.shape == (3, 5)
         assert t.__dlpack_device__() == (2, 0)
         y = torch.from_dlpack(t)
