@@ -6,6 +6,7 @@
 #include "ir/onnx_io.h"
 #include "kernels/shape_inference.h"
 #include "onnxtrain/error.h"
+#include "kernels/kernel.h"
 #include "ops/bind.h"
 #include "tools/commands.h"
 
@@ -41,9 +42,19 @@ static void inspect(const std::string& path) {
   std::cout << "parameters: " << g->initializers.size() << " tensors, " << count << " elements, " << bytes
             << " bytes\n";
   std::map<std::string, int> hist;
-  for (auto& n : g->nodes()) hist[n->op_type]++;
-  std::cout << "ops (" << g->nodes().size() << " nodes):\n";
-  for (auto& [op, k] : hist) std::cout << "  " << op << ": " << k << "\n";
+  std::map<std::string, std::string> where;  // op -> the device types with a kernel of it, or "view"
+  for (auto& n : g->nodes()) {
+    if (hist[n->op_type]++) continue;
+    if (n->op && n->op->is_view()) {
+      where[n->op_type] = "view: no kernel";
+      continue;
+    }
+    for (DeviceType t : kernels::kernel_device_types())
+      if (kernels::lookup_kernel(Device{t, 0}, n->domain, n->op_type))
+        where[n->op_type] += (where[n->op_type].empty() ? "" : " ") + device_type_name(t);
+  }
+  std::cout << "ops (" << g->nodes().size() << " nodes; [where each has a kernel]):\n";
+  for (auto& [op, k] : hist) std::cout << "  " << op << ": " << k << " [" << where[op] << "]\n";
   if (!unsupported.empty()) {
     std::cout << "unsupported ops:\n";
     for (auto& u : unsupported) std::cout << "  " << u << "\n";

@@ -50,16 +50,20 @@ class HostMemory : public DeviceMemory {
 };
 }  // namespace
 
-std::string Device::str() const {
+std::string device_type_name(DeviceType type) {
   switch (type) {
     case DeviceType::kCpu:
-      return index == 0 ? "cpu" : "cpu:" + std::to_string(index);
+      return "cpu";
     case DeviceType::kCuda:
-      return "cuda:" + std::to_string(index);
+      return "cuda";
     case DeviceType::kExtDev:
-      return "ext:" + std::to_string(index);
+      return "ext";
   }
-  return "device type " + std::to_string(int(type)) + ":" + std::to_string(index);
+  return "device type " + std::to_string(int(type));
+}
+
+std::string Device::str() const {
+  return type == DeviceType::kCpu && index == 0 ? "cpu" : device_type_name(type) + ":" + std::to_string(index);
 }
 
 Device parse_device(const std::string& s) {

@@ -16,6 +16,9 @@ enum class DeviceType : int32_t {
   kExtDev = 12,  // a device of the embedder's own (the tests' second device)
 };
 
+// "cpu", "cuda", "ext".
+std::string device_type_name(DeviceType type);
+
 struct Device {
   DeviceType type = DeviceType::kCpu;
   int index = 0;

@@ -1,5 +1,6 @@
 #include "kernels/kernel.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "onnxtrain/error.h"
@@ -26,6 +27,13 @@ bool register_kernels(Device device, std::vector<KernelDef> defs) {
 
 void attributes_mismatch() {
   throw Error("internal error: a kernel registered for an op reads attributes of another class");
+}
+
+std::vector<DeviceType> kernel_device_types() {
+  std::vector<DeviceType> r;
+  for (auto& [type, ops] : table()) r.push_back(type);
+  std::sort(r.begin(), r.end());
+  return r;
 }
 
 const Kernel* lookup_kernel(Device device, const std::string& domain, const std::string& name) {

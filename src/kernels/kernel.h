@@ -115,6 +115,8 @@ const Kernel& find_kernel(Device device, const ir::Node& n);
 // The scratch bytes of n's kernel on `device` for n's symbolic shapes (Dim(0) without scratch; a symbol no binding
 // gives when they depend on data not known before a run).
 Dim scratch_bytes(Device device, const ir::Node& n);
+// The device types with kernels registered, in DLPack's order (the host's first).
+std::vector<DeviceType> kernel_device_types();
 // The kernel of op `domain`.`name` on `device`, or nullptr.
 const Kernel* lookup_kernel(Device device, const std::string& domain, const std::string& name);
 

@@ -35,7 +35,7 @@ def test_inspect_shows_symbolic_inputs_ops_and_parameters(mlp):
     r = cli("inspect", path)
     assert r.returncode == 0, r.stderr
     assert "x: float32[batch, 16]" in r.stdout
-    assert "SoftmaxCrossEntropyLoss: 1" in r.stdout
+    assert re.search(r"SoftmaxCrossEntropyLoss: 1 \[cpu( cuda)?\]", r.stdout)
     assert "parameters: 6 tensors, 1930 elements, 7720 bytes" in r.stdout
 
 
@@ -73,6 +73,13 @@ def test_train_rejects_bad_options_clearly(mlp, args, message):
     r = cli("train", path, "--loss", "loss", *args)
     assert r.returncode != 0
     assert message in r.stderr + r.stdout
+
+
+def test_conformance_on_a_device_this_machine_lacks_is_a_clear_error(tmp_path):
+    r = cli("conformance", "--device", "gpu", tmp_path)
+    assert r.returncode == 1 and "device 'gpu': expected cpu, cuda or cuda:N" in r.stderr
+    r = cli("conformance", "--device", "cuda:7", tmp_path)
+    assert r.returncode == 1 and "cuda:7" in r.stderr, r.stderr
 
 
 def test_missing_and_corrupt_models_are_errors_not_crashes(tmp_path):
