@@ -33,6 +33,7 @@ step cpp_cuda 90 /tmp/gb/onnxtrain_tests --gtest_filter='Cuda*:SecondDevice*:All
 step conformance 150 /tmp/gb/onnxtrain conformance --device cuda -v /opt/deb/usr/include/onnx/backend/test/data/node
 grep -c ^PASS "$out/conformance.log" | sed 's/^/conformance passes: /' | tee -a "$out/summary.txt"
 mkdir -p /tmp/pkg && cp -r python/onnxtrain /tmp/pkg/ && cp /tmp/gb/_onnxtrain*.so /tmp/pkg/onnxtrain/
-step pytest_cuda 120 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider --tb=short -rA tests/python/test_cuda.py
+step pytest_cuda 120 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider --tb=short -rA \
+  tests/python/test_cuda.py
 step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
   --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask'

@@ -121,7 +121,8 @@ void add_conformance(CLI::App& app) {
     else if (!a->as.empty())
       throw InputError("conformance: --as takes bfloat16 or float16, not '" + a->as + "'");
     const Device device = parse_device(a->device);
-    if (!(device == kCpu) && as != DType::kUndefined) throw InputError("conformance: --as and --device go one at a time");
+    if (!(device == kCpu) && as != DType::kUndefined)
+      throw InputError("conformance: --as and --device go one at a time");
     if (!(device == kCpu)) CachingAllocator::of(device);  // a device this build or machine lacks: said once, here
     std::vector<fs::path> tests;
     for (auto& d : a->dirs) {

@@ -77,7 +77,8 @@ Tensor Tensor::clone(CachingAllocator* alloc) const {
   Tensor t(dtype_, dims_, alloc);
   if (!nbytes()) return t;
   // Memory without an allocator is the caller's, on its device.
-  DeviceMemory& from = storage_->allocator() ? storage_->allocator()->memory() : CachingAllocator::of(device()).memory();
+  DeviceMemory& from =
+      storage_->allocator() ? storage_->allocator()->memory() : CachingAllocator::of(device()).memory();
   DeviceMemory& to = t.storage()->allocator()->memory();
   if (from.host_readable())
     to.copy_from_host(t.raw(), raw(), nbytes());

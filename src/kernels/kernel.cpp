@@ -21,7 +21,8 @@ static const std::string& domain_of(const std::string& domain) {
 }
 
 bool register_kernels(Device device, std::vector<KernelDef> defs) {
-  for (auto& d : defs) table()[device.type][domain_of(d.domain)][d.name] = Kernel{std::move(d.fn), std::move(d.scratch)};
+  for (auto& d : defs)
+    table()[device.type][domain_of(d.domain)][d.name] = Kernel{std::move(d.fn), std::move(d.scratch)};
   return true;
 }
 

@@ -75,4 +75,16 @@ bool with_float_type(DType t, F&& f) {
   }
 }
 
+// Calls f with an unsigned type of `bytes` bytes.
+template <typename F>
+void with_bytes(int bytes, const char* kernel, F&& f) {
+  switch (bytes) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    case 8: return f(uint64_t{});
+    default: launch_error(std::string(kernel) + ": elements of " + std::to_string(bytes) + " bytes");
+  }
+}
+
 }  // namespace onnxtrain::kernels::cuda

@@ -31,7 +31,8 @@ KernelDef binary_def(const char* name, Binary op) {
             if (c.in(1).dtype() != c.in(0).dtype())
               throw UnsupportedError(c.node.where() + ": the CUDA kernel takes operands of one dtype");
             const auto& od = c.out(0).dims();
-            Indexing ix = indexing(c, od, {broadcast_strides(c.in(0).dims(), od), broadcast_strides(c.in(1).dims(), od)});
+            Indexing ix =
+                indexing(c, od, {broadcast_strides(c.in(0).dims(), od), broadcast_strides(c.in(1).dims(), od)});
             cuda::binary(op, c.in(0).dtype(), c.in(0).raw(), c.in(1).raw(), c.out(0).raw(), ix, stream());
           }};
 }

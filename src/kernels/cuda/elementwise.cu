@@ -48,17 +48,12 @@ __device__ __forceinline__ T arith(Binary op, T a, T b) {
     case Binary::kSub: return a - b;
     case Binary::kMul: return a * b;
     case Binary::kDiv: return a / b;
-    case Binary::kMax: return a > b ? a : b;
-    case Binary::kMin: return a < b ? a : b;
     default: return T(0);
   }
 }
 
 __device__ __forceinline__ float arith_float(Binary op, float a, float b) {
-  if (op == Binary::kPow) return powf(a, b);
-  // Max and Min propagate NaN, as the CPU kernels do.
-  if ((op == Binary::kMax || op == Binary::kMin) && (a != a || b != b)) return a != a ? a : b;
-  return arith(op, a, b);
+  return op == Binary::kPow ? powf(a, b) : arith(op, a, b);
 }
 
 template <typename T>
@@ -170,18 +165,6 @@ void with_any_type(DType t, const char* kernel, F&& f) {
   }
 }
 
-// Calls f with an unsigned type of `bytes` bytes.
-template <typename F>
-void with_bytes(int bytes, F&& f) {
-  switch (bytes) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    case 8: return f(uint64_t{});
-    default: launch_error("elements of " + std::to_string(bytes) + " bytes");
-  }
-}
-
 }  // namespace
 
 void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t stream) {
@@ -193,9 +176,11 @@ void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t st
   if (!ok) {
     if (op != Unary::kRelu && op != Unary::kNeg && op != Unary::kAbs) unsupported_dtype("unary", t);
     if (t == DType::kInt64)
-      unary_int<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(x), static_cast<int64_t*>(y), n);
+      unary_int<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(x), static_cast<int64_t*>(y),
+                                                        n);
     else if (t == DType::kInt32)
-      unary_int<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y), n);
+      unary_int<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y),
+                                                        n);
     else
       unsupported_dtype("unary", t);
   }
@@ -236,7 +221,7 @@ void where(int elem_bytes, const bool* cond, const void* a, const void* b, void*
            cudaStream_t stream) {
   const int64_t n = numel(ix);
   if (n == 0) return;
-  with_bytes(elem_bytes, [&](auto v) {
+  with_bytes(elem_bytes, "Where", [&](auto v) {
     using T = decltype(v);
     where_kernel<<<blocks_for(n), kThreads, 0, stream>>>(cond, static_cast<const T*>(a), static_cast<const T*>(b),
                                                          static_cast<T*>(out), ix, n);
@@ -258,7 +243,7 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t 
 
 void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  with_bytes(elem_bytes, [&](auto v) {
+  with_bytes(elem_bytes, "fill", [&](auto v) {
     using T = decltype(v);
     T bits;
     memcpy(&bits, value, sizeof(T));

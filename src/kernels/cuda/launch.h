@@ -21,7 +21,7 @@ struct Indexing {
 
 enum class Unary { kRelu, kNeg, kAbs, kExp, kLog, kSqrt, kReciprocal, kTanh, kSigmoid, kErf, kSin, kCos, kFloor, kCeil,
                    kGelu, kGeluTanh };
-enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kEqual, kLess, kLessOrEqual, kGreater, kGreaterOrEqual,
+enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kEqual, kLess, kLessOrEqual, kGreater, kGreaterOrEqual,
                     kAnd, kOr, kXor };
 
 // y = op(x) over n elements of dtype t (float32, float16, bfloat16; Relu, Neg and Abs also int32, int64).

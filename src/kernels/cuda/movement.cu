@@ -18,18 +18,11 @@ __global__ void strided_copy_kernel(const T* src, T* dst, Indexing ix, int64_t n
 void strided_copy(int elem_bytes, const void* src, void* dst, const Indexing& ix, cudaStream_t stream) {
   const int64_t n = numel(ix);
   if (n == 0) return;
-  auto launch = [&](auto v) {
+  with_bytes(elem_bytes, "strided_copy", [&](auto v) {
     using T = decltype(v);
     strided_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), ix,
                                                                 n);
-  };
-  switch (elem_bytes) {
-    case 1: launch(uint8_t{}); break;
-    case 2: launch(uint16_t{}); break;
-    case 4: launch(uint32_t{}); break;
-    case 8: launch(uint64_t{}); break;
-    default: launch_error("strided_copy: elements of " + std::to_string(elem_bytes) + " bytes");
-  }
+  });
   check_launch("strided_copy");
 }
 

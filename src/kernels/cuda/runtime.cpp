@@ -74,8 +74,12 @@ class CudaMemory : public DeviceMemory {
   void release(void* block) override {
     on_device(index_, [&] { check(cudaFree(block), "cudaFree"); });
   }
-  void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyHostToDevice); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes, cudaMemcpyDeviceToHost); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override {
+    copy(dst, src, bytes, cudaMemcpyHostToDevice);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    copy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  }
   bool host_readable() const override { return false; }
   void synchronize() override {
     on_device(index_, [&] { check(cudaStreamSynchronize(current_stream()), "cudaStreamSynchronize"); });
