@@ -72,7 +72,8 @@ class Session {
   std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> run_forward(
       const std::map<std::string, Tensor>& feeds, std::optional<uint64_t> seed = std::nullopt);
   // The backward part of one forward call: gradients of the `wrt` inputs by name. Output-gradient mode
-  // takes a gradient for every differentiable forward output (output_grad_names()), by output name.
+  // takes a gradient for every differentiable forward output (output_grad_names()), by output name, but those of
+  // optional_output_grad_names(), which may be left out.
   // `refeeds`: forward inputs given again, by name (same dtypes and dims), whose memory replaces what the forward
   // was fed wherever the stash still reads it (views included): for callers whose tensors move between the two
   // calls (FSDP2 frees each parameter after forward and gathers it again, elsewhere, before backward).
@@ -122,6 +123,8 @@ class Session {
   std::vector<std::string> output_names() const;       // forward outputs
   std::vector<std::string> grad_names() const;         // training: the `wrt` inputs, in order
   std::vector<std::string> output_grad_names() const;  // output-gradient mode: forward outputs that take a gradient
+  // Those of output_grad_names() whose gradient run_backward may be given none of (read as zeros, at no cost).
+  std::vector<std::string> optional_output_grad_names() const;
   // Training: whether the loss (or the outputs) depends on each `wrt` input (else its gradient is zeros).
   const std::vector<bool>& grads_reached() const { return exe_.reached; }
   CachingAllocator& allocator() const { return *alloc_; }
@@ -133,6 +136,7 @@ class Session {
   Session(memory::Executable exe, SessionOptions options);
   void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   void end_of_step();  // trims the allocator unless told to keep its cache
+  bool output_grad_may_be_unset(const ir::Value* gin) const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
 
   memory::Executable exe_;

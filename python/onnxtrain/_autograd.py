@@ -97,13 +97,21 @@ class Apply(torch.autograd.Function):
         results = tuple(torch.from_dlpack(outs[name]) for name in runner.output_names)
         names = runner.output_names
         ctx.mark_non_differentiable(*[r for r, name in zip(results, names) if name not in runner.grad_outputs])
+        # An output no loss reads gets no gradient (None, not zeros): the session skips what it would add where it
+        # can (optional_grad_outputs), else backward makes the zeros.
+        ctx.set_materialize_grads(False)
+        ctx.output_meta = [(r.shape, r.dtype, r.device) for r in results]
         return results
 
     @staticmethod
     def backward(ctx, *grads):
         runner, state, handoff = ctx.runner, ctx.state, ctx.handoff
         ctx.state = None  # the stash goes as soon as backward is done
-        output_grads = {name: as_input(g) for name, g in zip(runner.output_names, grads) if name in runner.grad_outputs}
+        output_grads = {}
+        for name, g, (shape, dtype, device) in zip(runner.output_names, grads, ctx.output_meta):
+            if name not in runner.grad_outputs or (g is None and name in runner.optional_grad_outputs):
+                continue
+            output_grads[name] = as_input(g) if g is not None else torch.zeros(shape, dtype=dtype, device=device)
         if handoff is None:
             result = runner.backward(state, output_grads)
             return (None, None, None, *[torch.from_dlpack(result[n]) if n in result else None

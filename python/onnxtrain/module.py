@@ -90,12 +90,14 @@ class _Runner:
                 logger.info("onnxtrain recompute candidates (%s), sizes for the first batch:\n%s",
                             type(module).__name__, self.session.memory_report(dims))
             self.grad_outputs = set(self.session.output_grad_names)
+            self.optional_grad_outputs = set(self.session.optional_output_grad_names)
             # the parameters and buffers whose gradients backward makes, in the order it makes them final
             state = set(exported.state_names)
             self.gradient_order = [n for n in self.session.gradient_order if n in state]
         else:
             self.session = C.Session.from_bytes(model_bytes)
             self.grad_outputs = set()
+            self.optional_grad_outputs = set()
         if options.save_onnx:  # what onnxtrain runs: the training graph, after its passes
             self.session.save(stem + "_optimized.onnx")
 

@@ -1,4 +1,5 @@
-// Typed attributes of NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, read by their kernels.
+// Typed attributes of NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss, read by their kernels, and of the
+// fused head's com.onnxtrain.LinearGradAdd.
 #pragma once
 #include <cstdint>
 
@@ -16,5 +17,10 @@ struct LossAttrs {
 // A loss node's attributes: reduction (none, sum or mean, else a ModelError) and ignore_index; `softmax` for
 // SoftmaxCrossEntropyLoss.
 LossAttrs loss_attrs(const ir::Node& n);
+
+// com.onnxtrain.LinearGradAdd: the gradient of which input of the head's product it adds to.
+struct LinearGradAddAttrs {
+  enum Wrt { kX, kW, kB } wrt;
+};
 
 }  // namespace onnxtrain::ops

@@ -131,6 +131,9 @@ class Op {
   virtual uint64_t host_inputs() const { return 0; }
   // Whether gradients flow through output i (not through BatchNormalization's running statistics).
   virtual bool differentiable_output(size_t i) const { return true; }
+  // Whether input i may be left without a value at run time although the graph names one: a forward output's
+  // gradient the caller did not make (PyTorch passes none for an output no loss reads), read as zeros.
+  virtual bool input_may_be_unset(size_t i) const { return false; }
 };
 
 // An op with typed attributes (read once, from the node) that its kernels read: A is a plain struct declared in

@@ -2,7 +2,8 @@
 // output, whose scores are com.onnxtrain.Linear(X, W, B) (X of any rank, its rows flattened by a Reshape to (N, C)
 // or already (N, C); in bfloat16 or float16 cast to float32 before or after the Reshape), every value between read
 // by nothing else, becomes com.onnxtrain.LinearCrossEntropy(X, W, B, target): a language model's head and loss with
-// no (N, C) scores held, in forward or for backward.
+// no (N, C) scores held, in forward or for backward. When the Linear's output is read elsewhere too (a graph output:
+// a transformers model returns its logits beside the loss), the fused node makes it as its scores output.
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -17,16 +18,17 @@ class LinearCrossEntropyFusion : public Pass {
       ir::Value *scores = loss->input(0), *target = loss->input(1);
       if (loss->input(2) || (loss->outputs.size() > 1 && loss->outputs[1] && !loss->outputs[1]->consumers.empty()) ||
           !target || !target->has_shape || target->shape.size() != 1 || !scores || !scores->has_shape ||
-          scores->shape.size() != 2 || !sole_reader(g, scores, loss))
+          scores->shape.size() != 2)
         continue;
       std::vector<const ir::Node*> replaced{loss};
-      // back from the scores, read by nothing else: [Cast] [Reshape] [Cast] Linear, one Cast at most
+      // back from the scores, read by nothing else: [Cast] [Reshape] [Cast] Linear, one Cast at most; the Linear's
+      // own output may have other readers (a model returning its logits): the fused node makes it then
       ir::Value* logits = scores;
       ir::Node* cast = nullptr;
-      bool shared = false;
+      std::vector<ir::Node*> chain;
       auto step_over = [&](ir::Node* n) {
         if (!n) return;
-        shared |= !sole_reader(g, n->input(0), n);
+        chain.push_back(n);
         replaced.push_back(n);
         logits = n->input(0);
       };
@@ -34,7 +36,11 @@ class LinearCrossEntropyFusion : public Pass {
       step_over(made_by(logits, "Reshape"));
       if (!cast) step_over(cast = made_by(logits, "Cast"));
       ir::Node* linear = made_by(logits, "Linear", "com.onnxtrain");
+      bool shared = !chain.empty() && !sole_reader(g, scores, loss);  // a value between read by another node
+      for (size_t i = 0; i + 1 < chain.size(); ++i) shared |= !sole_reader(g, chain[i]->input(0), chain[i]);
       if (shared || !has_inputs(linear, 2)) continue;
+      const ir::Node* first = chain.empty() ? loss : chain.back();  // the Linear's output's reader in the chain
+      ir::Value* kept = sole_reader(g, logits, first) ? nullptr : logits;
       // (the rows of the Linear's output, flattened, are the scores' when their last dims agree); a 16-bit Linear
       // only with its scores cast to float32, as autocast writes a head and its loss
       const DType head = logits->dtype;
@@ -48,7 +54,9 @@ class LinearCrossEntropyFusion : public Pass {
       for (const char* a : {"reduction", "ignore_index"})
         if (loss->attrs.count(a)) attrs[a] = loss->attrs.at(a);
       ir::Value* lse = g.add_value(g.unique_name(loss->name + "_lse"));
-      add_fused(g, "com.onnxtrain", 1, "LinearCrossEntropy", in, {loss->outputs[0], lse},
+      std::vector<ir::Value*> outs{loss->outputs[0], lse};
+      if (kept) outs.insert(outs.end(), {nullptr, nullptr, nullptr, kept});
+      add_fused(g, "com.onnxtrain", 1, "LinearCrossEntropy", in, outs,
                 g.unique_name(loss->name + "_linear"), loss->backward, attrs);
       gone.insert(gone.end(), replaced.begin(), replaced.end());
     }

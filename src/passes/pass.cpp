@@ -67,8 +67,8 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
                     const std::vector<ir::Value*>& inputs, const std::vector<ir::Value*>& outs, const std::string& name,
                     bool backward, ir::Attributes attrs) {
   for (ir::Value* v : outs) {
-    ir::Node* old = v->producer;
-    if (!old) continue;  // (a new value)
+    ir::Node* old = v ? v->producer : nullptr;
+    if (!old) continue;  // (a new value, or an output not asked for)
     ir::Value* placeholder = g.add_value(g.unique_name(v->name + "_unfused"));
     placeholder->producer = old;
     std::replace(old->outputs.begin(), old->outputs.end(), v, placeholder);

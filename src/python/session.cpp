@@ -72,6 +72,8 @@ void init_session(py::module_& m) {
       .def_property_readonly("gradient_order", &Session::gradient_order,
                              "grad_names in the order backward makes each gradient final")
       .def_property_readonly("output_grad_names", &Session::output_grad_names)
+      .def_property_readonly("optional_output_grad_names", &Session::optional_output_grad_names,
+                             "Those of output_grad_names whose gradient run_backward may be given none of.")
       .def(
           "run_forward",
           [](Session& s, const py::dict& feeds, std::optional<uint64_t> seed) {

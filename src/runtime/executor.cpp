@@ -27,6 +27,10 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
       continue;
     }
     auto it = env.find(v);
+    if (it == env.end() && !v->producer) {  // a graph input left unset: an output gradient the caller did not make
+      ins.push_back(nullptr);              // (run_backward lets only those whose readers all accept it through)
+      continue;
+    }
     if (it == env.end()) throw Error(n.where() + ": input '" + v->name + "' has no value (internal planning error)");
     ins.push_back(&it->second);
   }

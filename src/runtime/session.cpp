@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "ir/onnx_io.h"
+#include "ops/op.h"
 #include "runtime/executor.h"
 
 namespace onnxtrain {
@@ -105,6 +106,23 @@ static std::vector<std::string> names_of(const std::vector<ir::Value*>& vs) {
 std::vector<std::string> Session::input_names() const { return names_of(exe_.forward_inputs); }
 std::vector<std::string> Session::output_names() const { return names_of(exe_.forward_outputs); }
 std::vector<std::string> Session::grad_names() const { return exe_.wrt; }
+// Whether every reader of the output gradient `gin` takes it unset (read as zeros).
+bool Session::output_grad_may_be_unset(const ir::Value* gin) const {
+  return std::all_of(gin->consumers.begin(), gin->consumers.end(), [gin](const ir::Node* n) {
+    for (size_t i = 0; i < n->inputs.size(); ++i)
+      if (n->inputs[i] == gin && !n->op->input_may_be_unset(i)) return false;
+    return true;
+  });
+}
+
+std::vector<std::string> Session::optional_output_grad_names() const {
+  std::vector<std::string> r;
+  for (size_t i = 0; i < exe_.output_grads.size(); ++i)
+    if (exe_.output_grads[i] && output_grad_may_be_unset(exe_.output_grads[i]))
+      r.push_back(exe_.forward_outputs[i]->name);
+  return r;
+}
+
 std::vector<std::string> Session::output_grad_names() const {
   std::vector<std::string> r;
   for (size_t i = 0; i < exe_.output_grads.size(); ++i)
@@ -248,12 +266,11 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
                        dtype_name(gin->dtype));
     state.env_[gin] = t;
   }
-  for (ir::Value* gin : exe_.output_grads)
-    if (gin && !state.env_.count(gin)) {
-      const ir::Value* out = exe_.forward_outputs[size_t(
-          std::find(exe_.output_grads.begin(), exe_.output_grads.end(), gin) - exe_.output_grads.begin())];
-      throw InputError("output gradient for '" + out->name + "' is missing");
-    }
+  for (size_t i = 0; i < exe_.output_grads.size(); ++i) {
+    const ir::Value* gin = exe_.output_grads[i];
+    if (gin && !state.env_.count(gin) && !output_grad_may_be_unset(gin))
+      throw InputError("output gradient for '" + exe_.forward_outputs[i]->name + "' is missing");
+  }
   state.consumed_ = true;
   std::function<void(size_t)> after_step;
   if (on_gradient)

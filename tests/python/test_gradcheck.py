@@ -239,6 +239,7 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.DropoutGrad": "itself a gradient op (checked through Dropout)",
     "com.onnxtrain.SoftmaxCrossEntropyLossGrad": "itself a gradient op (checked through SoftmaxCrossEntropyLoss)",
     "com.onnxtrain.LinearCrossEntropyGrad": "itself a gradient op (checked through LinearCrossEntropy)",
+    "com.onnxtrain.LinearGradAdd": "itself a gradient op (of LinearCrossEntropy's scores: test_head_with_logits.py)",
     "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},

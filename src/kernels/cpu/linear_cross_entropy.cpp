@@ -2,7 +2,8 @@
 // float32 and float64, and in bfloat16 (float32 scores, loss and log-sum-exps from bf16 GEMMs) where the CPU has
 // bf16 dot products (elsewhere through float32 copies): blocks of rows whose scores (rows, C) fill at most 8 MiB of
 // scratch (at most 256 rows), one GEMM per block; forward keeps each row's log-sum-exp, backward computes the
-// block's scores again, turns them into their gradient in place and multiplies it into dX, dW and dB.
+// block's scores again, turns them into their gradient in place and multiplies it into dX, dW and dB. Forward
+// writes each block's scores to output 5 (rounded to bf16 for a bf16 head) when the graph keeps them.
 #include <algorithm>
 #include <cmath>
 
@@ -171,7 +172,8 @@ struct Gradients {
   }
 };
 
-// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16). With outputs 2-4 (dX, dW, dB for a
+// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16), writing the scores (output 5, in S)
+// when asked for. With outputs 2-4 (dX, dW, dB for a
 // loss gradient of 1: reductions "mean" and "sum"), each block's gradient is formed while its scores are at hand,
 // so that backward only scales it by the loss's gradient instead of computing the scores again.
 template <typename S, typename A>
@@ -186,9 +188,16 @@ void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   const A one(1), scale = mean_scale<A>(a, r);
   A* loss = c.out(0).data<A>();
   double total = 0;
+  S* out = c.wants(5) ? c.out(5).data<S>() : nullptr;  // the scores themselves, when asked for
   for (int64_t r0 = 0; r0 < r.n; r0 += block) {
     const int64_t m = std::min(block, r.n - r0);
     scores(r, x, w, b, r0, m, s);
+    if (out) {
+      if constexpr (std::is_same_v<S, A>)
+        std::copy(s, s + m * r.c, out + r0 * r.c);
+      else
+        from_f32(s, out + r0 * r.c, m * r.c);
+    }
     parallel_for(m, r.c * 4, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) lse[r0 + i] = log_sum_exp(s + i * r.c, r.c);
     });
@@ -274,7 +283,8 @@ Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   Dim r = scratch_span(block_scratch(s, 1));
   if (outs.size() < 2 || !outs[1])
     r = r + scratch_span(shape_numel(Shape(x.begin(), x.end() - 1)) * Dim(score_bytes(s.dtype(0))));
-  bool grads = std::any_of(outs.begin() + std::min<size_t>(2, outs.size()), outs.end(), [](auto* v) { return v; });
+  bool grads = std::any_of(outs.begin() + std::min<size_t>(2, outs.size()),
+                           outs.begin() + std::min<size_t>(5, outs.size()), [](auto* v) { return v; });
   return grads ? r + gradient_scratch(s, 1) : r;
 }
 
