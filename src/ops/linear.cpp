@@ -3,6 +3,7 @@
 // Add(MatMul(X, Transpose(W)), B); the linear_fusion pass makes this op of that, saving the copy of W^T
 // and a pass over the output per layer.
 #include "ops/grad.h"
+#include "ops/matmul.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
 
@@ -11,9 +12,12 @@ namespace {
 
 using ir::Value;
 
-class LinearOp : public Op {
+class LinearOp : public OpWith<LinearAttrs> {
  public:
-  explicit LinearOp(const ir::Node&) {}
+  explicit LinearOp(const ir::Node& n) : OpWith({product_output_dtype(n)}) {}
+  DType output_dtype(size_t, const std::vector<DType>& in) const override {
+    return attrs.to != DType::kUndefined ? attrs.to : in[0];
+  }
   bool recomputable() const override { return true; }
   Dim flops(const ir::Node& n) const override {
     const Value *x = n.inputs[0], *w = n.inputs[1];
@@ -29,11 +33,12 @@ class LinearOp : public Op {
       ctx.fail("X " + shape_str(ctx.shape(0)) + " and W " + shape_str(ctx.shape(1)) + " differ in their inner dim");
     Shape out = ctx.shape(0);
     out.back() = ctx.shape(1)[0];
-    ctx.set(0, ctx.dtype(0), out);
+    ctx.set(0, product_dtype(ctx, attrs.to), out);
   }
   // dX = dY W, dW = dY^T X (over all rows), dB = the sum of dY over all rows.
   void grad(GradCtx& g) const override {
     Value *x = g.x(0), *w = g.x(1), *dy = g.dy(0);
+    if (dy->dtype != x->dtype) dy = g.cast(dy, x->dtype);  // (a float32 output: the Cast's gradient it absorbed)
     auto rows_of = [&](Value* v) {  // (rows, last dim)
       return g.reshape(v, g.concat({g.ints({-1}), g.gather(g.shape(v), g.ints({-1}))}, 0));
     };

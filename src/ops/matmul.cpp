@@ -6,6 +6,21 @@
 #include "ops/shape_util.h"
 
 namespace onnxtrain::ops {
+
+DType product_output_dtype(const ir::Node& n) {
+  if (!n.attrs.count("to")) return DType::kUndefined;
+  if (n.attr_int("to") != int64_t(DType::kFloat32))
+    throw ModelError(n.where() + ": attribute 'to' must be 1 (float32), got " + std::to_string(n.attr_int("to")));
+  return DType::kFloat32;
+}
+
+DType product_dtype(InferCtx& ctx, DType to) {
+  if (to == DType::kUndefined) return ctx.dtype(0);
+  if (ctx.dtype(0) != DType::kBFloat16 && ctx.dtype(0) != DType::kFloat16)
+    ctx.fail("a float32 output ('to') needs 16-bit float inputs, got " + dtype_name(ctx.dtype(0)));
+  return to;
+}
+
 namespace {
 
 // MatMul, and com.onnxtrain.FusedMatMul(A, B, transA, transB) = MatMul(op(A), op(B)) with op a transposition
@@ -13,7 +28,8 @@ namespace {
 // writing the transposes (two per batched product, a 4 MiB copy of attention's probabilities among them).
 MatMulAttrs matmul_attrs(const ir::Node& n) {
   bool fused = n.domain == "com.onnxtrain";
-  return {fused, fused && n.attr_int("transA", 0), fused && n.attr_int("transB", 0)};
+  return {fused, fused && n.attr_int("transA", 0), fused && n.attr_int("transB", 0),
+          fused ? product_output_dtype(n) : DType::kUndefined};
 }
 
 class MatMulOp : public OpWith<MatMulAttrs> {
@@ -42,7 +58,10 @@ class MatMulOp : public OpWith<MatMulAttrs> {
     Shape batch = broadcast_shapes(ctx, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
     if (!a1) batch.push_back(a[a.size() - 2]);
     if (!b1) batch.push_back(b.back());
-    ctx.set(0, ctx.dtype(0), batch);
+    ctx.set(0, product_dtype(ctx, attrs.to), batch);
+  }
+  DType output_dtype(size_t, const std::vector<DType>& in) const override {
+    return attrs.to != DType::kUndefined ? attrs.to : in[0];
   }
 };
 
@@ -94,6 +113,7 @@ void MatMulOp::grad(GradCtx& g) const {
   Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
   size_t ra = a->shape.size(), rb = b->shape.size();
   if (attrs.fused) {  // Y = op(A) op(B)
+    if (dy->dtype != a->dtype) dy = g.cast(dy, a->dtype);  // (a float32 output: the Cast's gradient it absorbed)
     if (g.needs(0)) g.set_dx(0, attrs.ta ? g.matmul(b, attrs.tb, dy, true) : g.matmul(dy, false, b, !attrs.tb));
     if (g.needs(1)) g.set_dx(1, attrs.tb ? g.matmul(dy, true, a, attrs.ta) : g.matmul(a, !attrs.ta, dy, false));
     return;

@@ -38,7 +38,7 @@ class LinearCrossEntropyFusion : public Pass {
       ir::Node* linear = made_by(logits, "Linear", "com.onnxtrain");
       bool shared = !chain.empty() && !sole_reader(g, scores, loss);  // a value between read by another node
       for (size_t i = 0; i + 1 < chain.size(); ++i) shared |= !sole_reader(g, chain[i]->input(0), chain[i]);
-      if (shared || !has_inputs(linear, 2)) continue;
+      if (shared || !has_inputs(linear, 2) || linear->attrs.count("to")) continue;
       const ir::Node* first = chain.empty() ? loss : chain.back();  // the Linear's output's reader in the chain
       ir::Value* kept = sole_reader(g, logits, first) ? nullptr : logits;
       // (the rows of the Linear's output, flattened, are the scores' when their last dims agree); a 16-bit Linear

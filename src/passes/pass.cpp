@@ -20,6 +20,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(flash_attention_fusion());
   r.push_back(grouped_attention_fusion());
   r.push_back(transpose_gemm_fusion());
+  r.push_back(cast_into_product());
   r.push_back(scatter_accumulation());
   r.push_back(constant_folding());
   r.push_back(common_subexpressions());

@@ -31,6 +31,7 @@ std::unique_ptr<Pass> attention_softmax_fusion();
 std::unique_ptr<Pass> flash_attention_fusion();
 std::unique_ptr<Pass> grouped_attention_fusion();
 std::unique_ptr<Pass> linear_cross_entropy_fusion();
+std::unique_ptr<Pass> cast_into_product();
 std::unique_ptr<Pass> scatter_accumulation();
 // Not in the default list: the memory optimizer runs it on its recompute clones.
 std::unique_ptr<Pass> gelu_recompute_fusion();
@@ -63,8 +64,8 @@ bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool res
 
 // The default list, in order: identity elimination, GELU fusion, RMSNorm fusion, SwiGLU fusion, Linear fusion,
 // Linear-cross-entropy fusion, masked-softmax fusion, attention-softmax fusion, flash-attention fusion,
-// grouped-attention fusion, Transpose-into-Gemm fusion, scatter accumulation, constant folding, common
-// subexpressions, dead code.
+// grouped-attention fusion, Transpose-into-Gemm fusion, Cast-into-product fusion, scatter accumulation, constant
+// folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

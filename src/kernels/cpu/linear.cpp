@@ -1,5 +1,6 @@
 // com.onnxtrain.Linear(X, W, B?) = X W^T + B: one GEMM over all rows of X (..., K) with W (N, K) read
-// transposed; the bias is written first and the GEMM accumulates onto it.
+// transposed; the bias is written first and the GEMM accumulates onto it. A bf16 Linear writes float32 when its
+// node says so (attribute `to`, ops/matmul.h).
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
@@ -17,9 +18,12 @@ void linear(KernelCtx& c) {
     c.fail("X " + dims_str(x.dims()) + " and W " + dims_str(w.dims()) + " differ in their inner dim");
   if (c.has(2) && c.in(2).numel() != n)
     c.fail("bias " + dims_str(c.in(2).dims()) + " is not of W's " + std::to_string(n) + " rows");
-  if (x.dtype() == DType::kBFloat16)
-    return gemm_bf16(1, rows, n, k, {x.data<BFloat16>(), k}, {w.data<BFloat16>(), k, 0, true},
-                     c.out(0).data<BFloat16>(), 1, c.has(2) ? c.in(2).data<BFloat16>() : nullptr);
+  if (x.dtype() == DType::kBFloat16) {  // (into float32 with attribute `to`)
+    const BFloat16* b = c.has(2) ? c.in(2).data<BFloat16>() : nullptr;
+    const Bf16Operand xs{x.data<BFloat16>(), k}, ws{w.data<BFloat16>(), k, 0, true};
+    if (c.out(0).dtype() == DType::kFloat32) return gemm_bf16(1, rows, n, k, xs, ws, c.out(0).data<float>(), 1, b);
+    return gemm_bf16(1, rows, n, k, xs, ws, c.out(0).data<BFloat16>(), 1, b);
+  }
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* o = c.out(0).data<T>();  // (rows, N)

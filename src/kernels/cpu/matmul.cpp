@@ -22,19 +22,22 @@ void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   const auto &ab = d.a_batch, &bb = d.b_batch, &batch = d.batch;
   int64_t nb = numel_of(batch), na = numel_of(ab), nbb = numel_of(bb);
   const int64_t lda = at.ta ? m : k, ldb = at.tb ? k : n;
-  if (A.dtype() == DType::kBFloat16) {
+  if (A.dtype() == DType::kBFloat16) {  // into bf16, or float32 (FusedMatMul's `to`)
     const BFloat16 *a = A.data<BFloat16>(), *b = B.data<BFloat16>();
-    BFloat16* o = c.out(0).data<BFloat16>();
-    if (nbb == 1 && !at.ta && na == nb)  // B shared by every batch: one GEMM over all rows of A
-      return gemm_bf16(1, na * m, n, k, {a, k}, {b, ldb, 0, at.tb}, o);
-    if ((na == nb || na == 1) && (nbb == nb || nbb == 1))  // each operand batched alike, or shared
-      return gemm_bf16(nb, m, n, k, {a, lda, na == 1 ? 0 : m * k, at.ta}, {b, ldb, nbb == 1 ? 0 : k * n, at.tb}, o);
-    auto sa = broadcast_strides(ab, batch), sb = broadcast_strides(bb, batch);
-    for (int64_t i = 0; i < nb; ++i) {
-      auto [oa, ob] = broadcast_offsets<2>(i, batch, {&sa, &sb});
-      gemm_bf16(1, m, n, k, {a + oa * m * k, lda, 0, at.ta}, {b + ob * k * n, ldb, 0, at.tb}, o + i * m * n);
-    }
-    return;
+    auto run = [&](auto* o) {
+      if (nbb == 1 && !at.ta && na == nb)  // B shared by every batch: one GEMM over all rows of A
+        return gemm_bf16(1, na * m, n, k, {a, k}, {b, ldb, 0, at.tb}, o);
+      if ((na == nb || na == 1) && (nbb == nb || nbb == 1))  // each operand batched alike, or shared
+        return gemm_bf16(nb, m, n, k, {a, lda, na == 1 ? 0 : m * k, at.ta}, {b, ldb, nbb == 1 ? 0 : k * n, at.tb},
+                         o);
+      auto sa = broadcast_strides(ab, batch), sb = broadcast_strides(bb, batch);
+      for (int64_t i = 0; i < nb; ++i) {
+        auto [oa, ob] = broadcast_offsets<2>(i, batch, {&sa, &sb});
+        gemm_bf16(1, m, n, k, {a + oa * m * k, lda, 0, at.ta}, {b + ob * k * n, ldb, 0, at.tb}, o + i * m * n);
+      }
+    };
+    if (c.out(0).dtype() == DType::kFloat32) return run(c.out(0).data<float>());
+    return run(c.out(0).data<BFloat16>());
   }
   dispatch<kWideNumeric>(A.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
