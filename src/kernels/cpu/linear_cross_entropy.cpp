@@ -1,9 +1,10 @@
 // com.onnxtrain.LinearCrossEntropy and LinearCrossEntropyGrad (ops/linear_cross_entropy.cpp) on the CPU, in
 // float32 and float64, and in bfloat16 (float32 scores, loss and log-sum-exps from bf16 GEMMs) where the CPU has
-// bf16 dot products (elsewhere through float32 copies): blocks of rows whose scores (rows, C) fill at most 8 MiB of
-// scratch (at most 256 rows), one GEMM per block; forward keeps each row's log-sum-exp, backward computes the
-// block's scores again, turns them into their gradient in place and multiplies it into dX, dW and dB. Forward
-// writes each block's scores to output 5 (rounded to bf16 for a bf16 head) when the graph keeps them.
+// bf16 dot products (elsewhere through float32 copies). Forward: blocks of rows whose scores (rows, C) fill at most
+// 8 MiB of scratch (at most 256 rows), one GEMM per block, keeping each row's log-sum-exp and writing the scores to
+// output 5 (rounded to bf16 for a bf16 head) when the graph keeps them; the gradients it forms for a loss of one
+// number come after, a block of classes at a time (forward_gradients). Backward (a loss per row) computes each
+// block of rows' scores again, turns them into their gradient in place and multiplies it into dX, dW and dB.
 #include <algorithm>
 #include <cmath>
 
@@ -172,23 +173,122 @@ struct Gradients {
   }
 };
 
-// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16), writing the scores (output 5, in S)
-// when asked for. With outputs 2-4 (dX, dW, dB for a
-// loss gradient of 1: reductions "mean" and "sum"), each block's gradient is formed while its scores are at hand,
-// so that backward only scales it by the loss's gradient instead of computing the scores again.
+// Classes per column block of a forward that forms the gradients: a (N, width) block of scores fills at most 8
+// MiB, unless that is under 256 classes (then 256), and never more than C.
+int64_t column_width(int64_t rows, int64_t classes, size_t elem) {
+  const int64_t fit = kBlockBytes / std::max<int64_t>(1, rows * int64_t(elem));
+  return std::min(std::max<int64_t>(fit, 256), classes);
+}
+
+// s (n, cb) = the scores of classes [c0, c0 + cb) of every row: X W[c0:c0+cb]^T + B[c0:c0+cb].
+template <typename T>
+void column_scores(const Rows& r, const T* x, const T* w, const T* b, int64_t c0, int64_t cb, T* s) {
+  gemm<T>(false, true, r.n, cb, r.k, T(1), x, r.k, w + c0 * r.k, r.k, T(0), s, cb);
+  if (b)
+    for (int64_t i = 0; i < r.n; ++i)
+      for (int64_t j = 0; j < cb; ++j) s[i * cb + j] += b[c0 + j];
+}
+
+void column_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, int64_t c0, int64_t cb,
+                   float* s) {
+  gemm_bf16(1, r.n, cb, r.k, {x, r.k}, {w + c0 * r.k, r.k, 0, true}, s, 1, b ? b + c0 : nullptr);
+}
+
+// The column block's scores in s (n, cb) turned into their gradient for a loss gradient of 1, as score_gradients.
+template <typename T>
+void column_gradients(const LossAttrs& a, const Rows& r, T scale, const T* lse, int64_t c0, int64_t cb, T* s) {
+  parallel_for(r.n, cb * 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = r.target[size_t(i)];
+      T* row = s + i * cb;
+      if (ignored(a, t)) {
+        std::fill(row, row + cb, T(0));
+        continue;
+      }
+      const T l = lse[i];
+      for (int64_t j = 0; j < cb; ++j) row[j] -= l;
+      if constexpr (std::is_same_v<T, float>) {
+        exp_f32(row, row, cb);
+      } else {
+        for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
+      }
+      for (int64_t j = 0; j < cb; ++j) row[j] *= scale;
+      if (t >= c0 && t < c0 + cb) row[t - c0] -= scale;
+    }
+  });
+}
+
+// dB[c0:c0+cb] = the column sums of s (n, cb), summed in A.
+template <typename S, typename A>
+void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
+  parallel_for(cb, r.n * 2, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      A sum(0);
+      for (int64_t i = 0; i < r.n; ++i) sum += s[i * cb + j];
+      db[c0 + j] = S(sum);
+    }
+  });
+}
+
+// The gradients of forward (outputs 2-4: dX, dW, dB for a loss gradient of 1) a block of classes at a time: each
+// block's scores are computed again over all rows, turned into their gradient, and multiplied into its rows of dW
+// and dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the
+// block's gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather
+// than of rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per
+// block of rows, at the price of the scores' product once more.
+template <typename S, typename A>
+void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch) {
+  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
+  S* dx = c.wants(2) ? c.out(2).data<S>() : nullptr;
+  S* dw = c.wants(3) ? c.out(3).data<S>() : nullptr;
+  S* db = c.wants(4) ? c.out(4).data<S>() : nullptr;
+  if (r.n == 0) {  // (no rows: dX is empty, dW and dB zeros)
+    if (dw) std::fill(dw, dw + r.c * r.k, S(0));
+    if (db) std::fill(db, db + r.c, S(0));
+    return;
+  }
+  const int64_t width = column_width(r.n, r.c, sizeof(A));
+  BFloat16* g = nullptr;
+  float* dx32 = nullptr;
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    g = scratch.take<BFloat16>(r.n * width);
+    dx32 = dx ? scratch.take<float>(r.n * r.k) : nullptr;
+  }
+  const A scale = mean_scale<A>(a, r);
+  for (int64_t c0 = 0; c0 < r.c; c0 += width) {
+    const int64_t cb = std::min(width, r.c - c0);
+    column_scores(r, x, w, b, c0, cb, s);
+    column_gradients(a, r, scale, lse, c0, cb, s);
+    if (db) column_sums(r, s, c0, cb, db);
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      from_f32(s, g, r.n * cb);
+      if (dw) gemm_bf16(1, cb, r.k, r.n, {g, cb, 0, true}, {x, r.k}, dw + c0 * r.k);
+      if (dx) gemm_bf16(1, r.n, r.k, cb, {g, cb}, {w + c0 * r.k, r.k}, dx32, 1, nullptr, c0 > 0);
+    } else {
+      if (dw) gemm<S>(true, false, cb, r.k, r.n, S(1), s, cb, x, r.k, S(0), dw + c0 * r.k, r.k);
+      if (dx) gemm<S>(false, false, r.n, r.k, cb, S(1), s, cb, w + c0 * r.k, r.k, S(c0 ? 1 : 0), dx, r.k);
+    }
+  }
+  if constexpr (std::is_same_v<S, BFloat16>)
+    if (dx) from_f32(dx32, dx, r.n * r.k);
+}
+
+// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16): blocks of rows give each row's
+// log-sum-exp and loss, and write the scores (output 5, in S) when asked for; then the gradients of outputs 2-4
+// (reductions "mean" and "sum": backward only scales them by the loss's gradient instead of computing the scores
+// again), when asked for, by forward_gradients.
 template <typename S, typename A>
 void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
   const int64_t block = block_rows(r.c, sizeof(A));
+  const bool grads = c.wants(2) || c.wants(3) || c.wants(4);
+  if (grads && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
   ScratchCarver scratch{c};
-  A* s = scratch.take<A>(block * r.c);
+  A* s = scratch.take<A>(std::max(block * r.c, grads && r.n ? r.n * column_width(r.n, r.c, sizeof(A)) : 0));
   A* lse = c.wants(1) ? c.out(1).data<A>() : scratch.take<A>(r.n);
-  Gradients<S> grads(c, 2, r, scratch, block);
-  if (grads.any() && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
-  const A one(1), scale = mean_scale<A>(a, r);
   A* loss = c.out(0).data<A>();
-  double total = 0;
   S* out = c.wants(5) ? c.out(5).data<S>() : nullptr;  // the scores themselves, when asked for
+  double total = 0;
   for (int64_t r0 = 0; r0 < r.n; r0 += block) {
     const int64_t m = std::min(block, r.n - r0);
     scores(r, x, w, b, r0, m, s);
@@ -207,13 +307,10 @@ void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
       if (a.reduction == LossAttrs::kNone) loss[r0 + i] = per;
       total += double(per);
     }
-    if (!grads.any()) continue;
-    score_gradients(a, r, &one, scale, lse, r0, m, s);
-    grads.add(r, x, w, r0, m, s);
   }
-  grads.finish(r);
   if (a.reduction == LossAttrs::kSum) loss[0] = A(total);
   if (a.reduction == LossAttrs::kMean) loss[0] = A(r.valid ? total / double(r.valid) : 0.0);
+  if (grads) forward_gradients<S, A>(a, r, c, s, lse, scratch);
 }
 
 void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
@@ -275,17 +372,23 @@ Dim gradient_scratch(ops::InferCtx& s, size_t w) {
          ws[0] * Dim(4);
 }
 
-// Forward: a block, each row's log-sum-exp when output 1 is not asked for, and the gradients' scratch when
-// outputs 2-4 are.
+// Forward: a block of rows or, when outputs 2-4 are asked for, of columns if larger (forward_gradients), each
+// row's log-sum-exp when output 1 is not asked for, and for bfloat16 gradients the column block's bf16 copy and a
+// float32 dX.
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
   const Shape& x = s.shape(0);
-  Dim r = scratch_span(block_scratch(s, 1));
-  if (outs.size() < 2 || !outs[1])
-    r = r + scratch_span(shape_numel(Shape(x.begin(), x.end() - 1)) * Dim(score_bytes(s.dtype(0))));
-  bool grads = std::any_of(outs.begin() + std::min<size_t>(2, outs.size()),
-                           outs.begin() + std::min<size_t>(5, outs.size()), [](auto* v) { return v; });
-  return grads ? r + gradient_scratch(s, 1) : r;
+  const Dim rows = shape_numel(Shape(x.begin(), x.end() - 1)), classes = s.shape(1)[0];
+  const int64_t elem = score_bytes(s.dtype(1));
+  bool grads = false;
+  for (size_t i = 2; i < std::min<size_t>(5, outs.size()); ++i) grads = grads || outs[i];
+  // (column_width's block: within max(8 MiB, 256 columns), and no wider than all C)
+  const Dim columns = Dim::min(Dim::max(Dim(kBlockBytes), rows * Dim(256 * elem)), rows * classes * Dim(elem));
+  Dim r = scratch_span(grads ? Dim::max(block_scratch(s, 1), columns) : block_scratch(s, 1));
+  if (outs.size() < 2 || !outs[1]) r = r + scratch_span(rows * Dim(elem));
+  if (grads && s.dtype(1) == DType::kBFloat16)
+    r = r + scratch_span(Dim::ceil_div(columns, Dim(2))) + scratch_span(rows * x.back() * Dim(4));
+  return r;
 }
 
 // Backward: a block and the gradients' scratch.
