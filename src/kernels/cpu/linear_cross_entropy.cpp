@@ -14,6 +14,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/in_float32.h"
+#include "kernels/cpu/linear_cross_entropy.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 #include "ops/loss.h"
@@ -21,22 +22,20 @@
 namespace onnxtrain::kernels {
 namespace {
 
-using ops::LossAttrs;
+using lce::Rows;
+using lce::ignored;
+using lce::mean_scale;
+using lce::kBlockBytes;
+using lce::kMaxRows;
 
-constexpr int64_t kBlockBytes = int64_t(1) << 23, kMaxRows = 256;
+using ops::LossAttrs;
 
 // Rows per block for scores of `elem` bytes each.
 int64_t block_rows(int64_t classes, size_t elem) {
   return std::clamp<int64_t>(kBlockBytes / std::max<int64_t>(1, classes * int64_t(elem)), 1, kMaxRows);
 }
 
-// Sizes of one call, checked: X (n, k) as rows, W (c, k), B (c)?, the targets (n) each a class or ignored.
-struct Rows {
-  int64_t n = 0, k = 0, c = 0;
-  std::vector<int64_t> target;
-  int64_t valid = 0;  // targets not ignored
-};
-
+// The sizes of one call, checked (Rows).
 Rows rows(const LossAttrs& a, const KernelCtx& ctx, size_t x, size_t w, size_t b, size_t target) {
   Rows r;
   const auto &xd = ctx.in(x).dims(), &wd = ctx.in(w).dims();
@@ -55,8 +54,6 @@ Rows rows(const LossAttrs& a, const KernelCtx& ctx, size_t x, size_t w, size_t b
   }
   return r;
 }
-
-bool ignored(const LossAttrs& a, int64_t t) { return a.has_ignore && t == a.ignore_index; }
 
 // s (m, c) = the scores of rows [r0, r0 + m): X W^T + B.
 template <typename T>
@@ -110,11 +107,6 @@ void score_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale,
       row[t] -= per;
     }
   });
-}
-
-template <typename T>
-T mean_scale(const LossAttrs& a, const Rows& r) {
-  return a.reduction == LossAttrs::kMean ? T(r.valid ? 1.0 / double(r.valid) : 0.0) : T(1);
 }
 
 // Where the gradients go: dX, dW, dB of S (each null when not asked for), and in bfloat16 the scratch they are
@@ -173,106 +165,6 @@ struct Gradients {
   }
 };
 
-// Classes per column block of a forward that forms the gradients: a (N, width) block of scores fills at most 8
-// MiB, unless that is under 256 classes (then 256), and never more than C.
-int64_t column_width(int64_t rows, int64_t classes, size_t elem) {
-  const int64_t fit = kBlockBytes / std::max<int64_t>(1, rows * int64_t(elem));
-  return std::min(std::max<int64_t>(fit, 256), classes);
-}
-
-// s (n, cb) = the scores of classes [c0, c0 + cb) of every row: X W[c0:c0+cb]^T + B[c0:c0+cb].
-template <typename T>
-void column_scores(const Rows& r, const T* x, const T* w, const T* b, int64_t c0, int64_t cb, T* s) {
-  gemm<T>(false, true, r.n, cb, r.k, T(1), x, r.k, w + c0 * r.k, r.k, T(0), s, cb);
-  if (b)
-    for (int64_t i = 0; i < r.n; ++i)
-      for (int64_t j = 0; j < cb; ++j) s[i * cb + j] += b[c0 + j];
-}
-
-void column_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, int64_t c0, int64_t cb,
-                   float* s) {
-  gemm_bf16(1, r.n, cb, r.k, {x, r.k}, {w + c0 * r.k, r.k, 0, true}, s, 1, b ? b + c0 : nullptr);
-}
-
-// The column block's scores in s (n, cb) turned into their gradient for a loss gradient of 1, as score_gradients.
-template <typename T>
-void column_gradients(const LossAttrs& a, const Rows& r, T scale, const T* lse, int64_t c0, int64_t cb, T* s) {
-  parallel_for(r.n, cb * 8, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = r.target[size_t(i)];
-      T* row = s + i * cb;
-      if (ignored(a, t)) {
-        std::fill(row, row + cb, T(0));
-        continue;
-      }
-      const T l = lse[i];
-      for (int64_t j = 0; j < cb; ++j) row[j] -= l;
-      if constexpr (std::is_same_v<T, float>) {
-        exp_f32(row, row, cb);
-      } else {
-        for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
-      }
-      for (int64_t j = 0; j < cb; ++j) row[j] *= scale;
-      if (t >= c0 && t < c0 + cb) row[t - c0] -= scale;
-    }
-  });
-}
-
-// dB[c0:c0+cb] = the column sums of s (n, cb), summed in A.
-template <typename S, typename A>
-void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
-  parallel_for(cb, r.n * 2, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      A sum(0);
-      for (int64_t i = 0; i < r.n; ++i) sum += s[i * cb + j];
-      db[c0 + j] = S(sum);
-    }
-  });
-}
-
-// The gradients of forward (outputs 2-4: dX, dW, dB for a loss gradient of 1) a block of classes at a time: each
-// block's scores are computed again over all rows, turned into their gradient, and multiplied into its rows of dW
-// and dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the
-// block's gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather
-// than of rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per
-// block of rows, at the price of the scores' product once more.
-template <typename S, typename A>
-void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch) {
-  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
-  S* dx = c.wants(2) ? c.out(2).data<S>() : nullptr;
-  S* dw = c.wants(3) ? c.out(3).data<S>() : nullptr;
-  S* db = c.wants(4) ? c.out(4).data<S>() : nullptr;
-  if (r.n == 0) {  // (no rows: dX is empty, dW and dB zeros)
-    if (dw) std::fill(dw, dw + r.c * r.k, S(0));
-    if (db) std::fill(db, db + r.c, S(0));
-    return;
-  }
-  const int64_t width = column_width(r.n, r.c, sizeof(A));
-  BFloat16* g = nullptr;
-  float* dx32 = nullptr;
-  if constexpr (std::is_same_v<S, BFloat16>) {
-    g = scratch.take<BFloat16>(r.n * width);
-    dx32 = dx ? scratch.take<float>(r.n * r.k) : nullptr;
-  }
-  const A scale = mean_scale<A>(a, r);
-  for (int64_t c0 = 0; c0 < r.c; c0 += width) {
-    const int64_t cb = std::min(width, r.c - c0);
-    column_scores(r, x, w, b, c0, cb, s);
-    column_gradients(a, r, scale, lse, c0, cb, s);
-    if (db) column_sums(r, s, c0, cb, db);
-    if constexpr (std::is_same_v<S, BFloat16>) {
-      from_f32(s, g, r.n * cb);
-      if (dw) gemm_bf16(1, cb, r.k, r.n, {g, cb, 0, true}, {x, r.k}, dw + c0 * r.k);
-      if (dx) gemm_bf16(1, r.n, r.k, cb, {g, cb}, {w + c0 * r.k, r.k}, dx32, 1, nullptr, c0 > 0);
-    } else {
-      if (dw) gemm<S>(true, false, cb, r.k, r.n, S(1), s, cb, x, r.k, S(0), dw + c0 * r.k, r.k);
-      if (dx) gemm<S>(false, false, r.n, r.k, cb, S(1), s, cb, w + c0 * r.k, r.k, S(c0 ? 1 : 0), dx, r.k);
-    }
-  }
-  if constexpr (std::is_same_v<S, BFloat16>)
-    if (dx) from_f32(dx32, dx, r.n * r.k);
-}
-
 // Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16): blocks of rows give each row's
 // log-sum-exp and loss, and write the scores (output 5, in S) when asked for; then the gradients of outputs 2-4
 // (reductions "mean" and "sum": backward only scales them by the loss's gradient instead of computing the scores
@@ -284,7 +176,7 @@ void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   const bool grads = c.wants(2) || c.wants(3) || c.wants(4);
   if (grads && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
   ScratchCarver scratch{c};
-  A* s = scratch.take<A>(std::max(block * r.c, grads && r.n ? r.n * column_width(r.n, r.c, sizeof(A)) : 0));
+  A* s = scratch.take<A>(std::max(block * r.c, grads && r.n ? r.n * lce::column_width(r.n, r.c, sizeof(A)) : 0));
   A* lse = c.wants(1) ? c.out(1).data<A>() : scratch.take<A>(r.n);
   A* loss = c.out(0).data<A>();
   S* out = c.wants(5) ? c.out(5).data<S>() : nullptr;  // the scores themselves, when asked for
@@ -310,7 +202,7 @@ void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   }
   if (a.reduction == LossAttrs::kSum) loss[0] = A(total);
   if (a.reduction == LossAttrs::kMean) loss[0] = A(r.valid ? total / double(r.valid) : 0.0);
-  if (grads) forward_gradients<S, A>(a, r, c, s, lse, scratch);
+  if (grads) lce::forward_gradients<S, A>(a, r, c, s, lse, scratch);
 }
 
 void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {

@@ -1,0 +1,41 @@
+// What the CPU kernels of com.onnxtrain.LinearCrossEntropy share: linear_cross_entropy.cpp (forward and backward
+// by blocks of rows) and linear_cross_entropy_gradients.cpp (the gradients forward forms, by blocks of classes).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "ops/loss.h"
+
+namespace onnxtrain::kernels::lce {
+
+using ops::LossAttrs;
+
+// Scratch for one block of scores, and the most rows a block of rows takes.
+constexpr int64_t kBlockBytes = int64_t(1) << 23, kMaxRows = 256;
+
+// Sizes of one call, checked: X (n, k) as rows, W (c, k), B (c)?, the targets (n) each a class or ignored.
+struct Rows {
+  int64_t n = 0, k = 0, c = 0;
+  std::vector<int64_t> target;
+  int64_t valid = 0;  // targets not ignored
+};
+
+inline bool ignored(const LossAttrs& a, int64_t t) { return a.has_ignore && t == a.ignore_index; }
+
+template <typename T>
+inline T mean_scale(const LossAttrs& a, const Rows& r) {
+  return a.reduction == LossAttrs::kMean ? T(r.valid ? 1.0 / double(r.valid) : 0.0) : T(1);
+}
+
+// Classes per column block of a forward that forms the gradients: a (N, width) block of scores fills at most 8
+// MiB, unless that is under 256 classes (then 256), and never more than C.
+int64_t column_width(int64_t rows, int64_t classes, size_t elem);
+
+// The gradients of forward (outputs 2-4 of `c`: dX, dW, dB for a loss gradient of 1) of X, W, B in S, computing in
+// A, from each row's log-sum-exp: `s` scratch for a (N, column_width) block of A, `scratch` carving the rest
+// (for bfloat16: the block's bf16 copy and a float32 dX).
+template <typename S, typename A>
+void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch);
+
+}  // namespace onnxtrain::kernels::lce

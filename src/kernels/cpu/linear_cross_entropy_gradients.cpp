@@ -1,0 +1,125 @@
+// The gradients com.onnxtrain.LinearCrossEntropy's forward forms for a loss of one number (outputs 2-4: dX, dW,
+// dB for a loss gradient of 1), a block of classes at a time over all rows (linear_cross_entropy.h), in float32,
+// float64 and bfloat16.
+#include <algorithm>
+#include <cmath>
+
+#include "core/parallel.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/linear_cross_entropy.h"
+#include "kernels/cpu/vector_math.h"
+
+namespace onnxtrain::kernels::lce {
+
+int64_t column_width(int64_t rows, int64_t classes, size_t elem) {
+  const int64_t fit = kBlockBytes / std::max<int64_t>(1, rows * int64_t(elem));
+  return std::min(std::max<int64_t>(fit, 256), classes);
+}
+
+namespace {
+
+// s (n, cb) = the scores of classes [c0, c0 + cb) of every row: X W[c0:c0+cb]^T + B[c0:c0+cb].
+template <typename T>
+void column_scores(const Rows& r, const T* x, const T* w, const T* b, int64_t c0, int64_t cb, T* s) {
+  gemm<T>(false, true, r.n, cb, r.k, T(1), x, r.k, w + c0 * r.k, r.k, T(0), s, cb);
+  if (b)
+    for (int64_t i = 0; i < r.n; ++i)
+      for (int64_t j = 0; j < cb; ++j) s[i * cb + j] += b[c0 + j];
+}
+
+void column_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, int64_t c0, int64_t cb,
+                   float* s) {
+  gemm_bf16(1, r.n, cb, r.k, {x, r.k}, {w + c0 * r.k, r.k, 0, true}, s, 1, b ? b + c0 : nullptr);
+}
+
+// The column block's scores in s (n, cb) turned into their gradient for a loss gradient of 1, as score_gradients.
+template <typename T>
+void column_gradients(const LossAttrs& a, const Rows& r, T scale, const T* lse, int64_t c0, int64_t cb, T* s) {
+  parallel_for(r.n, cb * 8, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = r.target[size_t(i)];
+      T* row = s + i * cb;
+      if (ignored(a, t)) {
+        std::fill(row, row + cb, T(0));
+        continue;
+      }
+      const T l = lse[i];
+      for (int64_t j = 0; j < cb; ++j) row[j] -= l;
+      if constexpr (std::is_same_v<T, float>) {
+        exp_f32(row, row, cb);
+      } else {
+        for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
+      }
+      for (int64_t j = 0; j < cb; ++j) row[j] *= scale;
+      if (t >= c0 && t < c0 + cb) row[t - c0] -= scale;
+    }
+  });
+}
+
+// dB[c0:c0+cb] = the column sums of s (n, cb), summed in A.
+template <typename S, typename A>
+void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
+  parallel_for(cb, r.n * 2, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      A sum(0);
+      for (int64_t i = 0; i < r.n; ++i) sum += s[i * cb + j];
+      db[c0 + j] = S(sum);
+    }
+  });
+}
+
+}  // namespace
+
+// The gradients of forward (outputs 2-4: dX, dW, dB for a loss gradient of 1) a block of classes at a time: each
+// block's scores are computed again over all rows, turned into their gradient, and multiplied into its rows of dW
+// and dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the
+// block's gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather
+// than of rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per
+// block of rows, at the price of the scores' product once more.
+template <typename S, typename A>
+void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch) {
+  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
+  S* dx = c.wants(2) ? c.out(2).data<S>() : nullptr;
+  S* dw = c.wants(3) ? c.out(3).data<S>() : nullptr;
+  S* db = c.wants(4) ? c.out(4).data<S>() : nullptr;
+  if (r.n == 0) {  // (no rows: dX is empty, dW and dB zeros)
+    if (dw) std::fill(dw, dw + r.c * r.k, S(0));
+    if (db) std::fill(db, db + r.c, S(0));
+    return;
+  }
+  const int64_t width = column_width(r.n, r.c, sizeof(A));
+  BFloat16* g = nullptr;
+  float* dx32 = nullptr;
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    g = scratch.take<BFloat16>(r.n * width);
+    dx32 = dx ? scratch.take<float>(r.n * r.k) : nullptr;
+  }
+  const A scale = mean_scale<A>(a, r);
+  for (int64_t c0 = 0; c0 < r.c; c0 += width) {
+    const int64_t cb = std::min(width, r.c - c0);
+    column_scores(r, x, w, b, c0, cb, s);
+    column_gradients(a, r, scale, lse, c0, cb, s);
+    if (db) column_sums(r, s, c0, cb, db);
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      from_f32(s, g, r.n * cb);
+      if (dw) gemm_bf16(1, cb, r.k, r.n, {g, cb, 0, true}, {x, r.k}, dw + c0 * r.k);
+      if (dx) gemm_bf16(1, r.n, r.k, cb, {g, cb}, {w + c0 * r.k, r.k}, dx32, 1, nullptr, c0 > 0);
+    } else {
+      if (dw) gemm<S>(true, false, cb, r.k, r.n, S(1), s, cb, x, r.k, S(0), dw + c0 * r.k, r.k);
+      if (dx) gemm<S>(false, false, r.n, r.k, cb, S(1), s, cb, w + c0 * r.k, r.k, S(c0 ? 1 : 0), dx, r.k);
+    }
+  }
+  if constexpr (std::is_same_v<S, BFloat16>)
+    if (dx) from_f32(dx32, dx, r.n * r.k);
+}
+
+template void forward_gradients<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const float*,
+                                              ScratchCarver&);
+template void forward_gradients<double, double>(const LossAttrs&, const Rows&, KernelCtx&, double*, const double*,
+                                                ScratchCarver&);
+template void forward_gradients<BFloat16, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const float*,
+                                                 ScratchCarver&);
+
+}  // namespace onnxtrain::kernels::lce
