@@ -11,6 +11,9 @@ namespace {
 void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   const Tensor &A = c.in(0), &B = c.in(1);
   if (A.dtype() != B.dtype()) c.fail("operands of dtypes " + dtype_name(A.dtype()) + " and " + dtype_name(B.dtype()));
+  if (c.out(0).dtype() != A.dtype())  // (attribute `to`: the GEMM writes its operands' dtype only, so far)
+    throw UnsupportedError(c.node.where() + ": a " + dtype_name(c.out(0).dtype()) + " output of " +
+                           dtype_name(A.dtype()) + " operands is not supported on CUDA yet");
   const MatMulDims d = matmul_dims(at, c);
   GemmShape s;
   s.m = d.m;
