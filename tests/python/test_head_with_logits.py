@@ -25,7 +25,8 @@ class TinyLM(torch.nn.Module):
     def forward(self, ids, labels):
         h = self.norm(self.emb(ids))
         logits = self.head(h)
-        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, self.vocab), labels.view(-1), ignore_index=-100)
+        scores = logits.float().view(-1, self.vocab)
+        loss = torch.nn.functional.cross_entropy(scores, labels.view(-1), ignore_index=-100)
         return loss, (logits if self.returns == "logits" else h * 2)
 
 

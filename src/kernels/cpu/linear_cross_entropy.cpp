@@ -55,21 +55,6 @@ Rows rows(const LossAttrs& a, const KernelCtx& ctx, size_t x, size_t w, size_t b
   return r;
 }
 
-// s (m, c) = the scores of rows [r0, r0 + m): X W^T + B.
-template <typename T>
-void scores(const Rows& r, const T* x, const T* w, const T* b, int64_t r0, int64_t m, T* s) {
-  gemm<T>(false, true, m, r.c, r.k, T(1), x + r0 * r.k, r.k, w, r.k, T(0), s, r.c);
-  if (b)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < r.c; ++j) s[i * r.c + j] += b[j];
-}
-
-// In bfloat16, the scores in float32 (autocast's head rounds them to bf16 before its float32 loss: these are the
-// more precise).
-void scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, int64_t r0, int64_t m, float* s) {
-  gemm_bf16(1, m, r.c, r.k, {x + r0 * r.k, r.k}, {w, r.k, 0, true}, s, 1, b);
-}
-
 template <typename T>
 T log_sum_exp(const T* row, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -81,32 +66,6 @@ T log_sum_exp(const T* row, int64_t n) {
     for (int64_t j = 0; j < n; ++j) sum += std::exp(row[j] - m);
     return m + std::log(sum);
   }
-}
-
-// The scores of rows [r0, r0 + m) in s turned into their gradient: per * (softmax - onehot(target)), 0 for an
-// ignored target (per: dloss, times 1 / valid for "mean").
-template <typename T>
-void score_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const T* lse, int64_t r0, int64_t m,
-                     T* s) {
-  parallel_for(m, r.c * 8, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = r.target[size_t(r0 + i)];
-      T* row = s + i * r.c;
-      if (ignored(a, t)) {
-        std::fill(row, row + r.c, T(0));
-        continue;
-      }
-      const T per = dloss[a.reduction == LossAttrs::kNone ? r0 + i : 0] * scale, l = lse[r0 + i];
-      for (int64_t j = 0; j < r.c; ++j) row[j] -= l;
-      if constexpr (std::is_same_v<T, float>) {
-        exp_f32(row, row, r.c);
-      } else {
-        for (int64_t j = 0; j < r.c; ++j) row[j] = std::exp(row[j]);
-      }
-      for (int64_t j = 0; j < r.c; ++j) row[j] *= per;
-      row[t] -= per;
-    }
-  });
 }
 
 // Where the gradients go: dX, dW, dB of S (each null when not asked for), and in bfloat16 the scratch they are
@@ -183,7 +142,7 @@ void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   double total = 0;
   for (int64_t r0 = 0; r0 < r.n; r0 += block) {
     const int64_t m = std::min(block, r.n - r0);
-    scores(r, x, w, b, r0, m, s);
+    lce::block_scores(r, x, w, b, {r0, m, 0, r.c}, s);
     if (out) {
       if constexpr (std::is_same_v<S, A>)
         std::copy(s, s + m * r.c, out + r0 * r.c);
@@ -225,8 +184,9 @@ void backward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   Gradients<S> grads(c, 0, r, scratch, block);
   for (int64_t r0 = 0; r0 < r.n; r0 += block) {
     const int64_t m = std::min(block, r.n - r0);
-    scores(r, x, w, b, r0, m, s);
-    score_gradients(a, r, dloss, mean_scale<A>(a, r), lse, r0, m, s);
+    const lce::Block block{r0, m, 0, r.c};
+    lce::block_scores(r, x, w, b, block, s);
+    lce::block_gradients(a, r, dloss, mean_scale<A>(a, r), lse, block, s);
     grads.add(r, x, w, r0, m, s);
   }
   grads.finish(r);

@@ -1,5 +1,6 @@
 // What the CPU kernels of com.onnxtrain.LinearCrossEntropy share: linear_cross_entropy.cpp (forward and backward
-// by blocks of rows) and linear_cross_entropy_gradients.cpp (the gradients forward forms, by blocks of classes).
+// by blocks of rows) and linear_cross_entropy_blocks.cpp (blocks of scores, and the gradients forward forms by
+// blocks of classes).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -27,6 +28,22 @@ template <typename T>
 inline T mean_scale(const LossAttrs& a, const Rows& r) {
   return a.reduction == LossAttrs::kMean ? T(r.valid ? 1.0 / double(r.valid) : 0.0) : T(1);
 }
+
+// A block of the (N, C) scores: rows [r0, r0 + m), classes [c0, c0 + cb), held (m, cb) row-major.
+struct Block {
+  int64_t r0, m, c0, cb;
+};
+
+// s = the block's scores, X W^T + B; in float32 for bfloat16 (autocast's head rounds them to bf16 before its float32
+// loss: these are the more precise).
+template <typename T>
+void block_scores(const Rows& r, const T* x, const T* w, const T* b, const Block& k, T* s);
+void block_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, const Block& k, float* s);
+
+// The block's scores in s turned into their gradient in place: per * (softmax - onehot(target)), 0 for an ignored
+// target (per: dloss, one per row for reduction "none", else one, times `scale`: 1 / valid for "mean").
+template <typename T>
+void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const T* lse, const Block& k, T* s);
 
 // Classes per column block of a forward that forms the gradients: a (N, width) block of scores fills at most 8
 // MiB, unless that is under 256 classes (then 256), and never more than C.

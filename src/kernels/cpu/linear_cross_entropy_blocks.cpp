@@ -1,6 +1,6 @@
-// The gradients com.onnxtrain.LinearCrossEntropy's forward forms for a loss of one number (outputs 2-4: dX, dW,
-// dB for a loss gradient of 1), a block of classes at a time over all rows (linear_cross_entropy.h), in float32,
-// float64 and bfloat16.
+// Blocks of com.onnxtrain.LinearCrossEntropy's scores (linear_cross_entropy.h): formed, and turned into their
+// gradient; and the gradients forward forms for a loss of one number (outputs 2-4: dX, dW, dB for a loss gradient
+// of 1) a block of classes at a time over all rows, in float32, float64 and bfloat16.
 #include <algorithm>
 #include <cmath>
 
@@ -18,45 +18,49 @@ int64_t column_width(int64_t rows, int64_t classes, size_t elem) {
   return std::min(std::max<int64_t>(fit, 256), classes);
 }
 
-namespace {
-
-// s (n, cb) = the scores of classes [c0, c0 + cb) of every row: X W[c0:c0+cb]^T + B[c0:c0+cb].
 template <typename T>
-void column_scores(const Rows& r, const T* x, const T* w, const T* b, int64_t c0, int64_t cb, T* s) {
-  gemm<T>(false, true, r.n, cb, r.k, T(1), x, r.k, w + c0 * r.k, r.k, T(0), s, cb);
+void block_scores(const Rows& r, const T* x, const T* w, const T* b, const Block& k, T* s) {
+  gemm<T>(false, true, k.m, k.cb, r.k, T(1), x + k.r0 * r.k, r.k, w + k.c0 * r.k, r.k, T(0), s, k.cb);
   if (b)
-    for (int64_t i = 0; i < r.n; ++i)
-      for (int64_t j = 0; j < cb; ++j) s[i * cb + j] += b[c0 + j];
+    for (int64_t i = 0; i < k.m; ++i)
+      for (int64_t j = 0; j < k.cb; ++j) s[i * k.cb + j] += b[k.c0 + j];
 }
 
-void column_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, int64_t c0, int64_t cb,
-                   float* s) {
-  gemm_bf16(1, r.n, cb, r.k, {x, r.k}, {w + c0 * r.k, r.k, 0, true}, s, 1, b ? b + c0 : nullptr);
+void block_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, const Block& k, float* s) {
+  gemm_bf16(1, k.m, k.cb, r.k, {x + k.r0 * r.k, r.k}, {w + k.c0 * r.k, r.k, 0, true}, s, 1, b ? b + k.c0 : nullptr);
 }
 
-// The column block's scores in s (n, cb) turned into their gradient for a loss gradient of 1, as score_gradients.
 template <typename T>
-void column_gradients(const LossAttrs& a, const Rows& r, T scale, const T* lse, int64_t c0, int64_t cb, T* s) {
-  parallel_for(r.n, cb * 8, [&](int64_t i0, int64_t i1) {
+void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const T* lse, const Block& k, T* s) {
+  parallel_for(k.m, k.cb * 8, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = r.target[size_t(i)];
-      T* row = s + i * cb;
+      const int64_t row_index = k.r0 + i, t = r.target[size_t(row_index)];
+      T* row = s + i * k.cb;
       if (ignored(a, t)) {
-        std::fill(row, row + cb, T(0));
+        std::fill(row, row + k.cb, T(0));
         continue;
       }
-      const T l = lse[i];
-      for (int64_t j = 0; j < cb; ++j) row[j] -= l;
+      const T per = dloss[a.reduction == LossAttrs::kNone ? row_index : 0] * scale, l = lse[row_index];
+      for (int64_t j = 0; j < k.cb; ++j) row[j] -= l;
       if constexpr (std::is_same_v<T, float>) {
-        exp_f32(row, row, cb);
+        exp_f32(row, row, k.cb);
       } else {
-        for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
+        for (int64_t j = 0; j < k.cb; ++j) row[j] = std::exp(row[j]);
       }
-      for (int64_t j = 0; j < cb; ++j) row[j] *= scale;
-      if (t >= c0 && t < c0 + cb) row[t - c0] -= scale;
+      for (int64_t j = 0; j < k.cb; ++j) row[j] *= per;
+      if (t >= k.c0 && t < k.c0 + k.cb) row[t - k.c0] -= per;
     }
   });
 }
+
+template void block_scores<float>(const Rows&, const float*, const float*, const float*, const Block&, float*);
+template void block_scores<double>(const Rows&, const double*, const double*, const double*, const Block&, double*);
+template void block_gradients<float>(const LossAttrs&, const Rows&, const float*, float, const float*, const Block&,
+                                     float*);
+template void block_gradients<double>(const LossAttrs&, const Rows&, const double*, double, const double*,
+                                      const Block&, double*);
+
+namespace {
 
 // dB[c0:c0+cb] = the column sums of s (n, cb), summed in A.
 template <typename S, typename A>
@@ -96,11 +100,12 @@ void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, co
     g = scratch.take<BFloat16>(r.n * width);
     dx32 = dx ? scratch.take<float>(r.n * r.k) : nullptr;
   }
-  const A scale = mean_scale<A>(a, r);
+  const A one(1), scale = mean_scale<A>(a, r);
   for (int64_t c0 = 0; c0 < r.c; c0 += width) {
     const int64_t cb = std::min(width, r.c - c0);
-    column_scores(r, x, w, b, c0, cb, s);
-    column_gradients(a, r, scale, lse, c0, cb, s);
+    const Block block{0, r.n, c0, cb};
+    block_scores(r, x, w, b, block, s);
+    block_gradients(a, r, &one, scale, lse, block, s);
     if (db) column_sums(r, s, c0, cb, db);
     if constexpr (std::is_same_v<S, BFloat16>) {
       from_f32(s, g, r.n * cb);
