@@ -61,18 +61,22 @@ def main():
     p.add_argument("--budget", default="", help="memory budget: a fraction of the stash (0.5) or a step peak (64MiB)")
     p.add_argument("--no-memory-stats", action="store_true", help="do not print the per-phase memory statistics")
     p.add_argument("--bf16", action="store_true",
-                   help="mixed precision: each step under torch.autocast('cpu', dtype=torch.bfloat16)")
+                   help="mixed precision: each step under torch.autocast(device, dtype=torch.bfloat16)")
+    p.add_argument("--device", default=default_device(),
+                   help="cpu or cuda[:N] (default: cuda where there is a GPU and onnxtrain was built for it)")
     args = p.parse_args()
+    device = torch.device(args.device)
     torch.manual_seed(args.seed)
     text = load_text()
     chars = sorted(set(text))
     stoi = {c: i for i, c in enumerate(chars)}
     data = torch.tensor([stoi[c] for c in text], dtype=torch.int64)
     model = CharLM(GPT(vocab=len(chars), dim=args.dim, heads=args.heads, layers=args.layers, block=args.block))
+    model.to(device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
     print(f"{len(text)} characters, vocabulary {len(chars)}, {sum(q.numel() for q in model.parameters())} parameters, "
-          f"{'PyTorch eager' if args.eager else 'onnxtrain'}{', bf16 autocast' if args.bf16 else ''}, "
-          f"{torch.get_num_threads()} threads")
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
+          f"{'PyTorch eager' if args.eager else 'onnxtrain'}{', bf16 autocast' if args.bf16 else ''}, {where}")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
     if not args.eager:
         model = onnxtrain.Module(model, onnxtrain.Options(
             memory_opt_level=args.memory_level, memory_budget=args.budget, memory_timeline=args.plot or ""))
@@ -85,7 +89,7 @@ def main():
     def batch():
         start = torch.randint(0, len(data) - args.block - 1, (args.batch,))
         idx = torch.stack([data[s:s + args.block] for s in start])
-        return idx, torch.stack([data[s + 1:s + args.block + 1] for s in start])
+        return idx.to(device), torch.stack([data[s + 1:s + args.block + 1] for s in start]).to(device)
 
     model.train()
     first = None
@@ -100,8 +104,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         if step == args.steps - 1:  # the last step's own peak, the previous step's outputs released first
             loss = None
-            onnxtrain.reset_peak_stats()
-            base = onnxtrain.memory_stats()["allocated"]
+            onnxtrain.reset_peak_stats(str(device))
+            base = onnxtrain.memory_stats(device)["allocated"]
         with autocast:
             loss = model(idx, target)
         loss.backward()
@@ -114,7 +118,7 @@ def main():
     print(f"loss {first:.3f} -> {loss.item():.3f} in {args.steps} steps, {elapsed / args.steps * 1e3:.1f} ms/step")
     if not args.eager and not args.no_memory_stats:
         predicted = json.loads(model.memory_report(json=True))["predicted_after"]
-        stats = onnxtrain.memory_stats()
+        stats = onnxtrain.memory_stats(device)
         mib = 2**-20
         measured = stats["peak_allocated"] - base
         print(f"memory: the last step's peak {measured * mib:.2f} MiB measured by the allocator, "
@@ -123,7 +127,7 @@ def main():
               f"{stats['process_rss'] * mib:.0f} MiB")
 
     model.eval()
-    context = torch.tensor([[stoi[c] for c in "Permission is "]], dtype=torch.int64)
+    context = torch.tensor([[stoi[c] for c in "Permission is "]], dtype=torch.int64, device=device)
     with torch.no_grad():
         for _ in range(120):
             ctx = context[:, -args.block:]
@@ -131,6 +135,11 @@ def main():
             probs = F.softmax(logits[0, -1] / 0.8, dim=-1)
             context = torch.cat([context, torch.multinomial(probs, 1)[None]], dim=1)
     print("sample:", "".join(chars[i] for i in context[0].tolist()))
+
+
+def default_device():
+    """cuda where PyTorch sees a GPU and this onnxtrain build runs there, else cpu."""
+    return "cuda" if torch.cuda.is_available() and onnxtrain.device_available("cuda") else "cpu"
 
 
 class TqdmLogHandler(logging.Handler):

@@ -3,8 +3,9 @@
 # nor internet (the device tool's machines). Usage: scripts/device_check.sh DEBS OUT, where DEBS holds the build's
 # Debian packages (apt-get download: see docs/cuda.md) and OUT receives the logs. It unpacks the packages under
 # /opt/deb, builds the library with CUDA, its C++ tests, CLI and Python extension, then runs: the C++ CUDA tests,
-# the ONNX node suites on the GPU against the CPU kernels, the CUDA pytest (against PyTorch on CUDA), and
-# compute-sanitizer's memcheck over an MLP's training steps on the GPU.
+# the ONNX node suites on the GPU against the CPU kernels, the CUDA pytest (against PyTorch on CUDA), the example
+# trained on the GPU (float32 and bf16 autocast, and in PyTorch eager for comparison), and compute-sanitizer's
+# memcheck over the GPU tests' nodes and an MLP's training steps.
 set -uo pipefail
 debs=$1
 out=$2
@@ -33,7 +34,10 @@ step cpp_cuda 90 /tmp/gb/onnxtrain_tests --gtest_filter='Cuda*:SecondDevice*:All
 step conformance 150 /tmp/gb/onnxtrain conformance --device cuda -v /opt/deb/usr/include/onnx/backend/test/data/node
 grep -c ^PASS "$out/conformance.log" | sed 's/^/conformance passes: /' | tee -a "$out/summary.txt"
 mkdir -p /tmp/pkg && cp -r python/onnxtrain /tmp/pkg/ && cp /tmp/gb/_onnxtrain*.so /tmp/pkg/onnxtrain/
-step pytest_cuda 120 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider --tb=short -rA \
+step pytest_cuda 300 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider --tb=short -rA \
   tests/python/test_cuda.py
+step example 150 env PYTHONPATH=/tmp/pkg "$py" examples/train_gpt.py --steps 40 --device cuda
+step example_bf16 150 env PYTHONPATH=/tmp/pkg "$py" examples/train_gpt.py --steps 40 --device cuda --bf16
+step example_eager 150 env PYTHONPATH=/tmp/pkg "$py" examples/train_gpt.py --steps 40 --device cuda --eager
 step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
-  --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask'
+  --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask:Cuda.FlashAttention*:Cuda.TrainingGraph*'

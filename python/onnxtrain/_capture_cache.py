@@ -48,9 +48,9 @@ def folder_of(setting):
     return setting or default_folder()
 
 
-def key(module, schema_key, tensors, training, dynamic_dims, exporter, opset):
-    """The key of the graph a capture of this call would make, or None (with the reason logged) where the module's
-    state cannot be fingerprinted."""
+def key(module, schema_key, tensors, training, dynamic_dims, exporter, opset, device_type="cpu"):
+    """The key of the graph a capture of this call, on a device of `device_type`, would make, or None (with the reason
+    logged) where the module's state cannot be fingerprinted."""
     try:
         parts = _fingerprint.of_module(module)
     except _fingerprint.Unfingerprintable as e:
@@ -62,7 +62,8 @@ def key(module, schema_key, tensors, training, dynamic_dims, exporter, opset):
         "tensors": [(list(t.shape), str(t.dtype), t.requires_grad, t.is_contiguous()) for t in tensors],
         "training": training,
         "grad_enabled": torch.is_grad_enabled(),
-        "autocast": (torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu"))),
+        "device": device_type,  # (exporters decompose some ops per device, and autocast's casts differ)
+        "autocast": (torch.is_autocast_enabled(device_type), str(torch.get_autocast_dtype(device_type))),
         "default_dtype": str(torch.get_default_dtype()),
         "dynamic_dims": None if dynamic_dims is None else [list(d) for d in dynamic_dims],
         "exporter": exporter,

@@ -7,7 +7,7 @@ or process-wide state reaches it.
 
 Forking is only safe where no other thread may hold a lock the child needs, and where the process holds no
 connections a child would share: a capture runs in the calling process instead when other threads are running,
-when torch.distributed is initialized, where the system has no fork, or when Options.capture_process is off."""
+when torch.distributed or CUDA is initialized, where the system has no fork, or when Options.capture_process is off."""
 
 import logging
 import os
@@ -25,9 +25,10 @@ _in_child = False  # set in the child: a capture nested in a capture runs where 
 
 
 def usable():
-    """Whether a capture may run in a forked child now."""
+    """Whether a capture may run in a forked child now (not once CUDA is initialized: a forked child cannot use it)."""
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-    return hasattr(os, "fork") and not _in_child and threading.active_count() == 1 and not distributed
+    return hasattr(os, "fork") and not _in_child and threading.active_count() == 1 and not distributed and \
+        not torch.cuda.is_initialized()
 
 
 def _portable(error):

@@ -24,9 +24,10 @@ def _rss():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_stats():
-    """onnxtrain's allocator statistics (bytes) and the process's resident memory."""
-    stats = dict(C.allocator_stats())
+def memory_stats(device="cpu"):
+    """onnxtrain's allocator statistics of `device` ('cpu', 'cuda:0', a torch.device; bytes) and the process's
+    resident memory."""
+    stats = dict(C.allocator_stats(str(device)))
     stats["process_rss"] = _rss()
     return stats
 
@@ -47,8 +48,8 @@ def _rank():
 
 def format_fields(module=None, stats=None):
     """The fields of a memory line, in whole MiB."""
-    s = stats if stats is not None else memory_stats()
     params = list(module.parameters()) if module is not None else []
+    s = stats if stats is not None else memory_stats(params[0].device if params else "cpu")
     fields = [("allocated", s["allocated"]), ("max allocated", s["peak_allocated"]), ("cached", s["cached"]),
               ("max cached", s["peak_cached"]), ("inactive", s["inactive"]), ("max inactive", s["peak_inactive"]),
               ("param", _tensor_bytes(params)), ("grad", _tensor_bytes([p.grad for p in params])),

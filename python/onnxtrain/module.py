@@ -49,8 +49,8 @@ def held_state(module):
 class _Runner:
     """One exported graph and its session, for one input schema and mode."""
 
-    def __init__(self, module, exported, training, options, inputs_requiring_grad, dims, applied=frozenset()):
-        self.rebuild_args = (module, exported, training, options, inputs_requiring_grad, dims)
+    def __init__(self, module, exported, training, options, inputs_requiring_grad, dims, device, applied=frozenset()):
+        self.rebuild_args = (module, exported, training, options, inputs_requiring_grad, dims, device)
         self.applied = applied  # the parameters an optimizer updates inside backward (onnxtrain.optim)
         self.module = module
         self.exported = exported
@@ -79,7 +79,7 @@ class _Runner:
                                                   options.memory_opt_config, options.memory_budget, dims,
                                                   options.memory_opt_level, keep_cache=options.keep_cache,
                                                   release_cache_after=options.release_cache_after,
-                                                  applied_in_backward=set(applied))
+                                                  applied_in_backward=set(applied), device=str(device))
             self.dims = dims
             # Recorded at the first training step, by rank 0 only (as the memory lines) when distributed.
             self.timeline_path = options.memory_timeline if memory_log._rank() == 0 else ""
@@ -95,7 +95,7 @@ class _Runner:
             state = set(exported.state_names)
             self.gradient_order = [n for n in self.session.gradient_order if n in state]
         else:
-            self.session = C.Session.from_bytes(model_bytes)
+            self.session = C.Session.from_bytes(model_bytes, device=str(device))
             self.grad_outputs = set()
             self.optional_grad_outputs = set()
         if options.save_onnx:  # what onnxtrain runs: the training graph, after its passes
@@ -266,16 +266,14 @@ class Module(torch.nn.Module):
         schema = (tuple, [flatten(a, n, tensors, names) for a, n in zip(args, positional)])
         kw = (dict, {k: flatten(v, k, tensors, names) for k, v in kwargs.items()})
         full = (tuple, [schema, kw])
-        for t in tensors:
-            if t.device.type != "cpu":
-                raise C.InputError(f"onnxtrain runs on the CPU; an input is on {t.device}")
+        device = self._device(tensors, names)
         # Autocast's casts are part of the exported graph: each autocast state has its own.
-        autocast = (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
-        cache_key = (key(full), training, self.module.training, autocast)
+        autocast = (torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
+        cache_key = (key(full), training, self.module.training, autocast, device)
         runners = self._runners.setdefault(cache_key, [])
         runner = next((r for r in runners if r.accepts(tensors)), None)
         if runner is None:
-            runner = self._build(full, tensors, names, training)
+            runner = self._build(full, tensors, names, training, device)
             runners.append(runner)
             self._built.append(runner)
         applied = applied_in_backward(self.module, runner.wrt) if training else frozenset()
@@ -285,6 +283,20 @@ class Module(torch.nn.Module):
             self._built[self._built.index(runner)] = rebuilt
             runner = rebuilt
         return runner, tensors, training
+
+    def _device(self, tensors, names):
+        """The device the call runs on: its tensors' and the module's parameters' and buffers' (one for all)."""
+        named = [*zip(names, tensors), *held_state(self.module).items()]
+        if not named:
+            return torch.device("cpu")
+        first_name, first = named[0]
+        for name, t in named:
+            if t.device != first.device:
+                raise C.InputError(f"onnxtrain.Module({type(self.module).__name__}): '{name}' is on {t.device} but "
+                                   f"'{first_name}' on {first.device}: one device runs the whole graph")
+        if first.device.type not in ("cpu", "cuda"):
+            raise C.UnsupportedError(f"onnxtrain runs on the CPU and on CUDA GPUs, not on {first.device}")
+        return first.device
 
     def _forward(self, args, kwargs):
         runner, tensors, training = self._runner(args, kwargs)
@@ -306,26 +318,26 @@ class Module(torch.nn.Module):
             outs = runner.run([*tensors, *state])
         return unflatten(runner.exported.out_schema, list(outs))
 
-    def _build(self, full, tensors, names, training):
+    def _build(self, full, tensors, names, training, device):
         t0 = time.perf_counter()
         # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); all by default.
         dynamic_dims = getattr(self.module, "dynamic_dims", None)
-        exported, how = self._exported(full, tensors, names, dynamic_dims)
+        exported, how = self._exported(full, tensors, names, dynamic_dims, device)
         t1 = time.perf_counter()
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]
         dims = {f"{n}_dim{i}": int(d) for n, t in zip(names, tensors) for i, d in enumerate(t.shape)}
-        runner = _Runner(self.module, exported, training, self._options, needs, dims)
+        runner = _Runner(self.module, exported, training, self._options, needs, dims, device)
         t2 = time.perf_counter()
         logger.info("onnxtrain: %s: %s in %.2f s (%d nodes, by %s), session built in %.2f s",
                     type(self.module).__name__, how, t1 - t0, len(exported.model.graph.node), exported.exporter,
                     t2 - t1)
         return runner
 
-    def _exported(self, full, tensors, names, dynamic_dims):
+    def _exported(self, full, tensors, names, dynamic_dims, device):
         """The graph of this call, from the capture cache or captured (and then stored in it), and which."""
         folder = _capture_cache.folder_of(self._options.capture_cache)
         k = folder and _capture_cache.key(self.module, key(full), tensors, self.module.training, dynamic_dims,
-                                          self._options.exporter, OPSET)
+                                          self._options.exporter, OPSET, device.type)
         exported = k and _capture_cache.load(folder, k)
         if exported:
             if exported.exporter != "torch.export" and self._options.exporter == "auto":

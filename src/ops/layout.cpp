@@ -200,6 +200,7 @@ class TriluOp : public OpWith<TriluAttrs> {
  public:
   explicit TriluOp(const ir::Node& n) : OpWith({n.attr_int("upper", 1) != 0}) {}
   bool recomputable() const override { return true; }
+  uint64_t host_inputs() const override { return input_bits({1}); }  // the kernel reads k
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) < 2) ctx.fail("input must have rank >= 2, got " + shape_str(ctx.shape(0)));
     ctx.set(0, ctx.dtype(0), ctx.shape(0));

@@ -10,8 +10,8 @@ namespace onnxtrain::python {
 void init_memory(py::module_& m) {
   m.def(
       "allocator_stats",
-      [] {
-        MemoryStats s = CachingAllocator::global().stats();
+      [](const std::string& device) {
+        MemoryStats s = CachingAllocator::of(parse_device(device)).stats();
         py::dict d;
         d["allocated"] = s.allocated;
         d["peak_allocated"] = s.peak_allocated;
@@ -24,8 +24,10 @@ void init_memory(py::module_& m) {
         d["limit"] = s.limit;
         return d;
       },
-      "Statistics of onnxtrain's caching allocator, in bytes.");
-  m.def("reset_peak_stats", [] { CachingAllocator::global().reset_peaks(); }, "Sets every peak to its current value.");
+      py::arg("device") = "cpu", "Statistics of onnxtrain's caching allocator of `device`, in bytes.");
+  m.def(
+      "reset_peak_stats", [](const std::string& device) { CachingAllocator::of(parse_device(device)).reset_peaks(); },
+      py::arg("device") = "cpu", "Sets every peak of `device`'s allocator to its current value.");
   m.def("set_memory_limit", [](int64_t bytes) { CachingAllocator::global().set_limit(bytes); }, py::arg("bytes"),
         "Allocations past this many allocated bytes raise OutOfMemoryError; 0 removes the limit.");
   m.def(

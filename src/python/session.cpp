@@ -42,9 +42,9 @@ void init_session(py::module_& m) {
           [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss,
              const std::string& memory_config, const std::string& memory_budget, const Bindings& memory_dims,
              int memory_level, double optimizer_state_factor, bool keep_cache, double release_cache_after,
-             const std::set<std::string>& applied_in_backward) {
+             const std::set<std::string>& applied_in_backward, const std::string& device) {
             autodiff::TrainingSpec spec{wrt, loss};
-            SessionOptions options;
+            SessionOptions options = on_device(device);
             options.keep_cache = keep_cache;
             options.release_cache_after = release_cache_after;
             options.memory_level = memory_level;
@@ -58,14 +58,15 @@ void init_session(py::module_& m) {
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",
           py::arg("memory_budget") = "", py::arg("memory_dims") = Bindings{}, py::arg("memory_level") = 0,
           py::arg("optimizer_state_factor") = 0.0, py::arg("keep_cache") = false, py::arg("release_cache_after") = 0.0,
-          py::arg("applied_in_backward") = std::set<std::string>{},
+          py::arg("applied_in_backward") = std::set<std::string>{}, py::arg("device") = "cpu",
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
           "is empty, of the outputs whose gradients run_backward receives. memory_budget: '' none, a fraction of "
           "the stash ('0.3') or a size for the step's peak ('6GiB'); optimizer_state_factor: optimizer state bytes "
           "per parameter byte counted in predictions and budgets; keep_cache: the allocator keeps its free blocks "
           "between steps; release_cache_after: otherwise, the seconds they may idle after a backward before they "
           "go back to the system (0: at once); applied_in_backward: `wrt` entries whose gradients an optimizer "
-          "applies in backward (run_backward's on_gradient, at their handoff), freed then and not returned.")
+          "applies in backward (run_backward's on_gradient, at their handoff), freed then and not returned. "
+          "device: 'cpu' or 'cuda[:N]', where the inputs are given and the outputs and gradients returned.")
       .def_property_readonly("input_names", &Session::input_names)
       .def_property_readonly("output_names", &Session::output_names)
       .def_property_readonly("grad_names", &Session::grad_names)

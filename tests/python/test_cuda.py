@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 import onnxtrain
 
 pytestmark = pytest.mark.skipif(
-    not (torch.cuda.is_available() and onnxtrain._onnxtrain.device_available("cuda")),
+    not (torch.cuda.is_available() and onnxtrain.device_available("cuda")),
     reason="no CUDA device, or onnxtrain built without CUDA",
 )
 
@@ -57,3 +57,137 @@ def test_host_inputs_on_a_gpu_session_are_refused():
     gpu = onnxtrain.Session.from_bytes(mlp_model(), device="cuda")
     with pytest.raises(onnxtrain.InputError, match="cuda:0"):
         gpu.run({"x": torch.zeros(2, 64), "w": torch.zeros(64, 48).cuda(), "b": torch.zeros(48).cuda()})
+
+
+def gpt_pair(dropout=0.0, seed=0):
+    """The toy GPT on the GPU, and a copy of it for onnxtrain."""
+    import copy
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gpt import GPT
+
+    torch.manual_seed(seed)
+    eager = GPT(vocab=65, dim=64, heads=4, layers=2, block=32, dropout=dropout).cuda()
+    return eager, copy.deepcopy(eager)
+
+
+def batch(seed, b=4, t=32):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 65, (b, t), generator=gen).cuda(), torch.randint(0, 65, (b, t), generator=gen).cuda()
+
+
+def lm_loss(model, idx, target):
+    logits = model(idx)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1))
+
+
+def assert_grads_close(ours, eager, rtol=1e-4):
+    """Every gradient within rtol of the largest gradient (of any parameter) of eager's."""
+    largest = max(p.grad.abs().max().item() for p in eager.parameters())
+    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+        assert p.grad is not None and p.grad.is_cuda, name
+        err = (p.grad - q.grad).abs().max().item()
+        assert err <= rtol * largest, f"{name}: {err} against the largest gradient {largest}"
+
+
+@pytest.mark.parametrize("front_door", ["module", "compile"])
+def test_the_toy_gpt_trains_on_the_gpu_as_eager(front_door):
+    """Loss and every gradient as PyTorch eager on CUDA computes them (float32), over 10 AdamW steps."""
+    eager, ours = gpt_pair()
+    from onnxtrain import dynamo
+
+    # (the backend itself: the "onnxtrain" name needs the installed package's entry point, tested on the CPU)
+    wrapped = onnxtrain.Module(ours) if front_door == "module" else torch.compile(ours, backend=dynamo.backend)
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    for step in range(10):
+        idx, target = batch(step)
+        le, lo = lm_loss(eager, idx, target), lm_loss(wrapped, idx, target)
+        le.backward()
+        lo.backward()
+        assert lo.is_cuda
+        assert abs(lo.item() - le.item()) <= 1e-4 * abs(le.item()), (step, lo.item(), le.item())
+        if step == 0:
+            assert_grads_close(ours, eager)
+        opt_e.step()
+        opt_o.step()
+        opt_e.zero_grad()
+        opt_o.zero_grad()
+
+
+def test_bf16_autocast_on_the_gpu_matches_eager():
+    """Under CUDA autocast (bfloat16) each gradient points where eager's does: cosine >= 0.999."""
+    eager, ours = gpt_pair()
+    wrapped = onnxtrain.Module(ours)
+    idx, target = batch(0)
+    with torch.autocast("cuda", torch.bfloat16):
+        le, lo = lm_loss(eager, idx, target), lm_loss(wrapped, idx, target)
+    le.backward()
+    lo.backward()
+    assert abs(lo.item() - le.item()) <= 1e-2 * abs(le.item())
+    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+        cos = torch.nn.functional.cosine_similarity(p.grad.flatten().float(), q.grad.flatten().float(), dim=0)
+        assert cos.item() >= 0.999, f"{name}: cosine {cos.item()}"
+
+
+def test_dropout_and_recompute_on_the_gpu_match_the_cpu():
+    """With dropout (the same counter-based masks on both devices) and layer-wise recompute, the GPU's step gives
+    the CPU's loss and gradients."""
+    gpu_model, _ = gpt_pair(dropout=0.1)
+    cpu_model = gpt_pair(dropout=0.1)[1].cpu()
+    options = onnxtrain.Options(memory_opt_level=1)
+    on_gpu, on_cpu = onnxtrain.Module(gpu_model, options), onnxtrain.Module(cpu_model, options)
+    idx, target = batch(1)
+    torch.manual_seed(5)
+    lg = lm_loss(on_gpu, idx, target)
+    torch.manual_seed(5)  # (the step's seed comes from PyTorch's generator)
+    lc = lm_loss(on_cpu, idx.cpu(), target.cpu())
+    lg.backward()
+    lc.backward()
+    assert abs(lg.item() - lc.item()) <= 1e-4 * abs(lc.item())
+    largest = max(p.grad.abs().max().item() for p in cpu_model.parameters())
+    for (name, p), q in zip(gpu_model.named_parameters(), cpu_model.parameters()):
+        assert (p.grad.cpu() - q.grad).abs().max().item() <= 1e-4 * largest, name
+
+
+def test_a_module_on_two_devices_is_refused():
+    model = torch.nn.Linear(4, 3).cuda()
+    with pytest.raises(onnxtrain.InputError, match="cuda:0"):
+        onnxtrain.Module(model)(torch.zeros(2, 4))
+
+
+def test_the_lm_with_its_loss_trains_on_the_gpu_as_eager():
+    """The example's model, its loss inside (the fused head and cross-entropy), with layer-wise recompute: the loss
+    and every gradient as eager's on CUDA, three AdamW steps, and the allocator's peak as predicted."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from train_gpt import CharLM
+
+    eager, ours = (CharLM(m) for m in gpt_pair())
+    wrapped = onnxtrain.Module(ours, onnxtrain.Options(memory_opt_level=1))
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    for step in range(3):
+        idx, target = batch(10 + step)
+        target[0, :3] = -100  # ignored, as cross_entropy's default ignore_index says
+        if step == 2:
+            le = lo = None  # (the last step's loss holds memory of that step until it goes)
+            onnxtrain.reset_peak_stats("cuda:0")
+            base = onnxtrain.memory_stats("cuda:0")["allocated"]
+        le, lo = eager(idx, target), wrapped(idx, target)
+        le.backward()
+        lo.backward()
+        assert abs(lo.item() - le.item()) <= 1e-4 * abs(le.item()), (step, lo.item(), le.item())
+        if step == 0:
+            assert_grads_close(ours, eager)
+        for opt in (opt_e, opt_o):
+            opt.step()
+            opt.zero_grad()
+    import json
+
+    predicted = json.loads(wrapped.memory_report(json=True))["predicted_after"]["peak"]
+    assert onnxtrain.memory_stats("cuda:0")["peak_allocated"] - base == predicted

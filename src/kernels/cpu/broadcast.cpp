@@ -25,4 +25,13 @@ bool broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b
   return true;
 }
 
+bool broadcasts_as_suffix(const std::vector<int64_t>& p, const std::vector<int64_t>& dims) {
+  if (p.size() > dims.size()) return false;
+  size_t off = dims.size() - p.size(), i = 0;
+  while (i < p.size() && p[i] == 1) ++i;
+  for (; i < p.size(); ++i)
+    if (p[i] != dims[off + i]) return false;
+  return true;
+}
+
 }  // namespace onnxtrain::kernels

@@ -15,6 +15,9 @@ namespace onnxtrain::kernels {
 std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t>& out);
 // The broadcast result of two concrete shapes; false when incompatible.
 bool broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b, std::vector<int64_t>* out);
+// Whether `p` broadcasts over `dims` as their trailing part: right-aligned, leading dims of 1, then the same dims to
+// the end (a norm's scale or bias over the normalized dims); element j of a row of `dims` then reads p[j % p's size].
+bool broadcasts_as_suffix(const std::vector<int64_t>& p, const std::vector<int64_t>& dims);
 
 // Where element i (row-major) of an array of dims `dims` sits in each of N inputs read with strides `st`
 // (broadcast_strides to dims, or to longer dims whose leading part `dims` is).

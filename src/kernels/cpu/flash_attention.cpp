@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/attention_geometry.h"
 #include "kernels/cpu/attention_band.h"
 #include "kernels/cpu/broadcast.h"
 #include "kernels/counter_random.h"
@@ -26,63 +27,6 @@ namespace {
 constexpr int64_t kRows = 32, kKeys = 256;
 // A fill or bias at or below this vanishes under exp next to any score a row can hold: its keys may be skipped.
 constexpr double kVanishes = -1e30;
-
-// Where the operands sit: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), the mask read with strides.
-struct Geometry {
-  std::vector<int64_t> batch;  // Q's batch dims, the output's
-  int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0;
-  std::vector<int64_t> kv_strides;  // K's and V's batch index over `batch` (their heads repeated kv_groups times)
-  // The mask's and the bias's over (batch..., tq, tk); empty without them.
-  std::vector<int64_t> cond_strides, bias_strides;
-  int64_t kv_count = 0, groups = 1, kv_heads = 1;  // kv_heads: K's last batch dim
-  int64_t offset(const std::vector<int64_t>& strides, int64_t pair) const {
-    return broadcast_offsets<1>(pair, batch, {&strides})[0];
-  }
-  int64_t kv_of(int64_t pair) const {
-    const int64_t repeated = offset(kv_strides, pair);  // index over K's batch dims with its heads repeated
-    if (groups == 1) return repeated;
-    return repeated / (kv_heads * groups) * kv_heads + repeated % (kv_heads * groups) / groups;
-  }
-};
-
-// Strides of input i (broadcast to the scores) over (batch..., tq, tk).
-std::vector<int64_t> score_strides(const KernelCtx& c, const Geometry& g, size_t i, const char* what) {
-  std::vector<int64_t> scores = g.batch, bd;
-  scores.insert(scores.end(), {g.tq, g.tk});
-  if (!broadcast_dims(scores, c.in(i).dims(), &bd) || bd != scores)
-    c.fail(std::string(what) + " " + dims_str(c.in(i).dims()) + " does not broadcast to the scores " +
-           dims_str(scores));
-  return broadcast_strides(c.in(i).dims(), scores);
-}
-
-Geometry geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond, size_t bias) {
-  const std::vector<int64_t>&qd = c.in(q).dims(), &kd = c.in(kt).dims(), &vd = c.in(v).dims();
-  if (qd.size() < 2 || kd.size() < 2 || vd.size() < 2)
-    c.fail("Q, Kt and V must have rank >= 2, got " + dims_str(qd) + ", " + dims_str(kd) + " and " + dims_str(vd));
-  Geometry g;
-  g.batch.assign(qd.begin(), qd.end() - 2);
-  g.tq = qd[qd.size() - 2];
-  g.d = qd.back();
-  g.tk = kd.back();
-  g.dv = vd.back();
-  if (kd[kd.size() - 2] != g.d || vd[vd.size() - 2] != g.tk)
-    c.fail("Q " + dims_str(qd) + ", Kt " + dims_str(kd) + " and V " + dims_str(vd) + " do not chain");
-  std::vector<int64_t> kb(kd.begin(), kd.end() - 2), vb(vd.begin(), vd.end() - 2), bd;
-  g.groups = c.node.attr_int("kv_groups", 1);
-  if (g.groups < 1 || (g.groups > 1 && (kb.empty() || kb.size() != g.batch.size())))
-    c.fail("kv_groups " + std::to_string(g.groups) + " does not fit Kt " + dims_str(kd) + " and Q " + dims_str(qd));
-  g.kv_count = numel_of(kb);
-  std::vector<int64_t> repeated = kb;
-  if (g.groups > 1) g.kv_heads = kb.back(), repeated.back() *= g.groups;
-  if (kb != vb || !broadcast_dims(g.batch, repeated, &bd) || bd != g.batch)
-    c.fail("Kt " + dims_str(kd) + " and V " + dims_str(vd) + " must share batch dims that broadcast to Q's " +
-           dims_str(qd) + (g.groups > 1 ? " (their heads repeated " + std::to_string(g.groups) + " times)" : ""));
-  g.kv_strides = broadcast_strides(repeated, g.batch);
-  g.pairs = numel_of(g.batch);
-  if (c.has(cond)) g.cond_strides = score_strides(c, g, cond, "cond");
-  if (c.has(bias)) g.bias_strides = score_strides(c, g, bias, "bias");
-  return g;
-}
 
 // The scalars and the mask of one call.
 template <typename T>
@@ -107,7 +51,7 @@ T scalar(const KernelCtx& c, size_t i, const char* what) {
 }
 
 template <typename T>
-Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
+Params<T> params(const KernelCtx& c, const AttentionGeometry& g, size_t first_scalar) {
   const size_t scale = first_scalar, cond = scale + 1, fill = scale + 2, ratio = scale + 3, training = scale + 4,
                bias = scale + 5;
   Params<T> p;
@@ -129,10 +73,8 @@ Params<T> params(const KernelCtx& c, const Geometry& g, size_t first_scalar) {
     p.col_stride = g.cond_strides[r - 1];
     p.fill_vanishes = p.fill <= T(kVanishes);
   }
-  if (c.has(ratio) && c.has(training) && c.in(training).to_int64().at(0) != 0) {
-    double rate = c.in(ratio).to_double().at(0);
-    if (rate < 0 || rate >= 1) c.fail("ratio " + std::to_string(rate) + " must be in [0, 1)");
-    p.dropout = rate > 0;
+  if (const double rate = attention_dropout_rate(c, ratio, training); rate > 0) {
+    p.dropout = true;
     p.threshold = dropout_threshold(rate);
     p.keep_scale = T(1.0 / (1.0 - rate));
     p.seed = c.seed;
@@ -166,8 +108,8 @@ AttentionBand band_of(const Params<T>& p, const bool* pair_cond, const T* pair_b
 
 // s (mr, w) = the scaled, biased, masked scores of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair.
 template <typename T>
-void scores(const Params<T>& p, const Geometry& g, const T* q, const T* kt, const bool* pair_cond, const T* pair_bias,
-            int64_t r0, int64_t mr, int64_t j0, int64_t w, T* s) {
+void scores(const Params<T>& p, const AttentionGeometry& g, const T* q, const T* kt, const bool* pair_cond,
+            const T* pair_bias, int64_t r0, int64_t mr, int64_t j0, int64_t w, T* s) {
   gemm<T>(false, false, mr, w, g.d, p.scale, q + r0 * g.d, g.d, kt + j0, g.tk, T(0), s, w);
   for (int64_t r = 0; r < mr; ++r) {
     T* row = s + r * w;
@@ -223,8 +165,8 @@ void dropout_row(const Params<T>& p, uint64_t row, int64_t tk, int64_t j0, int64
 }
 
 template <typename T>
-void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r0, const T* q, const T* kt, const T* v,
-                  T* y, T* lse, T* s) {
+void forward_tile(const Params<T>& p, const AttentionGeometry& g, int64_t pair, int64_t r0, const T* q, const T* kt,
+                  const T* v, T* y, T* lse, T* s) {
   const int64_t mr = std::min(kRows, g.tq - r0), kv = g.kv_of(pair);
   const T *qi = q + pair * g.tq * g.d, *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv;
   const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
@@ -273,7 +215,7 @@ void forward_tile(const Params<T>& p, const Geometry& g, int64_t pair, int64_t r
 }
 
 void flash_attention(KernelCtx& c) {
-  Geometry g = geometry(c, 0, 1, 2, 4, 8);
+  AttentionGeometry g = attention_geometry(c, 0, 1, 2, 4, 8);
   dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Params<T> p = params<T>(c, g, 3);
@@ -298,7 +240,7 @@ struct GradTiles {
 
 // dQ, and the pair's share of dKt and dV (accumulated: heads sharing K and V run on one thread).
 template <typename T>
-void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T* dy, const T* q, const T* kt,
+void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair, const T* dy, const T* q, const T* kt,
                    const T* v, const T* y, const T* lse, T* dq, T* dkt, T* dv, GradTiles<T>& t) {
   const int64_t kv = g.kv_of(pair);
   const T *dyi = dy + pair * g.tq * g.dv, *qi = q + pair * g.tq * g.d, *yi = y + pair * g.tq * g.dv;
@@ -354,7 +296,7 @@ void backward_pair(const Params<T>& p, const Geometry& g, int64_t pair, const T*
 }
 
 void flash_attention_grad(KernelCtx& c) {
-  Geometry g = geometry(c, 1, 2, 3, 7, 11);
+  AttentionGeometry g = attention_geometry(c, 1, 2, 3, 7, 11);
   if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != g.pairs * g.tq * g.dv)
     c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
   if (c.in(5).numel() != g.pairs * g.tq) c.fail("LSE " + dims_str(c.in(5).dims()) + " must hold a value per row");

@@ -7,6 +7,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/kernel.h"
+#include "ops/shape_util.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -52,9 +53,9 @@ void split(const ops::SplitAttrs& at, KernelCtx& c) {
   size_t es = dtype_size(c.in(0).dtype());
   const char* s = static_cast<const char*>(c.in(0).raw());
   int64_t in_row = id[size_t(a)] * inner, pos = 0;
-  for (size_t k = 0; k < c.outputs.size(); ++k) {
-    int64_t row = c.outputs[k] ? c.out(k).dims()[size_t(a)] * inner : 0;
-    if (c.outputs[k]) {
+  for (size_t k = 0; k < c.shapes->num_outputs(); ++k) {  // (an output the node omits still takes its part)
+    int64_t row = ops::concrete(c.node, c.shapes->outputs()[k].shape)[size_t(a)] * inner;
+    if (c.wants(k)) {
       char* o = static_cast<char*>(c.out(k).raw());
       for (int64_t i = 0; i < outer; ++i)
         std::memcpy(o + size_t(i * row) * es, s + size_t(i * in_row + pos) * es, size_t(row) * es);

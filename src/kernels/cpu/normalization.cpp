@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/vector_math.h"
@@ -28,17 +29,6 @@ ChannelView channel_view(const KernelCtx& c, size_t params) {
       c.fail("input " + std::to_string(i) + " " + dims_str(c.in(i).dims()) + " does not hold one value for each of " +
              std::to_string(v.c) + " channels");
   return v;
-}
-
-// Whether `p` (scale or bias) broadcasts over the normalized dims `norm` as their trailing part: right-aligned,
-// leading dims of 1, then the same dims to the end; the kernel then reads element j of a row at j % p's size.
-bool broadcasts_as_suffix(const std::vector<int64_t>& p, const std::vector<int64_t>& norm) {
-  if (p.size() > norm.size()) return false;
-  size_t off = norm.size() - p.size(), i = 0;
-  while (i < p.size() && p[i] == 1) ++i;
-  for (; i < p.size(); ++i)
-    if (p[i] != norm[off + i]) return false;
-  return true;
 }
 
 void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {

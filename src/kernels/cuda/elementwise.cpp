@@ -1,10 +1,11 @@
-// The CUDA kernels of the elementwise ops: unary and binary arithmetic, comparisons, Where, Cast, Dropout and
-// ConstantOfShape (the launchers are elementwise.cu's).
+// The CUDA kernels of the elementwise ops: unary and binary arithmetic, comparisons, GELU's gradient, Where, Cast,
+// Dropout, ConstantOfShape and Range (the launchers are elementwise.cu's).
 #include <cstring>
 #include <optional>
 
 #include "kernels/counter_random.h"
 #include "kernels/cpu/broadcast.h"
+#include "kernels/cpu/strided_copy.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/dropout_mode.h"
 #include "ops/dropout.h"
@@ -24,6 +25,22 @@ KernelDef unary_def(const char* name, Unary op) {
 void gelu(const ops::UnaryAttrs& a, KernelCtx& c) {
   cuda::unary(a.tanh_approx ? Unary::kGeluTanh : Unary::kGelu, c.in(0).dtype(), c.in(0).raw(), c.out(0).raw(),
               c.in(0).numel(), stream());
+}
+
+void gelu_grad(const ops::UnaryAttrs& a, KernelCtx& c) {
+  const Tensor &dy = c.in(0), &x = c.in(1);
+  if (dy.dims() != x.dims() || dy.dtype() != x.dtype())
+    c.fail("dy " + dims_str(dy.dims()) + " and x " + dims_str(x.dims()) + " differ in shape or dtype");
+  const auto st = contiguous_strides(x.dims());
+  cuda::binary(a.tanh_approx ? Binary::kGeluTanhGrad : Binary::kGeluGrad, x.dtype(), dy.raw(), x.raw(),
+               c.out(0).raw(), indexing(c, x.dims(), {st, st}), stream());
+}
+
+// com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), exact GELU; dx may be dy's buffer and y x's, so
+// the gradient (which reads x) goes first.
+void gelu_and_grad(KernelCtx& c) {
+  gelu_grad(ops::UnaryAttrs{}, c);
+  cuda::unary(Unary::kGelu, c.in(1).dtype(), c.in(1).raw(), c.out(1).raw(), c.in(1).numel(), stream());
 }
 
 KernelDef binary_def(const char* name, Binary op) {
@@ -68,6 +85,10 @@ void cast(KernelCtx& c) {
 
 void constant_of_shape(const ops::ValueAttrs& at, KernelCtx& c) {
   cuda::fill(int(dtype_size(c.out(0).dtype())), at.value.raw(), c.out(0).raw(), c.out(0).numel(), stream());
+}
+
+void range(KernelCtx& c) {
+  cuda::range(c.in(0).dtype(), c.in(0).raw(), c.in(2).raw(), c.out(0).raw(), c.out(0).numel(), stream());
 }
 
 void copy(const Tensor& from, Tensor& to) {
@@ -115,7 +136,10 @@ const bool kRegistered = register_kernels(
      unary_def("Cos", Unary::kCos),
      unary_def("Floor", Unary::kFloor),
      unary_def("Ceil", Unary::kCeil),
+     unary_def("Not", Unary::kNot),
      {"", "Gelu", kernel(gelu)},
+     {"com.onnxtrain", "GeluGrad", kernel(gelu_grad)},
+     {"com.onnxtrain", "GeluAndGrad", kernel(gelu_and_grad)},
      binary_def("Add", Binary::kAdd),
      binary_def("Sub", Binary::kSub),
      binary_def("Mul", Binary::kMul),
@@ -134,6 +158,7 @@ const bool kRegistered = register_kernels(
      {"", "Cast", kernel(cast)},
      {"", "CastLike", kernel(cast)},
      {"", "ConstantOfShape", kernel(constant_of_shape)},
+     {"", "Range", kernel(range)},
      {"", "Identity", kernel(identity)},
      {"", "Dropout", kernel(dropout)},
      {"com.onnxtrain", "DropoutGrad", kernel(dropout_grad)}});

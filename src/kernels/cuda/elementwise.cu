@@ -41,6 +41,10 @@ __global__ void unary_int(Unary op, const T* x, T* y, int64_t n) {
   }
 }
 
+__global__ void not_kernel(const bool* x, bool* y, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) y[i] = !x[i];
+}
+
 template <typename T>
 __device__ __forceinline__ T arith(Binary op, T a, T b) {
   switch (op) {
@@ -52,8 +56,20 @@ __device__ __forceinline__ T arith(Binary op, T a, T b) {
   }
 }
 
+// GELU's derivative at x: Phi(x) + x phi(x), or the tanh form's.
+__device__ __forceinline__ float gelu_derivative(bool tanh_form, float x) {
+  if (!tanh_form) return 0.5f * (1.f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+  const float k = 0.79788456080286536f, t = tanhf(k * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x);
+}
+
 __device__ __forceinline__ float arith_float(Binary op, float a, float b) {
-  return op == Binary::kPow ? powf(a, b) : arith(op, a, b);
+  switch (op) {
+    case Binary::kPow: return powf(a, b);
+    case Binary::kGeluGrad: return a * gelu_derivative(false, b);
+    case Binary::kGeluTanhGrad: return a * gelu_derivative(true, b);
+    default: return arith(op, a, b);
+  }
 }
 
 template <typename T>
@@ -133,6 +149,11 @@ __global__ void fill_kernel(T value, T* dst, int64_t n) {
   ONNXTRAIN_GRID_LOOP(i, n) dst[i] = value;
 }
 
+template <typename T>
+__global__ void range_kernel(T start, T delta, T* dst, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) dst[i] = T(start + T(i) * delta);
+}
+
 struct Int64s {
   int64_t v[kMaxRank];
 };
@@ -169,6 +190,11 @@ void with_any_type(DType t, const char* kernel, F&& f) {
 
 void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
+  if ((op == Unary::kNot) != (t == DType::kBool)) unsupported_dtype(op == Unary::kNot ? "Not" : "unary", t);
+  if (op == Unary::kNot) {
+    not_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const bool*>(x), static_cast<bool*>(y), n);
+    return check_launch("Not");
+  }
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
     unary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n);
@@ -204,7 +230,8 @@ void binary(Binary op, DType t, const void* a, const void* b, void* out, const I
   });
   if (!ok) {
     // Integer Div and Pow keep the CPU's rules (division by zero, negative exponents): not here.
-    if (op == Binary::kDiv || op == Binary::kPow) unsupported_dtype("binary", t);
+    if (op == Binary::kDiv || op == Binary::kPow || op == Binary::kGeluGrad || op == Binary::kGeluTanhGrad)
+      unsupported_dtype("binary", t);
     if (t == DType::kInt64)
       binary_exact<<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const int64_t*>(a),
                                                            static_cast<const int64_t*>(b), out, ix, n);
@@ -250,6 +277,25 @@ void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t 
     fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(bits, static_cast<T*>(dst), n);
   });
   check_launch("fill");
+}
+
+void range(DType t, const void* start, const void* delta, void* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  auto launch = [&](auto v) {
+    using T = decltype(v);
+    T s, d;
+    memcpy(&s, start, sizeof(T));
+    memcpy(&d, delta, sizeof(T));
+    range_kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, d, static_cast<T*>(dst), n);
+  };
+  switch (t) {
+    case DType::kFloat32: launch(float{}); break;
+    case DType::kFloat64: launch(double{}); break;
+    case DType::kInt32: launch(int32_t{}); break;
+    case DType::kInt64: launch(int64_t{}); break;
+    default: unsupported_dtype("Range", t);
+  }
+  check_launch("Range");
 }
 
 void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStream_t stream) {

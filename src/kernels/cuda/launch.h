@@ -20,11 +20,12 @@ struct Indexing {
 };
 
 enum class Unary { kRelu, kNeg, kAbs, kExp, kLog, kSqrt, kReciprocal, kTanh, kSigmoid, kErf, kSin, kCos, kFloor, kCeil,
-                   kGelu, kGeluTanh };
-enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kEqual, kLess, kLessOrEqual, kGreater, kGreaterOrEqual,
-                    kAnd, kOr, kXor };
+                   kGelu, kGeluTanh, kNot };
+// kGeluGrad and kGeluTanhGrad: a (the output's gradient) times GELU's derivative at b.
+enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kGeluGrad, kGeluTanhGrad, kEqual, kLess, kLessOrEqual, kGreater,
+                    kGreaterOrEqual, kAnd, kOr, kXor };
 
-// y = op(x) over n elements of dtype t (float32, float16, bfloat16; Relu, Neg and Abs also int32, int64).
+// y = op(x) over n elements of dtype t (float32, float16, bfloat16; Relu, Neg and Abs also int32, int64; Not bool).
 void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t stream);
 // out = op(a, b) at each index of `ix` (strides 0: a, 1: b); comparisons write bool.
 void binary(Binary op, DType t, const void* a, const void* b, void* out, const Indexing& ix, cudaStream_t stream);
@@ -35,6 +36,9 @@ void where(int elem_bytes, const bool* cond, const void* a, const void* b, void*
 void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t stream);
 // dst[i] = the value of `elem_bytes` bytes at `value`, for n elements.
 void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t stream);
+// dst[i] = start + i * delta for n elements of dtype t (float32, float64, int32, int64); start and delta
+// point to one value of t each, on the host (Range).
+void range(DType t, const void* start, const void* delta, void* dst, int64_t n, cudaStream_t stream);
 // Up to kMaxRank int64 values written to dst (Shape, Size): no host buffer, no copy.
 void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStream_t stream);
 // Dropout's counter-based mask (kernels/counter_random.h): y = keep ? x * scale : 0; the mask to `mask` if given.
@@ -45,9 +49,30 @@ void dropout(DType t, const void* x, void* y, bool* mask, int64_t n, uint64_t se
 // Expand, Slice, Concat's parts, Identity.
 void strided_copy(int elem_bytes, const void* src, void* dst, const Indexing& ix, cudaStream_t stream);
 
+// Trilu over `batch` matrices of (rows, cols), elements of `elem_bytes`: y = x where j - i >= k (upper) or
+// j - i <= k (lower), else 0.
+void trilu(int elem_bytes, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t k, bool upper,
+           cudaStream_t stream);
+
+// Gather along an axis: x as (outer, n, inner) elements of `elem_bytes`, idx `count` int32 or int64 indices (negative
+// ones count from the end), y (outer, count, inner). An index outside [-n, n) gives zeros (the device cannot stop
+// the step to say so).
+void gather(int elem_bytes, const void* x, DType idx_type, const void* idx, void* y, int64_t outer, int64_t n,
+            int64_t count, int64_t inner, cudaStream_t stream);
+// ScatterND into `out` (holding the data already): update u (`slice` elements) goes where its k indices (idx[u * k
+// + d], negative ones counting from the end of dims[d]) point, at offset sum_d index_d * strides[d]; added (atomic,
+// float types) or written. An update with an index out of range is dropped.
+struct NdIndex {
+  int k = 0;
+  int64_t dims[kMaxRank] = {}, strides[kMaxRank] = {};
+};
+void scatter_nd(DType t, bool add, const int64_t* idx, const void* updates, void* out, int64_t count, int64_t slice,
+                const NdIndex& nd, cudaStream_t stream);
+
 // Batched C = alpha * op(A) op(B) + beta * C0: A's element (i, k) of batch b at a[a_off[b] + i * a_rs + k * a_cs],
 // likewise B's (k, j); C contiguous [batch, m, n]; C0 (optional) read at c0[i * c0_rs + j * c0_cs], the same in
-// every batch. Batch offsets: the batch index decomposed over `batch` (strides 0: A, 1: B). float32 accumulation.
+// every batch. Batch offsets: the batch index decomposed over `batch` (strides 0: A, 1: B). float32 accumulation;
+// C of dtype `out`: t, or float32 for 16-bit operands (the `to` attribute).
 struct GemmShape {
   int64_t m, n, k;
   int64_t a_rs, a_cs, b_rs, b_cs;
@@ -56,7 +81,76 @@ struct GemmShape {
   const void* c0 = nullptr;
   int64_t c0_rs = 0, c0_cs = 0;
 };
-void gemm(DType t, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
+void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
+
+// Cross-entropy over (n, c) float32 scores and n targets (int32 or int64, on the device; `ignore` skipped when
+// has_ignore). A target out of range counts, with a NaN loss (the device cannot stop the step to say so).
+struct CrossEntropy {
+  int64_t n = 0, c = 0;
+  DType target_type = DType::kInt64;
+  const void* target = nullptr;
+  bool has_ignore = false;
+  int64_t ignore = 0;
+};
+// Each row's log-sum-exp into lse and its loss into `losses` (where given; 0 for an ignored target); totals[0] +=
+// the losses, totals[1] += the targets not ignored (totals: two doubles the caller zeroed).
+void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals,
+                        cudaStream_t stream);
+// totals[1] += the targets not ignored.
+void count_targets(const CrossEntropy& e, double* totals, cudaStream_t stream);
+// loss[0] = totals[0], divided by totals[1] when `mean` (0 without a target).
+void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStream_t stream);
+// g (n, c) of dtype t = w_r (exp(s - lse_r) - onehot(target_r)): w_r 0 for an ignored target, else dloss (per row
+// when per_row, one number otherwise, 1 when null), divided by totals[1] when `mean`.
+void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,
+                        bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream);
+// out (n, c) = s - lse_r: the log-probabilities.
+void log_probs(const float* s, const float* lse, float* out, int64_t n, int64_t c, cudaStream_t stream);
+// out (c) = base (c; zeros when null) + the sum of x's n rows of c, in float32; out may be base.
+void column_sums(DType t, const void* x, int64_t n, int64_t c, const void* base, void* out, cudaStream_t stream);
+
+// com.onnxtrain.MaskedSoftmax over rows of n: y = Softmax(cond ? fill : x * scale), scale and fill scalars of dtype t
+// on the device; row r of x and y (which may be x) at r * n, its mask at offsets<1>(rows, r), `cond_col` apart.
+void masked_softmax(DType t, const void* x, const bool* cond, const Indexing& rows, int64_t cond_col, int64_t n,
+                    const void* scale, const void* fill, void* y, cudaStream_t stream);
+// Its gradient: dx = cond ? 0 : y (dy - sum(dy y)) * scale, rows as above (dx may be dy).
+void masked_softmax_grad(DType t, const void* dy, const void* y, const bool* cond, const Indexing& rows,
+                         int64_t cond_col, int64_t n, const void* scale, void* dx, cudaStream_t stream);
+
+// LayerNormalization over `rows` rows of n elements: y = (x - mean) rstd w[j % nw] + b[j % nb] (b optional), each
+// row's mean and rstd written where given; all of dtype t, statistics computed in float32.
+void layer_norm(DType t, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd, int64_t rows,
+                int64_t n, int64_t nw, int64_t nb, float epsilon, cudaStream_t stream);
+// Its gradient from dy, x, w (n values) and the rows' mean and rstd: dx, dw and db (n values), each where given.
+void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* mean, const void* rstd,
+                     void* dx, void* dw, void* db, int64_t rows, int64_t n, cudaStream_t stream);
+
+// com.onnxtrain.FlashAttention's operands: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), Y (pairs, tq, dv), LSE
+// (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's offsets into the mask and the bias, and K's batch index
+// with its heads repeated `groups` times, are offsets<3> of p over `batch` (strides 0: cond, 1: bias, 2: K).
+constexpr int kMaxHead = 256;
+struct Attention {
+  int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0, kv_count = 0;  // kv_count: K's and V's batch size
+  Indexing batch;
+  int64_t kv_heads = 1, groups = 1;
+  const void* scale = nullptr;  // a scalar of the operands' dtype on the device (1 when null)
+  const bool* cond = nullptr;   // where true, the score is `fill` (a scalar of the operands' dtype on the device)
+  const void* fill = nullptr;
+  int64_t cond_row = 0, cond_col = 0;
+  const void* bias = nullptr;  // added to the scores, of the operands' dtype
+  int64_t bias_row = 0, bias_col = 0;
+  bool zero_masked_rows = false;
+  bool dropout = false;
+  uint32_t threshold = 0;
+  float keep_scale = 1;
+  uint64_t seed = 0;
+};
+void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
+                     cudaStream_t stream);
+// dQ, dKt and dV; row_dots: pairs * tq floats of scratch.
+void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
+                          const void* y, const float* lse, float* row_dots, void* dq, void* dkt, void* dv,
+                          cudaStream_t stream);
 
 enum class Reduce { kSum, kMean, kMax, kMin, kSumSquare, kL2 };
 // out[o] = reduce of x over the reduced sub-space: output index o decomposed over `kept` (strides 0: x), each

@@ -1,10 +1,11 @@
-// The CUDA kernels of the ops that move data (Transpose, Expand, Slice and its gradient, Concat) and of Shape and
-// Size, whose values reach the device as kernel arguments: no host buffer, no copy.
+// The CUDA kernels of the ops that move data (Transpose, Expand, Slice and its gradient, Concat, Split, Trilu) and of
+// Shape and Size, whose values reach the device as kernel arguments: no host buffer, no copy.
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/cuda/indexing.h"
 #include "ops/layout.h"
 #include "ops/shape_ops.h"
+#include "ops/shape_util.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
@@ -73,6 +74,29 @@ void concat(const ops::AxisAttrs& at, KernelCtx& c) {
   }
 }
 
+void split(const ops::SplitAttrs& at, KernelCtx& c) {
+  const auto& id = c.in(0).dims();
+  const size_t a = size_t(at.axis < 0 ? at.axis + int64_t(id.size()) : at.axis);
+  const auto in_st = contiguous_strides(id);
+  const int es = elem_bytes(c.in(0));
+  int64_t pos = 0;
+  for (size_t k = 0; k < c.shapes->num_outputs(); ++k) {  // (an output the node omits still takes its part)
+    const auto od = ops::concrete(c.node, c.shapes->outputs()[k].shape);
+    if (c.wants(k))
+      strided_copy(es, static_cast<const char*>(c.in(0).raw()) + pos * in_st[a] * es, c.out(k).raw(),
+                   indexing(c, od, {contiguous_strides(od), in_st}), stream());
+    pos += od[a];
+  }
+}
+
+void trilu(const ops::TriluAttrs& at, KernelCtx& c) {
+  const int64_t k = c.has(1) ? c.in(1).to_int64().at(0) : 0;
+  const auto& d = c.in(0).dims();
+  const int64_t rows = d[d.size() - 2], cols = d.back();
+  const int64_t batch = rows * cols != 0 ? c.in(0).numel() / (rows * cols) : 0;
+  cuda::trilu(elem_bytes(c.in(0)), c.in(0).raw(), c.out(0).raw(), batch, rows, cols, k, at.upper, stream());
+}
+
 void write(KernelCtx& c, const std::vector<int64_t>& values) {
   int64_t v[kMaxRank] = {};
   if (values.size() > size_t(kMaxRank)) {  // past the kernel argument's room: from the host
@@ -97,6 +121,8 @@ const bool kRegistered = register_kernels(cuda_device(0), {{"", "Transpose", ker
                                                            {"", "Slice", kernel(slice)},
                                                            {"com.onnxtrain", "SliceGrad", kernel(slice_grad)},
                                                            {"", "Concat", kernel(concat)},
+                                                           {"", "Split", kernel(split)},
+                                                           {"", "Trilu", kernel(trilu)},
                                                            {"", "Shape", kernel(shape)},
                                                            {"", "Size", kernel(size)}});
 

@@ -1,5 +1,6 @@
 // The CUDA kernels of MatMul (NumPy semantics, batched with broadcasting), com.onnxtrain.FusedMatMul (operands
-// read transposed) and Gemm, on matmul.cu's strided GEMM.
+// read transposed), Gemm and com.onnxtrain.Linear (X W^T + B over all rows of X), on matmul.cu's strided GEMM. A
+// FusedMatMul or Linear with attribute `to` writes float32 from 16-bit operands.
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/matmul_dims.h"
@@ -11,9 +12,6 @@ namespace {
 void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   const Tensor &A = c.in(0), &B = c.in(1);
   if (A.dtype() != B.dtype()) c.fail("operands of dtypes " + dtype_name(A.dtype()) + " and " + dtype_name(B.dtype()));
-  if (c.out(0).dtype() != A.dtype())  // (attribute `to`: the GEMM writes its operands' dtype only, so far)
-    throw UnsupportedError(c.node.where() + ": a " + dtype_name(c.out(0).dtype()) + " output of " +
-                           dtype_name(A.dtype()) + " operands is not supported on CUDA yet");
   const MatMulDims d = matmul_dims(at, c);
   GemmShape s;
   s.m = d.m;
@@ -28,7 +26,7 @@ void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   for (auto& v : sa) v *= d.a[d.a.size() - 2] * a_cols;
   for (auto& v : sb) v *= d.b[d.b.size() - 2] * b_cols;
   s.batch = indexing(c, d.batch, {sa, sb});
-  gemm(A.dtype(), A.raw(), B.raw(), c.out(0).raw(), s, stream());
+  gemm(A.dtype(), c.out(0).dtype(), A.raw(), B.raw(), c.out(0).raw(), s, stream());
 }
 
 void gemm_node(const ops::GemmAttrs& at, KernelCtx& c) {
@@ -53,12 +51,38 @@ void gemm_node(const ops::GemmAttrs& at, KernelCtx& c) {
     s.c0_cs = st[1];
   }
   s.batch = indexing(c, {}, {});
-  gemm(A.dtype(), A.raw(), B.raw(), c.out(0).raw(), s, stream());
+  gemm(A.dtype(), c.out(0).dtype(), A.raw(), B.raw(), c.out(0).raw(), s, stream());
+}
+
+void linear(KernelCtx& c) {
+  const Tensor &X = c.in(0), &W = c.in(1);
+  if (X.dtype() != W.dtype()) c.fail("X of dtype " + dtype_name(X.dtype()) + " and W of " + dtype_name(W.dtype()));
+  GemmShape s;
+  s.k = X.dims().back();
+  s.n = W.dims()[0];
+  s.m = s.k ? X.numel() / s.k : 0;
+  if (W.dims()[1] != s.k)
+    c.fail("X " + dims_str(X.dims()) + " and W " + dims_str(W.dims()) + " differ in their inner dim");
+  s.a_rs = s.k;
+  s.a_cs = 1;
+  s.b_rs = 1;  // W read transposed
+  s.b_cs = s.k;
+  if (c.has(2)) {
+    if (c.in(2).numel() != s.n || c.in(2).dtype() != X.dtype())
+      c.fail("bias " + dims_str(c.in(2).dims()) + " of dtype " + dtype_name(c.in(2).dtype()) + " is not one " +
+             dtype_name(X.dtype()) + " value for each of W's " + std::to_string(s.n) + " rows");
+    s.beta = 1;
+    s.c0 = c.in(2).raw();
+    s.c0_cs = 1;
+  }
+  s.batch = indexing(c, {}, {});
+  gemm(X.dtype(), c.out(0).dtype(), X.raw(), W.raw(), c.out(0).raw(), s, stream());
 }
 
 const bool kRegistered = register_kernels(cuda_device(0), {{"", "MatMul", kernel(matmul)},
                                                            {"com.onnxtrain", "FusedMatMul", kernel(matmul)},
-                                                           {"", "Gemm", kernel(gemm_node)}});
+                                                           {"", "Gemm", kernel(gemm_node)},
+                                                           {"com.onnxtrain", "Linear", kernel(linear)}});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda

@@ -9,8 +9,8 @@ namespace {
 
 constexpr int kTile = 32;
 
-template <typename T>
-__global__ void gemm_kernel(const T* a, const T* b, T* c, GemmShape s) {
+template <typename T, typename O>
+__global__ void gemm_kernel(const T* a, const T* b, O* c, GemmShape s) {
   __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
   const int64_t batch = blockIdx.z;
   Offsets<2> o = offsets<2>(s.batch, batch);
@@ -30,20 +30,25 @@ __global__ void gemm_kernel(const T* a, const T* b, T* c, GemmShape s) {
   if (row >= s.m || col >= s.n) return;
   float v = s.alpha * acc;
   if (s.c0) v += s.beta * to_float(static_cast<const T*>(s.c0)[row * s.c0_rs + col * s.c0_cs]);
-  c[batch * s.m * s.n + row * s.n + col] = from_float<T>(v);
+  c[batch * s.m * s.n + row * s.n + col] = from_float<O>(v);
 }
 
 }  // namespace
 
-void gemm(DType t, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream) {
+void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream) {
   const int64_t batches = numel(s.batch);
   if (batches == 0 || s.m == 0 || s.n == 0) return;
   if (batches > 65535) launch_error("gemm: more than 65535 batches");
+  if (out != t && (out != DType::kFloat32 || t == DType::kFloat32)) unsupported_dtype("gemm's output", out);
   dim3 grid(unsigned((s.n + kTile - 1) / kTile), unsigned((s.m + kTile - 1) / kTile), unsigned(batches));
   dim3 block(kTile, kTile);
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    gemm_kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), s);
+    const T *at = static_cast<const T*>(a), *bt = static_cast<const T*>(b);
+    if (out == t)
+      gemm_kernel<<<grid, block, 0, stream>>>(at, bt, static_cast<T*>(c), s);
+    else
+      gemm_kernel<<<grid, block, 0, stream>>>(at, bt, static_cast<float*>(c), s);
   });
   if (!ok) unsupported_dtype("gemm", t);
   check_launch("gemm");

@@ -1,27 +1,14 @@
 // Reductions and softmax on the GPU: one block per output element (or row), the block's partial results combined
 // by CUB's block reduction, float32 accumulation.
-#include <cub/block/block_reduce.cuh>
-
-#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return a != a ? a : b != b ? b : fmaxf(a, b); }
-};
-struct MinOp {
-  __device__ float operator()(float a, float b) const { return a != a ? a : b != b ? b : fminf(a, b); }
-};
-struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
 template <typename T>
 __global__ void reduce_kernel(Reduce op, const T* x, T* out, Indexing kept, Indexing reduced, int64_t count) {
-  using BlockReduce = cub::BlockReduce<float, kThreads>;
-  __shared__ typename BlockReduce::TempStorage tmp;
+  __shared__ BlockReduce::TempStorage tmp;
   const int64_t base = offsets<1>(kept, blockIdx.x).at[0];
   const bool extreme = op == Reduce::kMax || op == Reduce::kMin;
   float acc = op == Reduce::kMax ? -INFINITY : op == Reduce::kMin ? INFINITY : 0.f;
@@ -46,25 +33,18 @@ __global__ void reduce_kernel(Reduce op, const T* x, T* out, Indexing kept, Inde
 
 template <typename T>
 __global__ void softmax_kernel(bool log, const T* x, T* y, int64_t cols, int64_t inner) {
-  using BlockReduce = cub::BlockReduce<float, kThreads>;
-  __shared__ typename BlockReduce::TempStorage tmp;
-  __shared__ float shared_max, shared_sum;
+  __shared__ BlockReduce::TempStorage tmp;
+  __shared__ float shared;
   // Row r's elements: at stride `inner` from (r / inner) * cols * inner + r % inner.
   const int64_t r = blockIdx.x, start = r / inner * cols * inner + r % inner;
   const T* xr = x + start;
   T* yr = y + start;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < cols; j += kThreads) m = fmaxf(m, to_float(xr[j * inner]));
-  m = BlockReduce(tmp).Reduce(m, MaxOp());
-  if (threadIdx.x == 0) shared_max = m;
-  __syncthreads();
-  m = shared_max;
+  m = block_all_reduce(m, MaxOp(), tmp, &shared);
   float s = 0;
   for (int64_t j = threadIdx.x; j < cols; j += kThreads) s += expf(to_float(xr[j * inner]) - m);
-  s = BlockReduce(tmp).Reduce(s, SumOp());
-  if (threadIdx.x == 0) shared_sum = s;
-  __syncthreads();
-  s = shared_sum;
+  s = block_all_reduce(s, SumOp(), tmp, &shared);
   const float log_s = logf(s), inv_s = 1.f / s;
   for (int64_t j = threadIdx.x; j < cols; j += kThreads) {
     float v = to_float(xr[j * inner]) - m;

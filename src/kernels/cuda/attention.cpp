@@ -1,0 +1,90 @@
+// The CUDA kernels of com.onnxtrain.FlashAttention and FlashAttentionGrad (ops/flash_attention.cpp) on attention.cu's
+// launchers: the geometry checked as on the CPU (kernels/attention_geometry.h); scale and fill stay on the device,
+// the dropout ratio and training mode are read on the host (the op's host inputs).
+#include "kernels/attention_geometry.h"
+#include "kernels/counter_random.h"
+#include "kernels/cuda/indexing.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+// The launch's description: operands from Q at input q, the scalars from input `scale` on (scale, cond, fill,
+// ratio, training_mode, bias), as both ops order them.
+Attention describe(const KernelCtx& c, size_t q, size_t scale) {
+  const size_t cond = scale + 1, fill = scale + 2, ratio = scale + 3, training = scale + 4, bias = scale + 5;
+  const AttentionGeometry g = attention_geometry(c, q, q + 1, q + 2, cond, bias);
+  const DType t = c.in(q).dtype();
+  for (size_t i : {q + 1, q + 2, scale, fill, bias})
+    if (c.has(i) && c.in(i).dtype() != t)
+      c.fail("input " + std::to_string(i) + " of dtype " + dtype_name(c.in(i).dtype()) + ", not Q's " +
+             dtype_name(t));
+  for (size_t i : {scale, fill})
+    if (c.has(i) && c.in(i).numel() != 1) c.fail("input " + std::to_string(i) + " must be a scalar");
+  if (g.d > kMaxHead || g.dv > kMaxHead)
+    throw UnsupportedError(c.node.where() + ": the CUDA kernel takes heads of at most " + std::to_string(kMaxHead) +
+                           " elements, not " + std::to_string(std::max(g.d, g.dv)));
+  Attention a;
+  a.pairs = g.pairs, a.tq = g.tq, a.tk = g.tk, a.d = g.d, a.dv = g.dv, a.kv_count = g.kv_count;
+  a.kv_heads = g.kv_heads, a.groups = g.groups;
+  const size_t r = g.batch.size();
+  auto leading = [&](const std::vector<int64_t>& st) {  // a score stride vector's batch part (zeros without one)
+    return st.empty() ? std::vector<int64_t>(r, 0) : std::vector<int64_t>(st.begin(), st.begin() + int64_t(r));
+  };
+  a.batch = indexing(c, g.batch, {leading(g.cond_strides), leading(g.bias_strides), g.kv_strides});
+  a.zero_masked_rows = c.node.attr_int("zero_masked_rows", 0) != 0;
+  if (c.has(scale)) a.scale = c.in(scale).raw();
+  if (c.has(cond) != c.has(fill)) c.fail("cond and fill come together");
+  if (c.has(cond)) {
+    a.cond = c.in(cond).data<bool>();
+    a.fill = c.in(fill).raw();
+    a.cond_row = g.cond_strides[r];
+    a.cond_col = g.cond_strides[r + 1];
+  }
+  if (c.has(bias)) {
+    a.bias = c.in(bias).raw();
+    a.bias_row = g.bias_strides[r];
+    a.bias_col = g.bias_strides[r + 1];
+  }
+  if (const double rate = attention_dropout_rate(c, ratio, training); rate > 0) {
+    a.dropout = true;
+    a.threshold = dropout_threshold(rate);
+    a.keep_scale = float(1.0 / (1.0 - rate));
+    a.seed = c.seed;
+  }
+  return a;
+}
+
+void check_lse(const KernelCtx& c, const Tensor& lse, const Attention& a) {
+  if (lse.dtype() != DType::kFloat32)
+    throw UnsupportedError(c.node.where() + ": the CUDA kernel takes float32 operands' LSE in float32, not " +
+                           dtype_name(lse.dtype()));
+  if (lse.numel() != a.pairs * a.tq) c.fail("LSE " + dims_str(lse.dims()) + " must hold a value per row");
+}
+
+void flash_attention(KernelCtx& c) {
+  const Attention a = describe(c, 0, 3);
+  if (c.wants(1)) check_lse(c, c.out(1), a);
+  cuda::flash_attention(c.in(0).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.out(0).raw(),
+                        c.wants(1) ? c.out(1).data<float>() : nullptr, stream());
+}
+
+void flash_attention_grad(KernelCtx& c) {
+  const Attention a = describe(c, 1, 6);
+  if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != a.pairs * a.tq * a.dv ||
+      c.in(0).dtype() != c.in(1).dtype())
+    c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
+  check_lse(c, c.in(5), a);
+  cuda::flash_attention_grad(c.in(1).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.in(3).raw(),
+                             c.in(4).raw(), c.in(5).data<float>(), c.scratch_as<float>(0, size_t(a.pairs * a.tq)),
+                             c.out(0).raw(), c.out(1).raw(), c.out(2).raw(), stream());
+}
+
+// FlashAttentionGrad's scratch: a float per query row (input 5, the LSE, holds one).
+Dim row_dots_bytes(const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(5)) * Dim(4); }
+
+const bool kRegistered = register_kernels(
+    cuda_device(0), {{"com.onnxtrain", "FlashAttention", kernel(flash_attention)},
+                     {"com.onnxtrain", "FlashAttentionGrad", kernel(flash_attention_grad), row_dots_bytes}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,244 @@
+// Fused attention on the GPU, forward and backward, as the CPU's kernel computes it (kernels/cpu/flash_attention.cpp):
+// a warp per query row runs an online softmax over the keys, so no (tq, tk) buffer exists; the backward recomputes
+// each probability from the row's log-sum-exp, a warp per query row for dQ and a warp per key for dK and dV (heads
+// sharing K and V, grouped-query attention, summed in that warp: no atomics). Dropout draws the CPU's counter-based
+// mask. A first kernel for correctness, each lane holding head elements lane, lane + 32, ...: tiles in shared
+// memory and tensor cores come with issue 29's part 3.
+#include "kernels/counter_random.h"
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+constexpr int kWarps = kThreads / 32, kPerLane = kMaxHead / 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Elements lane, lane + 32, ... of a row of n (0 past its end).
+template <typename T>
+__device__ __forceinline__ void load(const T* row, int64_t n, int64_t stride, int lane, float (&out)[kPerLane]) {
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t e = lane + 32 * i;
+    out[i] = e < n ? to_float(row[e * stride]) : 0.f;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store(T* row, int64_t n, int64_t stride, int lane, const float (&in)[kPerLane]) {
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t e = lane + 32 * i;
+    if (e < n) row[e * stride] = from_float<T>(in[i]);
+  }
+}
+
+// The dot product of a lane-held row with elements lane + 32 i of `row` at `stride`, in every lane.
+template <typename T>
+__device__ __forceinline__ float dot(const float (&a)[kPerLane], const T* row, int64_t n, int64_t stride, int lane) {
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t e = lane + 32 * i;
+    if (e < n) s += a[i] * to_float(row[e * stride]);
+  }
+  return warp_sum(s);
+}
+
+// The dot product of two lane-held rows, in every lane.
+__device__ __forceinline__ float lane_dot(const float (&a)[kPerLane], const float (&b)[kPerLane]) {
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) s += a[i] * b[i];
+  return warp_sum(s);
+}
+
+// What one query pair reads: its K and V, mask and bias rows' starts.
+template <typename T>
+struct Pair {
+  int64_t kv;
+  const bool* cond;
+  const T* bias;
+};
+template <typename T>
+__device__ __forceinline__ Pair<T> pair_of(const Attention& a, int64_t pair) {
+  const Offsets<3> o = offsets<3>(a.batch, pair);
+  const int64_t rep = o.at[2], span = a.kv_heads * a.groups;
+  return {a.groups == 1 ? rep : rep / span * a.kv_heads + rep % span / a.groups, a.cond ? a.cond + o.at[0] : nullptr,
+          a.bias ? static_cast<const T*>(a.bias) + o.at[1] : nullptr};
+}
+
+template <typename T>
+__device__ __forceinline__ float scalar_or(const void* p, float otherwise) {
+  return p ? to_float(*static_cast<const T*>(p)) : otherwise;
+}
+
+__device__ __forceinline__ bool masked(const Attention& a, const bool* cond, int64_t r, int64_t j) {
+  return cond && cond[r * a.cond_row + j * a.cond_col];
+}
+
+// Score (r, j) of a pair, not masked: scale q.k + bias.
+template <typename T>
+__device__ __forceinline__ float score(const Attention& a, const Pair<T>& p, const float (&q)[kPerLane], const T* kt,
+                                       int64_t r, int64_t j, float scale, int lane) {
+  float s = dot(q, kt + p.kv * a.d * a.tk + j, a.d, a.tk, lane) * scale;
+  return p.bias ? s + to_float(p.bias[r * a.bias_row + j * a.bias_col]) : s;
+}
+
+__device__ __forceinline__ bool keeps(const Attention& a, int64_t row, int64_t j) {
+  return dropout_keeps(a.seed, uint64_t(row) * uint64_t(a.tk) + uint64_t(j), a.threshold);
+}
+
+template <typename T>
+__global__ void forward_kernel(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= a.pairs * a.tq) return;
+  const int64_t pair = row / a.tq, r = row % a.tq;
+  const Pair<T> p = pair_of<T>(a, pair);
+  const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  const T* vi = v + p.kv * a.tk * a.dv;
+  float qv[kPerLane], acc[kPerLane] = {}, vj[kPerLane];
+  load(q + row * a.d, a.d, 1, lane, qv);
+  float m = -INFINITY, l = 0;
+  for (int64_t j = 0; j < a.tk; ++j) {
+    const float s = masked(a, p.cond, r, j) ? fill : score(a, p, qv, kt, r, j, scale, lane);
+    const float mn = fmaxf(m, s);
+    if (mn == -INFINITY) continue;  // every score so far -inf: nothing to add yet
+    const float alpha = __expf(m - mn), e = __expf(s - mn);
+    l = l * alpha + e;
+    m = mn;
+    const float pd = a.dropout && !keeps(a, row, j) ? 0.f : a.dropout ? e * a.keep_scale : e;
+    load(vi + j * a.dv, a.dv, 1, lane, vj);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[i] = acc[i] * alpha + pd * vj[i];
+  }
+  const bool empty = l == 0;  // a fully masked row: NaN as Softmax gives, or zeros
+  const float inv = empty ? (a.zero_masked_rows ? 0.f : NAN) : 1.f / l;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) acc[i] *= inv;
+  store(y + row * a.dv, a.dv, 1, lane, acc);
+  if (lse && lane == 0) lse[row] = empty ? (a.zero_masked_rows ? INFINITY : NAN) : m + logf(l);
+}
+
+// dQ, and each row's D = rowsum(dY Y) for the key kernel.
+template <typename T>
+__global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* kt, const T* v, const T* y, const float* lse,
+                          float* row_dots, T* dq) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= a.pairs * a.tq) return;
+  const int64_t pair = row / a.tq, r = row % a.tq;
+  const Pair<T> p = pair_of<T>(a, pair);
+  const float scale = scalar_or<T>(a.scale, 1.f);
+  float qv[kPerLane], dyv[kPerLane], acc[kPerLane] = {};
+  load(q + row * a.d, a.d, 1, lane, qv);
+  load(dy + row * a.dv, a.dv, 1, lane, dyv);
+  const float dr = dot(dyv, y + row * a.dv, a.dv, 1, lane), lr = lse[row];
+  if (lane == 0) row_dots[row] = dr;
+  const T *kti = kt + p.kv * a.d * a.tk, *vi = v + p.kv * a.tk * a.dv;
+  for (int64_t j = 0; j < a.tk; ++j) {
+    if (masked(a, p.cond, r, j)) continue;  // (the fill is a constant: no gradient through it)
+    const float e = __expf(score(a, p, qv, kt, r, j, scale, lane) - lr);
+    float dp = dot(dyv, vi + j * a.dv, a.dv, 1, lane);
+    if (a.dropout) dp = keeps(a, row, j) ? dp * a.keep_scale : 0.f;
+    const float ds = e * (dp - dr) * scale;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int64_t k = lane + 32 * i;
+      if (k < a.d) acc[i] += ds * to_float(kti[k * a.tk + j]);
+    }
+  }
+  store(dq + row * a.d, a.d, 1, lane, acc);
+}
+
+// dKt and dV of key j of K and V batch index kv: the sums over every query row of every pair reading them.
+template <typename T>
+__global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, const T* v,
+                           const float* lse, const float* row_dots, T* dkt, T* dvo) {
+  const int lane = threadIdx.x % 32;
+  const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (w >= a.kv_count * a.tk) return;
+  const int64_t kv = w / a.tk, j = w % a.tk;
+  const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  float kj[kPerLane], vj[kPerLane], dk[kPerLane] = {}, dvv[kPerLane] = {}, x[kPerLane];
+  load(kt + kv * a.d * a.tk + j, a.d, a.tk, lane, kj);
+  load(v + (kv * a.tk + j) * a.dv, a.dv, 1, lane, vj);
+  for (int64_t pair = 0; pair < a.pairs; ++pair) {
+    const Pair<T> p = pair_of<T>(a, pair);
+    if (p.kv != kv) continue;
+    for (int64_t r = 0; r < a.tq; ++r) {
+      const int64_t row = pair * a.tq + r;
+      const bool off = masked(a, p.cond, r, j);
+      float s = fill;
+      if (!off) {
+        load(q + row * a.d, a.d, 1, lane, x);
+        s = lane_dot(x, kj) * scale;
+        if (p.bias) s += to_float(p.bias[r * a.bias_row + j * a.bias_col]);
+      }
+      const float e = __expf(s - lse[row]);
+      if (e == 0.f) continue;
+      const bool keep = !a.dropout || keeps(a, row, j);
+      const float pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
+      float g[kPerLane];
+      load(dy + row * a.dv, a.dv, 1, lane, g);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) dvv[i] += pd * g[i];
+      if (off) continue;
+      float dp = lane_dot(g, vj);
+      if (a.dropout) dp = keep ? dp * a.keep_scale : 0.f;
+      const float ds = e * (dp - row_dots[row]) * scale;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) dk[i] += ds * x[i];
+    }
+  }
+  store(dkt + kv * a.d * a.tk + j, a.d, a.tk, lane, dk);
+  store(dvo + (kv * a.tk + j) * a.dv, a.dv, 1, lane, dvv);
+}
+
+unsigned warps_to_blocks(int64_t warps, const char* kernel) {
+  const int64_t blocks = (warps + kWarps - 1) / kWarps;
+  if (blocks > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 blocks");
+  return unsigned(blocks);
+}
+
+}  // namespace
+
+void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
+                     cudaStream_t stream) {
+  const int64_t rows = a.pairs * a.tq;
+  if (rows == 0) return;
+  bool ok = with_float_type(t, [&](auto x) {
+    using T = decltype(x);
+    forward_kernel<<<warps_to_blocks(rows, "FlashAttention"), kThreads, 0, stream>>>(
+        a, static_cast<const T*>(q), static_cast<const T*>(kt), static_cast<const T*>(v), static_cast<T*>(y), lse);
+  });
+  if (!ok) unsupported_dtype("FlashAttention", t);
+  check_launch("FlashAttention");
+}
+
+void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
+                          const void* y, const float* lse, float* row_dots, void* dq, void* dkt, void* dv,
+                          cudaStream_t stream) {
+  const int64_t rows = a.pairs * a.tq, keys = a.kv_count * a.tk;
+  bool ok = with_float_type(t, [&](auto x) {
+    using T = decltype(x);
+    const T *dyt = static_cast<const T*>(dy), *qt = static_cast<const T*>(q), *ktt = static_cast<const T*>(kt),
+            *vt = static_cast<const T*>(v);
+    if (rows)
+      dq_kernel<<<warps_to_blocks(rows, "FlashAttentionGrad"), kThreads, 0, stream>>>(
+          a, dyt, qt, ktt, vt, static_cast<const T*>(y), lse, row_dots, static_cast<T*>(dq));
+    if (keys)  // (after dq_kernel on the stream: it reads the rows' D)
+      dkv_kernel<<<warps_to_blocks(keys, "FlashAttentionGrad"), kThreads, 0, stream>>>(
+          a, dyt, qt, ktt, vt, lse, row_dots, static_cast<T*>(dkt), static_cast<T*>(dv));
+  });
+  if (!ok) unsupported_dtype("FlashAttentionGrad", t);
+  check_launch("FlashAttentionGrad");
+}
+
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,122 @@
+// Cross-entropy over float32 scores on the GPU, for the fused head (linear_cross_entropy.cpp): a block per row for
+// its log-sum-exp and loss (CUB's block reduction), the totals by double atomics, the scores' gradient and the
+// log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t target_of(const CrossEntropy& e, int64_t r) {
+  return e.target_type == DType::kInt64 ? static_cast<const int64_t*>(e.target)[r]
+                                        : int64_t(static_cast<const int32_t*>(e.target)[r]);
+}
+__device__ __forceinline__ bool ignored(const CrossEntropy& e, int64_t t) { return e.has_ignore && t == e.ignore; }
+
+__global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* losses, double* totals) {
+  __shared__ BlockReduce::TempStorage tmp;
+  __shared__ float shared;
+  const int64_t r = blockIdx.x;
+  const float* row = s + r * e.c;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < e.c; j += kThreads) m = fmaxf(m, row[j]);
+  m = block_all_reduce(m, MaxOp(), tmp, &shared);
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < e.c; j += kThreads) sum += expf(row[j] - m);
+  sum = BlockReduce(tmp).Reduce(sum, SumOp());
+  if (threadIdx.x != 0) return;
+  const float l = isfinite(m) ? m + logf(sum) : m;
+  lse[r] = l;
+  const int64_t t = target_of(e, r);
+  const bool skip = ignored(e, t);
+  const float loss = skip ? 0.f : t < 0 || t >= e.c ? NAN : l - row[t];
+  if (losses) losses[r] = loss;
+  atomicAdd(totals, double(loss));
+  if (!skip) atomicAdd(totals + 1, 1.0);
+}
+
+__global__ void count_kernel(CrossEntropy e, double* totals) {
+  ONNXTRAIN_GRID_LOOP(r, e.n) {
+    if (!ignored(e, target_of(e, r))) atomicAdd(totals + 1, 1.0);
+  }
+}
+
+__global__ void total_kernel(bool mean, const double* totals, float* loss) {
+  *loss = float(!mean ? totals[0] : totals[1] > 0 ? totals[0] / totals[1] : 0.0);
+}
+
+template <typename T>
+__global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, const float* dloss, bool per_row,
+                            bool mean, const double* totals, T* g) {
+  const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
+  ONNXTRAIN_GRID_LOOP(i, e.n * e.c) {
+    const int64_t r = i / e.c, j = i % e.c, t = target_of(e, r);
+    const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale;
+    g[i] = from_float<T>(w * (expf(s[i] - lse[r]) - (j == t ? 1.f : 0.f)));
+  }
+}
+
+__global__ void log_probs_kernel(const float* s, const float* lse, float* out, int64_t n, int64_t c) {
+  ONNXTRAIN_GRID_LOOP(i, n * c) out[i] = s[i] - lse[i / c];
+}
+
+template <typename T>
+__global__ void column_sums_kernel(const T* x, int64_t n, int64_t c, const T* base, T* out) {
+  ONNXTRAIN_GRID_LOOP(j, c) {
+    float acc = base ? to_float(base[j]) : 0.f;
+    for (int64_t r = 0; r < n; ++r) acc += to_float(x[r * c + j]);
+    out[j] = from_float<T>(acc);
+  }
+}
+
+}  // namespace
+
+void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals,
+                        cudaStream_t stream) {
+  if (e.n == 0) return;
+  if (e.n > 0x7fffffff) launch_error("cross_entropy_rows: more than 2^31 rows");
+  rows_kernel<<<unsigned(e.n), kThreads, 0, stream>>>(e, s, lse, losses, totals);
+  check_launch("cross_entropy_rows");
+}
+
+void count_targets(const CrossEntropy& e, double* totals, cudaStream_t stream) {
+  if (e.n == 0) return;
+  count_kernel<<<blocks_for(e.n), kThreads, 0, stream>>>(e, totals);
+  check_launch("count_targets");
+}
+
+void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStream_t stream) {
+  total_kernel<<<1, 1, 0, stream>>>(mean, totals, loss);
+  check_launch("cross_entropy_total");
+}
+
+void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,
+                        bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream) {
+  if (e.n * e.c == 0) return;
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    grad_kernel<<<blocks_for(e.n * e.c), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
+                                                                static_cast<T*>(g));
+  });
+  if (!ok) unsupported_dtype("cross_entropy_grad", t);
+  check_launch("cross_entropy_grad");
+}
+
+void log_probs(const float* s, const float* lse, float* out, int64_t n, int64_t c, cudaStream_t stream) {
+  if (n * c == 0) return;
+  log_probs_kernel<<<blocks_for(n * c), kThreads, 0, stream>>>(s, lse, out, n, c);
+  check_launch("log_probs");
+}
+
+void column_sums(DType t, const void* x, int64_t n, int64_t c, const void* base, void* out, cudaStream_t stream) {
+  if (c == 0) return;
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    column_sums_kernel<<<blocks_for(c), kThreads, 0, stream>>>(static_cast<const T*>(x), n, c,
+                                                               static_cast<const T*>(base), static_cast<T*>(out));
+  });
+  if (!ok) unsupported_dtype("column_sums", t);
+  check_launch("column_sums");
+}
+
+}  // namespace onnxtrain::kernels::cuda

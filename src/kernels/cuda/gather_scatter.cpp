@@ -1,0 +1,51 @@
+// The CUDA kernels of Gather (any axis, int32 or int64 indices) and ScatterND (reduction none or add: Gather's
+// gradient), on gather_scatter.cu's launchers. The indices stay on the device.
+#include "kernels/cpu/strided_copy.h"
+#include "kernels/cuda/indexing.h"
+#include "ops/axis_util.h"
+#include "ops/indexing.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+void gather_node(const ops::IndexAttrs& at, KernelCtx& c) {
+  const Tensor &x = c.in(0), &idx = c.in(1);
+  const int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
+  const ops::AxisView v = ops::axis_view(x.dims(), a);
+  gather(int(dtype_size(x.dtype())), x.raw(), idx.dtype(), idx.raw(), c.out(0).raw(), v.outer, v.n, idx.numel(),
+         v.inner, stream());
+}
+
+void scatter_nd_node(const ops::IndexAttrs& at, KernelCtx& c) {
+  using Reduction = ops::IndexAttrs::Reduction;
+  const Tensor &x = c.in(0), &idx = c.in(1), &upd = c.in(2);
+  if (at.reduction != Reduction::kNone && at.reduction != Reduction::kAdd)
+    throw UnsupportedError(c.node.where() + ": ScatterND's reductions mul, max and min have no CUDA kernel yet");
+  if (idx.dtype() != DType::kInt64) c.fail("indices must be int64, not " + dtype_name(idx.dtype()));
+  if (idx.rank() == 0 || idx.dims().back() > x.rank() || idx.dims().back() > kMaxRank)
+    c.fail("indices " + dims_str(idx.dims()) + " do not index data " + dims_str(x.dims()));
+  if (upd.dtype() != x.dtype())
+    c.fail("updates of dtype " + dtype_name(upd.dtype()) + " into " + dtype_name(x.dtype()));
+  NdIndex nd;
+  nd.k = int(idx.dims().back());
+  const auto st = contiguous_strides(x.dims());
+  int64_t slice = 1;
+  for (size_t d = 0; d < x.dims().size(); ++d) {
+    if (d < size_t(nd.k)) nd.dims[d] = x.dims()[d], nd.strides[d] = st[d];
+    else slice *= x.dims()[d];
+  }
+  const int64_t count = nd.k ? idx.numel() / nd.k : 0;
+  if (upd.numel() != count * slice)
+    c.fail("updates " + dims_str(upd.dims()) + " do not fit indices " + dims_str(idx.dims()) + " into data " +
+           dims_str(x.dims()));
+  if (c.out(0).raw() != x.raw() && x.nbytes())  // (else in place)
+    check(cudaMemcpyAsync(c.out(0).raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
+  scatter_nd(x.dtype(), at.reduction == Reduction::kAdd, idx.data<int64_t>(), upd.raw(), c.out(0).raw(), count, slice,
+             nd, stream());
+}
+
+const bool kRegistered = register_kernels(cuda_device(0), {{"", "Gather", kernel(gather_node)},
+                                                           {"", "ScatterND", kernel(scatter_nd_node)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda

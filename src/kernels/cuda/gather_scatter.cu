@@ -1,0 +1,93 @@
+// Gather and ScatterND on the GPU: one thread per element moved; ScatterND's additions are atomic, so repeated
+// indices (an embedding's gradient) add up whatever the order.
+#include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+template <typename T, typename I>
+__global__ void gather_kernel(const T* x, const I* idx, T* y, int64_t n, int64_t count, int64_t inner,
+                              int64_t total) {
+  ONNXTRAIN_GRID_LOOP(e, total) {
+    const int64_t k = e % inner, j = e / inner % count, o = e / inner / count;
+    int64_t i = int64_t(idx[j]);
+    if (i < 0) i += n;
+    y[e] = i >= 0 && i < n ? x[(o * n + i) * inner + k] : T(0);
+  }
+}
+
+// The offset update u's indices point to; -1 when one is out of range.
+__device__ __forceinline__ int64_t nd_offset(const int64_t* idx, int64_t u, const NdIndex& nd) {
+  int64_t off = 0;
+  for (int d = 0; d < nd.k; ++d) {
+    int64_t i = idx[u * nd.k + d];
+    if (i < 0) i += nd.dims[d];
+    if (i < 0 || i >= nd.dims[d]) return -1;
+    off += i * nd.strides[d];
+  }
+  return off;
+}
+
+template <typename T>
+__global__ void scatter_add_kernel(const int64_t* idx, const T* upd, T* out, int64_t slice, NdIndex nd, int64_t total) {
+  ONNXTRAIN_GRID_LOOP(e, total) {
+    const int64_t off = nd_offset(idx, e / slice, nd);
+    if (off >= 0) atomicAdd(out + off + e % slice, upd[e]);
+  }
+}
+
+template <typename T>
+__global__ void scatter_set_kernel(const int64_t* idx, const T* upd, T* out, int64_t slice, NdIndex nd,
+                                   int64_t total) {
+  ONNXTRAIN_GRID_LOOP(e, total) {
+    const int64_t off = nd_offset(idx, e / slice, nd);
+    if (off >= 0) out[off + e % slice] = upd[e];
+  }
+}
+
+}  // namespace
+
+void gather(int elem_bytes, const void* x, DType idx_type, const void* idx, void* y, int64_t outer, int64_t n,
+            int64_t count, int64_t inner, cudaStream_t stream) {
+  const int64_t total = outer * count * inner;
+  if (total == 0) return;
+  if (idx_type != DType::kInt64 && idx_type != DType::kInt32) unsupported_dtype("Gather's indices", idx_type);
+  with_bytes(elem_bytes, "Gather", [&](auto v) {
+    using T = decltype(v);
+    const T* xt = static_cast<const T*>(x);
+    if (idx_type == DType::kInt64)
+      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(xt, static_cast<const int64_t*>(idx),
+                                                                static_cast<T*>(y), n, count, inner, total);
+    else
+      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(xt, static_cast<const int32_t*>(idx),
+                                                                static_cast<T*>(y), n, count, inner, total);
+  });
+  check_launch("Gather");
+}
+
+void scatter_nd(DType t, bool add, const int64_t* idx, const void* updates, void* out, int64_t count, int64_t slice,
+                const NdIndex& nd, cudaStream_t stream) {
+  const int64_t total = count * slice;
+  if (total == 0) return;
+  if (!add) {
+    with_bytes(int(dtype_size(t)), "ScatterND", [&](auto v) {
+      using T = decltype(v);
+      scatter_set_kernel<<<blocks_for(total), kThreads, 0, stream>>>(idx, static_cast<const T*>(updates),
+                                                                     static_cast<T*>(out), slice, nd, total);
+    });
+    return check_launch("ScatterND");
+  }
+  auto launch = [&](auto v) {
+    using T = decltype(v);
+    scatter_add_kernel<<<blocks_for(total), kThreads, 0, stream>>>(idx, static_cast<const T*>(updates),
+                                                                   static_cast<T*>(out), slice, nd, total);
+  };
+  if (t == DType::kFloat64)
+    launch(double{});
+  else if (!with_float_type(t, launch))
+    unsupported_dtype("ScatterND's addition", t);
+  check_launch("ScatterND");
+}
+
+}  // namespace onnxtrain::kernels::cuda
