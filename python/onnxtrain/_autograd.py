@@ -56,10 +56,12 @@ class Handoff:
         return gradient
 
     def join(self):
+        """The backward call's result, handed over once: the handoff keeps no reference to it."""
         self.thread.join()
         if self.error is not None:
             raise self.error
-        return self.result
+        result, self.result = self.result, None
+        return result
 
 
 class Release(torch.autograd.Function):
@@ -106,7 +108,9 @@ class Apply(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         runner, state, handoff = ctx.runner, ctx.state, ctx.handoff
-        ctx.state = None  # the stash goes as soon as backward is done
+        # The stash goes as soon as backward is done, and the gradients with their last user: the graph's outputs
+        # (the step's loss, often kept until the next step's) hold this node, and so would hold them.
+        ctx.state = ctx.handoff = None
         output_grads = {}
         for name, g, (shape, dtype, device) in zip(runner.output_names, grads, ctx.output_meta):
             if name not in runner.grad_outputs or (g is None and name in runner.optional_grad_outputs):

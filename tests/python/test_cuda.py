@@ -175,7 +175,6 @@ def test_the_lm_with_its_loss_trains_on_the_gpu_as_eager():
         idx, target = batch(10 + step)
         target[0, :3] = -100  # ignored, as cross_entropy's default ignore_index says
         if step == 2:
-            le = lo = None  # (the last step's loss holds memory of that step until it goes)
             onnxtrain.reset_peak_stats("cuda:0")
             base = onnxtrain.memory_stats("cuda:0")["allocated"]
         le, lo = eager(idx, target), wrapped(idx, target)

@@ -58,3 +58,19 @@ def test_inputs_that_need_gradients_get_them_too():
     torch.testing.assert_close(x.grad, y.grad)
     for p, q in zip(wrapped.parameters(), layer.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_kept_loss_holds_no_gradients(early):
+    """A training loop keeps the step's loss until the next step assigns it: once the parameters' gradients are
+    dropped (zero_grad), that loss must hold none of onnxtrain's memory of them (the handoff held all of them)."""
+    model, data = model_and_batch()
+    wrapped = onnxtrain.Module(model, onnxtrain.Options(early_gradients=early))
+    loss = wrapped(*data)
+    loss.backward()
+    grads = sum(p.grad.nbytes for p in model.parameters())
+    for p in model.parameters():
+        p.grad = None
+    held = onnxtrain.memory_stats()["allocated"]
+    loss = None
+    assert held - onnxtrain.memory_stats()["allocated"] < grads / 100
