@@ -50,6 +50,7 @@ class RunState {
   friend class Session;
   runtime::Env env_;
   uint64_t seed_ = 0;
+  Bindings dims_;  // the forward call's dims by symbol
   bool consumed_ = false;
 };
 
@@ -134,7 +135,8 @@ class Session {
 
  private:
   Session(memory::Executable exe, SessionOptions options);
-  void feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
+  // Puts the feeds and the initializers into env; the call's dims by symbol.
+  Bindings feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
   void end_of_step();  // trims the allocator unless told to keep its cache
   bool output_grad_may_be_unset(const ir::Value* gin) const;
   uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }

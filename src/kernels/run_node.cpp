@@ -8,15 +8,40 @@
 
 namespace onnxtrain::kernels {
 
-// Copies of the inputs n reads on the host that live in memory the host cannot read (small: shapes, axes, scalars).
-static std::vector<Tensor> host_copies(const ir::Node& n, const std::vector<const Tensor*>& inputs) {
+// Value v (as t, on a device) on the host without reading the device: its constant data, which the graph holds on
+// the host, or the elements shape inference found for it evaluated with the call's dims; undefined when neither
+// gives it (a value that depends on data).
+static Tensor known_on_host(const ir::Value* v, const Tensor& t, const Bindings* dims) {
+  if (!v) return {};
+  if (v->initializer && !v->trainable && v->initializer->dims() == t.dims() && v->initializer->dtype() == t.dtype())
+    return *v->initializer;
+  if (!dims || !v->sym_value || int64_t(v->sym_value->size()) != t.numel() ||
+      (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32))
+    return {};
+  Tensor h(t.dtype(), t.dims(), &CachingAllocator::global());
+  for (size_t k = 0; k < v->sym_value->size(); ++k) {
+    const std::optional<int64_t> x = (*v->sym_value)[k].eval(*dims);
+    if (!x) return {};
+    if (t.dtype() == DType::kInt64)
+      h.data<int64_t>()[k] = *x;
+    else
+      h.data<int32_t>()[k] = int32_t(*x);
+  }
+  return h;
+}
+
+// The inputs n reads on the host that live in memory the host cannot read (small: shapes, axes, scalars), on the
+// host: known there (known_on_host), else copied.
+static std::vector<Tensor> host_copies(const ir::Node& n, const std::vector<const Tensor*>& inputs,
+                                       const Bindings* dims) {
   std::vector<Tensor> r;
   const uint64_t host = n.op->host_inputs();
   for (size_t i = 0; i < inputs.size() && i < 64 && host >> i; ++i) {
     const Tensor* t = inputs[i];
     if ((host >> i & 1) && t && !(t->device() == kCpu) && !CachingAllocator::of(t->device()).memory().host_readable()) {
       r.resize(inputs.size());
-      r[i] = t->clone(&CachingAllocator::global());
+      r[i] = known_on_host(i < n.inputs.size() ? n.inputs[i] : nullptr, *t, dims);
+      if (!r[i].defined()) r[i] = t->clone(&CachingAllocator::global());
     }
   }
   return r;
@@ -24,7 +49,7 @@ static std::vector<Tensor> host_copies(const ir::Node& n, const std::vector<cons
 
 static std::vector<Tensor> run_node_reading(const ir::Node& n, const std::vector<const Tensor*>& given,
                                             const RunArgs& args) {
-  std::vector<Tensor> on_host = host_copies(n, given);
+  std::vector<Tensor> on_host = host_copies(n, given, args.dims);
   std::vector<const Tensor*> inputs = given;
   for (size_t i = 0; i < on_host.size(); ++i)
     if (on_host[i].defined()) inputs[i] = &on_host[i];

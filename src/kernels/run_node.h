@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dim.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 
@@ -20,6 +21,9 @@ struct RunArgs {
   Device device = kCpu;
   CachingAllocator* alloc = nullptr;  // the device's allocator; null: the global one
   uint64_t seed = 0;                  // random ops: the run's seed (the node's key is mixed in by the caller)
+  // The call's dims, by symbol: where a device's memory is not the host's, an input read on the host whose value
+  // shape inference knows (Value::sym_value) is evaluated with them instead of copied from the device.
+  const Bindings* dims = nullptr;
   // Per output (may be shorter): a tensor whose buffer output i takes when its byte size matches (in place).
   std::vector<const Tensor*> reuse;
   // Called with each output that got a buffer of its own.

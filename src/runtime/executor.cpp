@@ -17,7 +17,7 @@ static uint64_t random_key(const ir::Node& n) {
 }
 
 static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, CachingAllocator* alloc, uint64_t seed,
-                     MemoryRecorder* recorder) {
+                     const Bindings& dims, MemoryRecorder* recorder) {
   const memory::StepPlan& step = plan.steps()[s];
   const ir::Node& n = *step.node;
   std::vector<const Tensor*> ins;
@@ -38,6 +38,7 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
   args.device = alloc->device();
   args.alloc = alloc;
   args.seed = seed ^ random_key(n);
+  args.dims = &dims;
   for (const ir::Value* v : n.outputs) {
     const memory::ValuePlan* vp = v ? &plan.value(v) : nullptr;
     args.reuse.push_back(vp && vp->kind == memory::AllocKind::kInPlace ? &env.at(vp->source) : nullptr);
@@ -49,12 +50,13 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
 }
 
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, Profile* profile, MemoryRecorder* recorder, const std::function<void(size_t)>& after_step) {
+             uint64_t seed, const Bindings& dims, Profile* profile, MemoryRecorder* recorder,
+             const std::function<void(size_t)>& after_step) {
   for (size_t s = begin; s < end; ++s) {
     try {
       auto t0 = std::chrono::steady_clock::now();
       if (recorder) recorder->at_step(s);
-      run_step(plan, s, env, alloc, seed, recorder);
+      run_step(plan, s, env, alloc, seed, dims, recorder);
       if (profile) {
         const std::string& op = plan.steps()[s].node->op_type;
         profile->ms_by_op[op] +=

@@ -27,9 +27,10 @@ struct Profile {
 
 class MemoryRecorder;
 
-// `after_step` (optional): called with each step's index once it has run, before the values it releases go.
+// `dims`: the call's dims by symbol (kernels::RunArgs::dims). `after_step` (optional): called with each step's index
+// once it has run, before the values it releases go.
 void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, Profile* profile = nullptr, MemoryRecorder* recorder = nullptr,
+             uint64_t seed, const Bindings& dims, Profile* profile = nullptr, MemoryRecorder* recorder = nullptr,
              const std::function<void(size_t)>& after_step = nullptr);
 
 }  // namespace onnxtrain::runtime

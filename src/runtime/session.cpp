@@ -175,14 +175,14 @@ Bindings Session::bind_inputs(const std::map<std::string, std::vector<int64_t>>&
   return b;
 }
 
-void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const {
+Bindings Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const {
   std::map<std::string, std::vector<int64_t>> dims;
   std::map<std::string, DType> dtypes;
   for (auto& [k, t] : feeds) {
     dims[k] = t.dims();
     dtypes[k] = t.dtype();
   }
-  bind_inputs(dims, dtypes, forward_only);
+  Bindings bound = bind_inputs(dims, dtypes, forward_only);
   for (const ir::Value* v : forward_only ? exe_.forward_inputs : exe_.graph->inputs) {
     const Tensor& t = feeds.at(v->name);
     if (!(t.device() == alloc_->device()))
@@ -192,6 +192,7 @@ void Session::feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds
   }
   for (const ir::Value* v : exe_.graph->initializers)
     env[v] = device_initializers_.empty() ? *v->initializer : device_initializers_.at(v);
+  return bound;
 }
 
 std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& feeds) {
@@ -199,8 +200,9 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   std::map<std::string, Tensor> out;
   {
     runtime::Env env;
-    feed(env, feeds, false);
-    runtime::execute(exe_.plan, 0, exe_.plan.steps().size(), env, alloc_, next_seed(), profile_.get(), recorder_.get());
+    const Bindings dims = feed(env, feeds, false);
+    runtime::execute(exe_.plan, 0, exe_.plan.steps().size(), env, alloc_, next_seed(), dims, profile_.get(),
+                     recorder_.get());
     for (const ir::Value* v : exe_.graph->outputs) out[v->name] = env.at(v);
   }
   end_of_step();
@@ -217,8 +219,9 @@ std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run
   runtime::MemoryRecorder::Scope recording(recorder_.get());
   auto state = std::make_unique<RunState>();
   state->seed_ = seed ? *seed : next_seed();
-  feed(state->env_, feeds, true);
-  runtime::execute(exe_.plan, 0, exe_.boundary, state->env_, alloc_, state->seed_, profile_.get(), recorder_.get());
+  state->dims_ = feed(state->env_, feeds, true);
+  runtime::execute(exe_.plan, 0, exe_.boundary, state->env_, alloc_, state->seed_, state->dims_, profile_.get(),
+                   recorder_.get());
   std::map<std::string, Tensor> out;
   for (const ir::Value* v : exe_.forward_outputs) {
     out[v->name] = state->env_.at(v);
@@ -277,8 +280,8 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
     after_step = [&](size_t step) {
       for (size_t i : gradients_by_step_[step]) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
     };
-  runtime::execute(exe_.plan, exe_.boundary, exe_.plan.steps().size(), state.env_, alloc_, state.seed_, profile_.get(),
-                   recorder_.get(), after_step);
+  runtime::execute(exe_.plan, exe_.boundary, exe_.plan.steps().size(), state.env_, alloc_, state.seed_, state.dims_,
+                   profile_.get(), recorder_.get(), after_step);
   if (on_gradient)  // (gradients no backward step makes: an input's, or an output gradient's passed through)
     for (size_t i : gradients_by_step_.back()) on_gradient(exe_.wrt[i], state.env_.at(exe_.grads[i]));
   std::map<std::string, Tensor> grads;  // (but those applied in backward, freed already)
