@@ -85,7 +85,13 @@ struct DivFn {
     if (g.needs(1)) g.set_dx(1, g.neg(g.mul(da, g.y(0))));
   }
 };
-struct ModFn : NoFold {
+struct ModFn {
+  // Of sizes (both provably >= 0, so truncation and flooring agree): a - b floor(a / b), the quotient an opaque
+  // atom, so that what is cut at the remainder adds up again (torch.roll's two slices and their concatenation).
+  static std::optional<Dim> fold(const Dim& a, const Dim& b) {
+    if (!a.provably_non_negative() || !b.provably_non_negative()) return std::nullopt;
+    return a - b * Dim::floor_div(a, b);
+  }
   // r = a - b q with q = trunc(a / b) (fmod) or floor(a / b): da = dy, db = -dy q (q recovered from r exactly
   // enough to round: (a - r) / b is within rounding of an integer).
   static void grad(GradCtx& g) {

@@ -51,6 +51,8 @@ CASES = {
     "binary_cross_entropy": (lambda h, y: F.binary_cross_entropy(torch.sigmoid(h), y.sigmoid()), "float"),
     "cross_entropy_label_smoothing": (lambda h, y: F.cross_entropy(h, y, label_smoothing=0.1), "class"),
     "cross_entropy_ignore_index": (lambda h, y: F.cross_entropy(h, y, ignore_index=2), "class"),
+    # (the targets' shape through torch.roll's Mod of the shift by a dim: the two slices add up to the dim again)
+    "cross_entropy_rolled_target": (lambda h, y: F.cross_entropy(h, torch.roll(y, -1, 0)), "class"),
     "layer_norm_no_weight": (lambda h, y: (F.layer_norm(h, (6,)) * y).sum(), "float"),
     "baddbmm": (lambda h, y: torch.baddbmm(h.view(-1, 2, 3)[:, :, :2], h.view(-1, 2, 3), y.view(-1, 3, 2) * 0.5).sum(), "float"),
     "sdpa_causal": (sdpa(True, False), "float"),
