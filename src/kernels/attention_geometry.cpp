@@ -2,7 +2,8 @@
 
 #include <string>
 
-#include "kernels/cpu/broadcast.h"
+#include "kernels/strides.h"
+
 
 namespace onnxtrain::kernels {
 

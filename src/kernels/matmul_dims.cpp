@@ -1,6 +1,6 @@
 #include "kernels/matmul_dims.h"
 
-#include "kernels/cpu/broadcast.h"
+#include "kernels/strides.h"
 
 namespace onnxtrain::kernels {
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/strides.h"
 
 namespace onnxtrain::kernels {
 
@@ -47,13 +48,6 @@ void strided_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const 
       }
     }
   });
-}
-
-// Row-major element strides of dims.
-inline std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
-  std::vector<int64_t> st(dims.size(), 1);
-  for (int64_t i = int64_t(dims.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i + 1)] * dims[size_t(i + 1)];
-  return st;
 }
 
 }  // namespace onnxtrain::kernels

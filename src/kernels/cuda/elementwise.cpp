@@ -4,10 +4,9 @@
 #include <optional>
 
 #include "kernels/counter_random.h"
-#include "kernels/cpu/broadcast.h"
-#include "kernels/cpu/strided_copy.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/dropout_mode.h"
+#include "kernels/strides.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/op.h"

@@ -1,7 +1,7 @@
 // The CUDA kernels of Gather (any axis, int32 or int64 indices) and ScatterND (reduction none or add: Gather's
 // gradient), on gather_scatter.cu's launchers. The indices stay on the device.
-#include "kernels/cpu/strided_copy.h"
 #include "kernels/cuda/indexing.h"
+#include "kernels/strides.h"
 #include "ops/axis_util.h"
 #include "ops/indexing.h"
 

@@ -1,8 +1,7 @@
 // The CUDA kernels of the ops that move data (Transpose, Expand, Slice and its gradient, Concat, Split, Trilu) and of
 // Shape and Size, whose values reach the device as kernel arguments: no host buffer, no copy.
-#include "kernels/cpu/broadcast.h"
-#include "kernels/cpu/strided_copy.h"
 #include "kernels/cuda/indexing.h"
+#include "kernels/strides.h"
 #include "ops/layout.h"
 #include "ops/shape_ops.h"
 #include "ops/shape_util.h"

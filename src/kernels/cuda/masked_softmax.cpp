@@ -1,8 +1,8 @@
 // The CUDA kernels of com.onnxtrain.MaskedSoftmax, MaskedSoftmaxGrad and AttentionSoftmax (the scores' product by
 // matmul.cu's GEMM, every column computed, then the masked softmax in place), on masked_softmax.cu's launchers.
 // Scale and fill stay on the device.
-#include "kernels/cpu/broadcast.h"
 #include "kernels/cuda/indexing.h"
+#include "kernels/strides.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {

@@ -1,9 +1,9 @@
 // The CUDA kernels of MatMul (NumPy semantics, batched with broadcasting), com.onnxtrain.FusedMatMul (operands
 // read transposed), Gemm and com.onnxtrain.Linear (X W^T + B over all rows of X), on matmul.cu's strided GEMM. A
 // FusedMatMul or Linear with attribute `to` writes float32 from 16-bit operands.
-#include "kernels/cpu/broadcast.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/matmul_dims.h"
+#include "kernels/strides.h"
 #include "ops/matmul.h"
 
 namespace onnxtrain::kernels::cuda {

@@ -1,7 +1,7 @@
 // The CUDA kernels of LayerNormalization and com.onnxtrain.LayerNormalizationGrad (normalization.cu's launchers):
 // scale and bias of the input's dtype, broadcast over the normalized dims as on the CPU.
-#include "kernels/cpu/broadcast.h"
 #include "kernels/cuda/indexing.h"
+#include "kernels/strides.h"
 #include "ops/normalization.h"
 
 namespace onnxtrain::kernels::cuda {

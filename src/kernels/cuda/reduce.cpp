@@ -1,7 +1,7 @@
 // The CUDA kernels of the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL2) and
 // of Softmax and LogSoftmax, on reduce.cu's block reductions.
-#include "kernels/cpu/strided_copy.h"
 #include "kernels/cuda/indexing.h"
+#include "kernels/strides.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
 

@@ -1,4 +1,6 @@
-#include "kernels/cpu/broadcast.h"
+#include "kernels/strides.h"
+
+#include <algorithm>
 
 namespace onnxtrain::kernels {
 
@@ -32,6 +34,12 @@ bool broadcasts_as_suffix(const std::vector<int64_t>& p, const std::vector<int64
   for (; i < p.size(); ++i)
     if (p[i] != dims[off + i]) return false;
   return true;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> st(dims.size(), 1);
+  for (int64_t i = int64_t(dims.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i + 1)] * dims[size_t(i + 1)];
+  return st;
 }
 
 }  // namespace onnxtrain::kernels
