@@ -20,7 +20,7 @@ CachingAllocator::~CachingAllocator() {
   }
   idle_cv_.notify_all();
   if (idle_thread_.joinable()) idle_thread_.join();
-  for (auto& [size, p] : free_blocks_) memory_.release(p);
+  release_free_blocks();
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
@@ -29,18 +29,24 @@ void* CachingAllocator::allocate(size_t bytes) {
   if (s_.limit > 0 && s_.allocated + int64_t(rounded) > s_.limit)
     throw OutOfMemoryError("[allocator] out of memory: request of " + mib(rounded) + " with " + mib(s_.allocated) +
                            " allocated and a limit of " + mib(s_.limit));
-  void* p = nullptr;
-  size_t block = rounded;
-  // Best fit among cached blocks, but never more than an eighth over the request (the slack of a bigger block is
-  // process memory the plan does not count).
-  auto it = free_blocks_.lower_bound(rounded);
-  if (it != free_blocks_.end() && it->first <= rounded + rounded / 8) {
-    block = it->first;
-    p = it->second;
-    free_blocks_.erase(it);
+  Block* b = nullptr;
+  auto it = free_blocks_.lower_bound(rounded);  // the best fit
+  if (it != free_blocks_.end()) {
+    b = it->second;
+    take(b);
+    b->requested = rounded;
+    if (b->size > rounded + rounded / 8) {  // its front; the rest stays free (a slack up to an eighth goes along)
+      Block* rest = new Block{b->ptr + rounded, b->size - rounded};
+      rest->free_at = free_blocks_.end();
+      rest->prev = b, rest->next = b->next;
+      if (b->next) b->next->prev = rest;
+      b->next = rest;
+      b->size = rounded;
+      make_free(rest);
+    }
   } else {
     release_beyond_high_water(rounded);
-    p = memory_.reserve(rounded, kAlignment);
+    void* p = memory_.reserve(rounded, kAlignment);
     if (!p) {
       release_free_blocks();
       p = memory_.reserve(rounded, kAlignment);
@@ -48,9 +54,12 @@ void* CachingAllocator::allocate(size_t bytes) {
     if (!p)
       throw OutOfMemoryError("[allocator] the system refused " + mib(rounded) + " with " + mib(s_.allocated) +
                              " allocated");
+    b = new Block{static_cast<char*>(p), rounded, rounded};
+    b->free_at = free_blocks_.end();
     s_.cached += rounded;
   }
-  used_[p] = {block, rounded};
+  void* p = b->ptr;
+  used_[p] = b;
   s_.allocated += rounded;
   high_water_ = std::max(high_water_, s_.allocated);
   s_.num_allocs++;
@@ -64,12 +73,41 @@ void CachingAllocator::free(void* p) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = used_.find(p);
   if (it == used_.end()) return;
-  s_.allocated -= it->second.second;
-  for (auto& [id, observe] : observers_) observe(p, -int64_t(it->second.second));
-  free_blocks_.emplace(it->second.first, p);
+  Block* b = it->second;
   used_.erase(it);
+  s_.allocated -= int64_t(b->requested);
+  for (auto& [id, observe] : observers_) observe(p, -int64_t(b->requested));
+  b->requested = 0;
+  make_free(b);
   s_.num_frees++;
   update_peaks();
+}
+
+void CachingAllocator::make_free(Block* b) {
+  for (Block* n : {b->prev, b->next}) {
+    if (!n || n->requested) continue;  // (a block not in use is free: listed)
+    take(n);
+    Block* first = n == b->prev ? n : b;  // n merges into b, or b into n, keeping the lower address
+    Block* second = first == n ? b : n;
+    first->size += second->size;
+    first->next = second->next;
+    if (second->next) second->next->prev = first;
+    delete second;
+    b = first;
+  }
+  b->free_at = free_blocks_.emplace(b->size, b);
+}
+
+void CachingAllocator::take(Block* b) {
+  free_blocks_.erase(b->free_at);
+  b->free_at = free_blocks_.end();
+}
+
+void CachingAllocator::release(Block* b) {
+  take(b);
+  memory_.release(b->ptr);
+  s_.cached -= int64_t(b->size);
+  delete b;
 }
 
 void CachingAllocator::update_peaks() {
@@ -152,21 +190,20 @@ void CachingAllocator::idle_loop() {
 
 void CachingAllocator::release_beyond_high_water(size_t bytes) {
   const int64_t bound = std::max(high_water_, s_.allocated + int64_t(bytes));
-  while (!free_blocks_.empty() && s_.cached + int64_t(bytes) > bound) {
-    auto largest = std::prev(free_blocks_.end());
-    memory_.release(largest->second);
-    s_.cached -= int64_t(largest->first);
-    free_blocks_.erase(largest);
+  for (auto it = free_blocks_.end(); it != free_blocks_.begin() && s_.cached + int64_t(bytes) > bound;) {
+    Block* b = (--it)->second;  // largest first
+    if (!b->whole()) continue;  // (a part of a segment in use stays)
+    it = std::next(it);
+    release(b);
   }
   s_.inactive = s_.cached - s_.allocated;
 }
 
 void CachingAllocator::release_free_blocks() {
-  for (auto& [size, p] : free_blocks_) {
-    memory_.release(p);
-    s_.cached -= size;
+  for (auto it = free_blocks_.begin(); it != free_blocks_.end();) {
+    Block* b = (it++)->second;
+    if (b->whole()) release(b);
   }
-  free_blocks_.clear();
   s_.inactive = s_.cached - s_.allocated;
 }
 

@@ -1,7 +1,11 @@
-// A small size-keyed caching allocator whose statistics are public API, one per device. It never holds more
-// than it has had to: on a miss, cached blocks are returned to the system until the new block fits under the
-// highest allocated total since the last trim(), so the bytes it reserves (cached) peak where the allocated bytes
-// peak, and a step's process memory is the planned peak, not the planned peak plus fragments of other sizes.
+// A small size-keyed caching allocator whose statistics are public API, one per device. Each block it reserves from
+// the device's memory (a segment) serves requests whole, or split: a request takes the best-fitting free block,
+// and when that block is more than an eighth larger, its front, the rest staying free beside it (neighbours that
+// are free again merge). It never holds more than it has had to: on a miss, whole free segments are returned to
+// the system until the new one fits under the highest allocated total since the last trim(), so the bytes it
+// reserves (cached) peak where the allocated bytes peak, and a step's process memory is the planned peak, not the
+// planned peak plus fragments of other sizes; and a step that repeats the last one's requests reuses its segments
+// instead of returning and reserving them again (on the host, faulting fresh pages in each time).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -10,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <thread>
 
@@ -74,18 +79,31 @@ class CachingAllocator {
   static void register_device_type(DeviceType type, MemoryProvider provider);
 
  private:
+  // A block of a segment, in the segment's address order; free or serving one request.
+  struct Block {
+    char* ptr;
+    size_t size;
+    size_t requested = 0;  // the rounded request it serves (0: free)
+    Block* prev = nullptr;
+    Block* next = nullptr;
+    std::multimap<size_t, Block*>::iterator free_at;  // its entry in free_blocks_, while free
+    bool whole() const { return !prev && !next; }     // the whole segment: what may go back to the system
+  };
+  void make_free(Block* b);  // with mu_ held: merges b with free neighbours, then lists it free
+  void take(Block* b);       // with mu_ held: b no longer listed free
+  void release(Block* b);    // with mu_ held: a whole free segment back to the system
   void update_peaks();
   void trim_locked();
   void idle_loop();            // the thread trim_when_idle starts
   void release_free_blocks();  // with mu_ held
-  // With mu_ held, before reserving `bytes` more: releases free blocks, largest first, until the cache fits
-  // under the high-water mark (or holds no free block).
+  // With mu_ held, before reserving `bytes` more: releases whole free segments, largest first, until the cache fits
+  // under the high-water mark (or holds no whole free segment).
   void release_beyond_high_water(size_t bytes);
   Device device_;
   DeviceMemory& memory_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_blocks_;         // block size -> block
-  std::map<void*, std::pair<size_t, size_t>> used_;  // block -> (block size, rounded request)
+  std::multimap<size_t, Block*> free_blocks_;  // by size
+  std::unordered_map<void*, Block*> used_;      // by address
   MemoryStats s_;
   int64_t high_water_ = 0;  // the highest allocated total since the last trim()
   std::map<int, Observer> observers_;

@@ -123,3 +123,30 @@ TEST(Allocator, TrimWhenIdleReturnsOnlyAnIdleCache) {
   a.trim_when_idle(0);  // at once
   EXPECT_EQ(a.stats().cached, 0);
 }
+
+// A free block more than an eighth larger than a request serves it by its front, the rest staying free in the same
+// segment; parts freed merge again, so the next step finds the whole block; only whole free segments go back.
+TEST(Allocator, LargerBlocksAreSplitAndMergeAgain) {
+  CachingAllocator a;
+  const size_t mib = size_t(1) << 20;
+  char* whole = static_cast<char*>(a.allocate(mib));
+  a.free(whole);
+  void* p = a.allocate(mib / 4);
+  void* q = a.allocate(mib / 4);
+  EXPECT_EQ(p, whole);
+  EXPECT_EQ(q, whole + mib / 4);
+  EXPECT_EQ(a.stats().cached, int64_t(mib)) << "no new memory";
+  EXPECT_EQ(a.stats().allocated, int64_t(mib / 2));
+  a.trim();
+  EXPECT_EQ(a.stats().cached, int64_t(mib)) << "a segment in use stays";
+  a.free(q);
+  void* r = a.allocate(mib / 2);  // the freed quarter and the free half after it merged
+  EXPECT_EQ(r, whole + mib / 4);
+  a.free(p);
+  a.free(r);
+  EXPECT_EQ(a.allocate(mib), whole);  // all merged again
+  a.free(whole);
+  a.trim();
+  EXPECT_EQ(a.stats().cached, 0);
+  EXPECT_EQ(a.stats().allocated, 0);
+}
