@@ -29,34 +29,25 @@ void* CachingAllocator::allocate(size_t bytes) {
   if (s_.limit > 0 && s_.allocated + int64_t(rounded) > s_.limit)
     throw OutOfMemoryError("[allocator] out of memory: request of " + mib(rounded) + " with " + mib(s_.allocated) +
                            " allocated and a limit of " + mib(s_.limit));
+  const bool small = rounded < kSmall;
+  auto& pool = free_blocks_[small];
+  auto it = pool.lower_bound(rounded);  // the best fit in the request's pool
   Block* b = nullptr;
-  auto it = free_blocks_.lower_bound(rounded);  // the best fit
-  if (it != free_blocks_.end()) {
+  if (it != pool.end()) {
     b = it->second;
     take(b);
-    b->requested = rounded;
-    if (b->size > rounded + rounded / 8) {  // its front; the rest stays free (a slack up to an eighth goes along)
-      Block* rest = new Block{b->ptr + rounded, b->size - rounded};
-      rest->free_at = free_blocks_.end();
-      rest->prev = b, rest->next = b->next;
-      if (b->next) b->next->prev = rest;
-      b->next = rest;
-      b->size = rounded;
-      make_free(rest);
-    }
   } else {
-    release_beyond_high_water(rounded);
-    void* p = memory_.reserve(rounded, kAlignment);
-    if (!p) {
-      release_free_blocks();
-      p = memory_.reserve(rounded, kAlignment);
-    }
-    if (!p)
-      throw OutOfMemoryError("[allocator] the system refused " + mib(rounded) + " with " + mib(s_.allocated) +
-                             " allocated");
-    b = new Block{static_cast<char*>(p), rounded, rounded};
-    b->free_at = free_blocks_.end();
-    s_.cached += rounded;
+    b = new_segment(small ? kSmallSegment : rounded, small);
+  }
+  b->requested = rounded;
+  if (b->size > rounded + rounded / 8) {  // its front; the rest stays free (a slack up to an eighth goes along)
+    Block* rest = new Block{b->ptr + rounded, b->size - rounded};
+    rest->small = small;
+    rest->prev = b, rest->next = b->next;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    make_free(rest);
   }
   void* p = b->ptr;
   used_[p] = b;
@@ -95,12 +86,25 @@ void CachingAllocator::make_free(Block* b) {
     delete second;
     b = first;
   }
-  b->free_at = free_blocks_.emplace(b->size, b);
+  b->free_at = free_blocks_[b->small].emplace(b->size, b);
 }
 
-void CachingAllocator::take(Block* b) {
-  free_blocks_.erase(b->free_at);
-  b->free_at = free_blocks_.end();
+void CachingAllocator::take(Block* b) { free_blocks_[b->small].erase(b->free_at); }
+
+CachingAllocator::Block* CachingAllocator::new_segment(size_t bytes, bool small) {
+  if (!small) release_beyond_high_water(bytes);  // (a small segment's few MiB never push a large one out)
+  void* p = memory_.reserve(bytes, kAlignment);
+  if (!p) {
+    release_free_blocks();
+    p = memory_.reserve(bytes, kAlignment);
+  }
+  if (!p)
+    throw OutOfMemoryError("[allocator] the system refused " + mib(int64_t(bytes)) + " with " + mib(s_.allocated) +
+                           " allocated");
+  s_.cached += int64_t(bytes);
+  Block* b = new Block{static_cast<char*>(p), bytes};
+  b->small = small;
+  return b;
 }
 
 void CachingAllocator::release(Block* b) {
@@ -190,20 +194,22 @@ void CachingAllocator::idle_loop() {
 
 void CachingAllocator::release_beyond_high_water(size_t bytes) {
   const int64_t bound = std::max(high_water_, s_.allocated + int64_t(bytes));
-  for (auto it = free_blocks_.end(); it != free_blocks_.begin() && s_.cached + int64_t(bytes) > bound;) {
-    Block* b = (--it)->second;  // largest first
-    if (!b->whole()) continue;  // (a part of a segment in use stays)
-    it = std::next(it);
-    release(b);
-  }
+  for (auto& pool : free_blocks_)
+    for (auto it = pool.end(); it != pool.begin() && s_.cached + int64_t(bytes) > bound;) {
+      Block* b = (--it)->second;  // largest first
+      if (!b->whole()) continue;  // (a part of a segment in use stays)
+      it = std::next(it);
+      release(b);
+    }
   s_.inactive = s_.cached - s_.allocated;
 }
 
 void CachingAllocator::release_free_blocks() {
-  for (auto it = free_blocks_.begin(); it != free_blocks_.end();) {
-    Block* b = (it++)->second;
-    if (b->whole()) release(b);
-  }
+  for (auto& pool : free_blocks_)
+    for (auto it = pool.begin(); it != pool.end();) {
+      Block* b = (it++)->second;
+      if (b->whole()) release(b);
+    }
   s_.inactive = s_.cached - s_.allocated;
 }
 

@@ -1,11 +1,14 @@
 // A small size-keyed caching allocator whose statistics are public API, one per device. Each block it reserves from
-// the device's memory (a segment) serves requests whole, or split: a request takes the best-fitting free block,
-// and when that block is more than an eighth larger, its front, the rest staying free beside it (neighbours that
-// are free again merge). It never holds more than it has had to: on a miss, whole free segments are returned to
-// the system until the new one fits under the highest allocated total since the last trim(), so the bytes it
-// reserves (cached) peak where the allocated bytes peak, and a step's process memory is the planned peak, not the
-// planned peak plus fragments of other sizes; and a step that repeats the last one's requests reuses its segments
-// instead of returning and reserving them again (on the host, faulting fresh pages in each time).
+// the device's memory (a segment: as large as a large request, kSmallSegment for small ones) serves requests whole,
+// or split: a request takes the best-fitting free block of its pool, whole when it is at most an eighth larger,
+// else its front, the rest staying free beside it (neighbours that are free again merge). A segment goes back to
+// the system only whole: a block in use keeps the free rest of its segment for the next request (a step's
+// gradients, held by PyTorch, keep theirs for the next step). It never holds more than it has had to: on a miss
+// for a large request, whole free segments are returned to the system until the new one fits under the highest
+// allocated total since the last trim(), so the bytes it reserves (cached) peak where the allocated bytes peak
+// (within the small segments' few MiB), and a step's process memory is the planned peak, not the planned peak plus
+// fragments of other sizes; and a step that repeats the last one's requests reuses its segments instead of
+// returning and reserving them again (on the host, faulting fresh pages in each time).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -37,6 +40,9 @@ struct MemoryStats {
 class CachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;
+  // Requests under kSmall are small: they are carved from segments of kSmallSegment of their own, so that a small
+  // block in use (a loss kept, a small buffer) never holds a large segment's free rest.
+  static constexpr size_t kSmall = size_t(1) << 20, kSmallSegment = size_t(2) << 20;
   // Every request is rounded up to this granule; the planner rounds the same way.
   static size_t round_size(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -86,12 +92,15 @@ class CachingAllocator {
     size_t requested = 0;  // the rounded request it serves (0: free)
     Block* prev = nullptr;
     Block* next = nullptr;
-    std::multimap<size_t, Block*>::iterator free_at;  // its entry in free_blocks_, while free
-    bool whole() const { return !prev && !next; }     // the whole segment: what may go back to the system
+    std::multimap<size_t, Block*>::iterator free_at;  // its entry in its pool, while free (requested 0)
+    bool small = false;                                 // of a small segment (pool 1) or a large one (pool 0)
+    bool whole() const { return !prev && !next; }       // the whole segment: what may go back to the system
   };
   void make_free(Block* b);  // with mu_ held: merges b with free neighbours, then lists it free
   void take(Block* b);       // with mu_ held: b no longer listed free
   void release(Block* b);    // with mu_ held: a whole free segment back to the system
+  // With mu_ held: a segment of `bytes` reserved (for a large one, after release_beyond_high_water), as one block.
+  Block* new_segment(size_t bytes, bool small);
   void update_peaks();
   void trim_locked();
   void idle_loop();            // the thread trim_when_idle starts
@@ -102,7 +111,7 @@ class CachingAllocator {
   Device device_;
   DeviceMemory& memory_;
   mutable std::mutex mu_;
-  std::multimap<size_t, Block*> free_blocks_;  // by size
+  std::multimap<size_t, Block*> free_blocks_[2];  // the free blocks of large (0) and small (1) segments, by size
   std::unordered_map<void*, Block*> used_;      // by address
   MemoryStats s_;
   int64_t high_water_ = 0;  // the highest allocated total since the last trim()

@@ -9,23 +9,26 @@
 
 using onnxtrain::CachingAllocator;
 
+constexpr int64_t kMiB = int64_t(1) << 20;
+
 TEST(Allocator, StatisticsFollowAllocationsAndFrees) {
   CachingAllocator a;
-  void* p = a.allocate(1000);  // rounds to 1024
+  void* p = a.allocate(1000);  // rounds to 1024; small: carved from a small segment
   void* q = a.allocate(64);
   auto s = a.stats();
   EXPECT_EQ(s.allocated, 1024 + 64);
-  EXPECT_EQ(s.cached, 1024 + 64);
+  EXPECT_EQ(s.cached, int64_t(CachingAllocator::kSmallSegment));
+  EXPECT_EQ(q, static_cast<char*>(p) + 1024);
   EXPECT_EQ(s.num_allocs, 2);
   a.free(p);
   s = a.stats();
   EXPECT_EQ(s.allocated, 64);
   EXPECT_EQ(s.peak_allocated, 1024 + 64);
-  EXPECT_EQ(s.inactive, 1024);
+  EXPECT_EQ(s.inactive, int64_t(CachingAllocator::kSmallSegment) - 64);
   // A cached block is reused: no new memory is reserved.
   void* r = a.allocate(900);
   EXPECT_EQ(r, p);
-  EXPECT_EQ(a.stats().cached, 1024 + 64);
+  EXPECT_EQ(a.stats().cached, int64_t(CachingAllocator::kSmallSegment));
   a.free(q);
   a.free(r);
   a.reset_peaks();
@@ -52,33 +55,33 @@ TEST(Allocator, LimitRaisesTypedErrorNamingTheRequest) {
 }
 
 // Blocks of one size freed, then requests of another that they cannot serve: without the high-water rule the
-// cache would hold both sets (3 x 4096 idle beside 3 x 8192 in use); with it, it never reserves past the highest
+// cache would hold both sets (3 x 2 MiB idle beside 3 x 8 MiB in use); with it, it never reserves past the highest
 // allocated total.
 TEST(Allocator, CachedBytesPeakWhereAllocatedBytesPeak) {
   CachingAllocator a;
   void* small[3];
-  for (auto& p : small) p = a.allocate(4096);
+  for (auto& p : small) p = a.allocate(2 * kMiB);
   for (auto* p : small) a.free(p);
-  EXPECT_EQ(a.stats().cached, 3 * 4096);  // (idle, but under the high water of 3 x 4096)
+  EXPECT_EQ(a.stats().cached, 3 * 2 * kMiB);  // (idle, but under the high water of 3 x 2 MiB)
   void* big[3];
-  for (auto& p : big) p = a.allocate(16384);
+  for (auto& p : big) p = a.allocate(8 * kMiB);
   auto s = a.stats();
   EXPECT_EQ(s.peak_cached, s.peak_allocated);
-  EXPECT_EQ(s.cached, 3 * 16384);
+  EXPECT_EQ(s.cached, 3 * 8 * kMiB);
   for (auto* p : big) a.free(p);
   // A block that fits is reused as before, whatever the high water.
-  void* again = a.allocate(16000);
-  EXPECT_EQ(a.stats().cached, 3 * 16384);
+  void* again = a.allocate(7 * kMiB + kMiB / 2);
+  EXPECT_EQ(a.stats().cached, 3 * 8 * kMiB);
   a.free(again);
   // trim() returns every free block and starts a new high water: the next step reserves only what it uses.
   a.trim();
   EXPECT_EQ(a.stats().cached, 0);
-  void* p = a.allocate(64);
-  void* q = a.allocate(64);
+  void* p = a.allocate(2 * kMiB);
+  void* q = a.allocate(2 * kMiB);
   a.free(p);
-  void* r = a.allocate(128);  // a miss: the idle 64 goes first, the high water (128) being what it may hold
+  void* r = a.allocate(4 * kMiB);  // a miss: the idle 2 MiB goes first, the high water (4 MiB) being what it may hold
   s = a.stats();
-  EXPECT_EQ(s.cached, 64 + 128);
+  EXPECT_EQ(s.cached, 2 * kMiB + 4 * kMiB);
   a.free(q);
   a.free(r);
 }
@@ -106,46 +109,52 @@ TEST(Allocator, TrimWhenIdleReturnsOnlyAnIdleCache) {
     return a.stats().cached;
   };
   CachingAllocator a;
-  a.free(a.allocate(4096));
+  a.free(a.allocate(2 * kMiB));
   a.trim_when_idle(60);
-  EXPECT_EQ(a.stats().cached, 4096);  // (60 s from now)
+  EXPECT_EQ(a.stats().cached, 2 * kMiB);  // (60 s from now)
   a.trim_when_idle(0.01);
   EXPECT_EQ(wait_for_empty(a), 0);
 
-  void* p = a.allocate(4096);
-  a.free(a.allocate(4096));
+  void* p = a.allocate(2 * kMiB);
+  a.free(a.allocate(2 * kMiB));
   a.free(p);
   a.trim_when_idle(1);
-  p = a.allocate(4096);  // the next step starts before the second passes
+  p = a.allocate(2 * kMiB);  // the next step starts before the second passes
   std::this_thread::sleep_for(1500ms);
-  EXPECT_EQ(a.stats().cached, 2 * 4096);  // the free block kept
+  EXPECT_EQ(a.stats().cached, 2 * 2 * kMiB);  // the free block kept
   a.free(p);
   a.trim_when_idle(0);  // at once
   EXPECT_EQ(a.stats().cached, 0);
 }
 
 // A free block more than an eighth larger than a request serves it by its front, the rest staying free in the same
-// segment; parts freed merge again, so the next step finds the whole block; only whole free segments go back.
+// segment; parts freed merge again, so the next step finds the whole block; only whole free segments go back. Small
+// requests come from small segments of their own: a small block in use never holds a large segment.
 TEST(Allocator, LargerBlocksAreSplitAndMergeAgain) {
   CachingAllocator a;
-  const size_t mib = size_t(1) << 20;
-  char* whole = static_cast<char*>(a.allocate(mib));
+  const int64_t size = 4 * kMiB;
+  char* whole = static_cast<char*>(a.allocate(size));
   a.free(whole);
-  void* p = a.allocate(mib / 4);
-  void* q = a.allocate(mib / 4);
+  void* p = a.allocate(size / 4);
+  void* q = a.allocate(size / 4);
   EXPECT_EQ(p, whole);
-  EXPECT_EQ(q, whole + mib / 4);
-  EXPECT_EQ(a.stats().cached, int64_t(mib)) << "no new memory";
-  EXPECT_EQ(a.stats().allocated, int64_t(mib / 2));
+  EXPECT_EQ(q, whole + size / 4);
+  EXPECT_EQ(a.stats().cached, size) << "no new memory";
+  EXPECT_EQ(a.stats().allocated, size / 2);
+  void* tiny = a.allocate(64);
+  EXPECT_EQ(a.stats().cached, size + int64_t(CachingAllocator::kSmallSegment)) << "a small segment";
   a.trim();
-  EXPECT_EQ(a.stats().cached, int64_t(mib)) << "a segment in use stays";
+  EXPECT_EQ(a.stats().cached, size + int64_t(CachingAllocator::kSmallSegment)) << "segments in use stay";
   a.free(q);
-  void* r = a.allocate(mib / 2);  // the freed quarter and the free half after it merged
-  EXPECT_EQ(r, whole + mib / 4);
+  void* r = a.allocate(size / 2);  // the freed quarter and the free half after it merged
+  EXPECT_EQ(r, whole + size / 4);
   a.free(p);
   a.free(r);
-  EXPECT_EQ(a.allocate(mib), whole);  // all merged again
+  EXPECT_EQ(a.allocate(size), whole);  // all merged again
   a.free(whole);
+  a.trim();
+  EXPECT_EQ(a.stats().cached, int64_t(CachingAllocator::kSmallSegment)) << "the small block holds its own segment";
+  a.free(tiny);
   a.trim();
   EXPECT_EQ(a.stats().cached, 0);
   EXPECT_EQ(a.stats().allocated, 0);
