@@ -21,6 +21,10 @@ CachingAllocator::~CachingAllocator() {
   idle_cv_.notify_all();
   if (idle_thread_.joinable()) idle_thread_.join();
   release_free_blocks();
+  // What stays is in segments still in use (their memory the process's until it ends): the blocks' records go.
+  for (auto& pool : free_blocks_)
+    for (auto& [size, b] : pool) delete b;
+  for (auto& [p, b] : used_) delete b;
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
