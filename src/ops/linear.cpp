@@ -16,7 +16,7 @@ class LinearOp : public OpWith<LinearAttrs> {
  public:
   explicit LinearOp(const ir::Node& n) : OpWith({product_output_dtype(n)}) {}
   DType output_dtype(size_t, const std::vector<DType>& in) const override {
-    return attrs.to != DType::kUndefined ? attrs.to : in[0];
+    return product_dtype(attrs.to, in[0]);
   }
   bool recomputable() const override { return true; }
   Dim flops(const ir::Node& n) const override {

@@ -61,7 +61,7 @@ class MatMulOp : public OpWith<MatMulAttrs> {
     ctx.set(0, product_dtype(ctx, attrs.to), batch);
   }
   DType output_dtype(size_t, const std::vector<DType>& in) const override {
-    return attrs.to != DType::kUndefined ? attrs.to : in[0];
+    return product_dtype(attrs.to, in[0]);
   }
 };
 

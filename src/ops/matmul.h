@@ -30,6 +30,8 @@ DType product_output_dtype(const ir::Node& n);
 class InferCtx;
 // The product's output dtype in a shape function: `to` when set (checking the inputs are 16-bit), else input 0's.
 DType product_dtype(InferCtx& ctx, DType to);
+// The same without the check (Op::output_dtype): `to` when set, else the inputs' dtype `in`.
+inline DType product_dtype(DType to, DType in) { return to != DType::kUndefined ? to : in; }
 
 struct GemmAttrs {
   float alpha, beta;

@@ -54,7 +54,8 @@ CASES = {
     # (the targets' shape through torch.roll's Mod of the shift by a dim: the two slices add up to the dim again)
     "cross_entropy_rolled_target": (lambda h, y: F.cross_entropy(h, torch.roll(y, -1, 0)), "class"),
     "layer_norm_no_weight": (lambda h, y: (F.layer_norm(h, (6,)) * y).sum(), "float"),
-    "baddbmm": (lambda h, y: torch.baddbmm(h.view(-1, 2, 3)[:, :, :2], h.view(-1, 2, 3), y.view(-1, 3, 2) * 0.5).sum(), "float"),
+    "baddbmm": (lambda h, y: torch.baddbmm(h.view(-1, 2, 3)[:, :, :2], h.view(-1, 2, 3), y.view(-1, 3, 2) * 0.5).sum(),
+                "float"),
     "sdpa_causal": (sdpa(True, False), "float"),
     "sdpa_mask": (sdpa(False, True), "float"),
     "rms_norm": (lambda h, y: (nn.functional.rms_norm(h, (6,), eps=1e-6) * y).sum(), "float"),

@@ -90,11 +90,6 @@ void range(KernelCtx& c) {
   cuda::range(c.in(0).dtype(), c.in(0).raw(), c.in(2).raw(), c.out(0).raw(), c.out(0).numel(), stream());
 }
 
-void copy(const Tensor& from, Tensor& to) {
-  if (to.raw() == from.raw() || !from.nbytes()) return;
-  check(cudaMemcpyAsync(to.raw(), from.raw(), from.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
-}
-
 // As the CPU's kernel (kernels/cpu/dropout.cpp): the same mask for the same seed.
 void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mask) {
   uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;

@@ -38,8 +38,7 @@ void scatter_nd_node(const ops::IndexAttrs& at, KernelCtx& c) {
   if (upd.numel() != count * slice)
     c.fail("updates " + dims_str(upd.dims()) + " do not fit indices " + dims_str(idx.dims()) + " into data " +
            dims_str(x.dims()));
-  if (c.out(0).raw() != x.raw() && x.nbytes())  // (else in place)
-    check(cudaMemcpyAsync(c.out(0).raw(), x.raw(), x.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
+  copy(x, c.out(0));  // (nothing in place)
   scatter_nd(x.dtype(), at.reduction == Reduction::kAdd, idx.data<int64_t>(), upd.raw(), c.out(0).raw(), count, slice,
              nd, stream());
 }

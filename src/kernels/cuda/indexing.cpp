@@ -20,4 +20,13 @@ Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
   return ix;
 }
 
+void copy(const Tensor& from, Tensor& to) {
+  if (to.raw() == from.raw() || !from.nbytes()) return;
+  check(cudaMemcpyAsync(to.raw(), from.raw(), from.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
+}
+
+void zero(void* dst, size_t bytes) {
+  if (bytes) check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
+}
+
 }  // namespace onnxtrain::kernels::cuda

@@ -1,5 +1,5 @@
 // Host side of the CUDA kernels: launch.h's Indexing made from a shape and the strides of the arrays read or
-// written at its coordinates, and the stream a kernel call queues on.
+// written at its coordinates, the stream a kernel call queues on, and device copies and fills on it.
 #pragma once
 #include <initializer_list>
 #include <vector>
@@ -15,5 +15,10 @@ Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
                   std::initializer_list<std::vector<int64_t>> strides);
 
 inline cudaStream_t stream() { return current_stream(); }
+
+// `to` = `from` (same bytes, both on this device; nothing when they share a buffer), and `bytes` zeros at `dst`,
+// queued on stream().
+void copy(const Tensor& from, Tensor& to);
+void zero(void* dst, size_t bytes);
 
 }  // namespace onnxtrain::kernels::cuda

@@ -51,7 +51,7 @@ void slice(const ops::SliceAttrs& at, KernelCtx& c) {
 
 void slice_grad(const ops::SliceAttrs& at, KernelCtx& c) {
   auto [offset, strides] = window(at, c, c.out(0).dims(), 2);
-  check(cudaMemsetAsync(c.out(0).raw(), 0, c.out(0).nbytes(), stream()), "cudaMemsetAsync");
+  zero(c.out(0).raw(), c.out(0).nbytes());
   const auto& id = c.in(0).dims();
   const int es = elem_bytes(c.in(0));
   strided_copy(es, c.in(0).raw(), static_cast<char*>(c.out(0).raw()) + offset * es,

@@ -4,6 +4,7 @@
 // in scratch, where the CPU's kernel goes by blocks; the targets stay on the device (one out of range gives a NaN
 // loss, not an error).
 #include "kernels/cuda/indexing.h"
+#include "kernels/cuda/product.h"
 #include "ops/loss.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -39,33 +40,18 @@ CrossEntropy cross_entropy_of(const LossAttrs& a, const KernelCtx& c, const Head
   return e;
 }
 
-// C (m, n) = alpha op(A) op(B) [+ base (m, n)], A's and B's elements at the given strides, C of dtype `out`.
-void product(const KernelCtx& c, DType t, DType out, const void* a, int64_t a_rs, int64_t a_cs, const void* b,
-             int64_t b_rs, int64_t b_cs, int64_t m, int64_t n, int64_t k, const void* base, void* result) {
-  GemmShape s;
-  s.m = m, s.n = n, s.k = k;
-  s.a_rs = a_rs, s.a_cs = a_cs, s.b_rs = b_rs, s.b_cs = b_cs;
-  s.batch = indexing(c, {}, {});
-  if (base) s.beta = 1, s.c0 = base, s.c0_rs = n, s.c0_cs = 1;
-  gemm(t, out, a, b, result, s, stream());
-}
-
 // s (n, c) float32 = X W^T + B.
 void scores(const KernelCtx& c, const Head& h, size_t x, size_t w, size_t b, float* s) {
-  GemmShape g;
-  g.m = h.n, g.n = h.c, g.k = h.k;
-  g.a_rs = h.k, g.a_cs = 1, g.b_rs = 1, g.b_cs = h.k;  // W read transposed
-  g.batch = indexing(c, {}, {});
-  if (c.has(b)) g.beta = 1, g.c0 = c.in(b).raw(), g.c0_cs = 1;
-  gemm(h.t, DType::kFloat32, c.in(x).raw(), c.in(w).raw(), s, g, stream());
+  product(h.t, DType::kFloat32, c.in(x).raw(), h.k, 1, c.in(w).raw(), 1, h.k, h.n, h.c, h.k,
+          c.has(b) ? c.in(b).raw() : nullptr, 0, s);
 }
 
 // dX = G W, dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for.
 void head_gradients(KernelCtx& c, const Head& h, const void* g, size_t x, size_t w, size_t first) {
   if (c.wants(first))
-    product(c, h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, h.n, h.k, h.c, nullptr, c.out(first).raw());
+    product(h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, h.n, h.k, h.c, nullptr, 0, c.out(first).raw());
   if (c.wants(first + 1))
-    product(c, h.t, h.t, g, 1, h.c, c.in(x).raw(), h.k, 1, h.c, h.k, h.n, nullptr, c.out(first + 1).raw());
+    product(h.t, h.t, g, 1, h.c, c.in(x).raw(), h.k, 1, h.c, h.k, h.n, nullptr, 0, c.out(first + 1).raw());
   if (c.wants(first + 2)) column_sums(h.t, g, h.n, h.c, nullptr, c.out(first + 2).raw(), stream());
 }
 
@@ -85,7 +71,7 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   float* s = scratch.take<float>(h.n * h.c);
   float* lse = c.wants(1) ? c.out(1).data<float>() : scratch.take<float>(h.n);
   double* totals = scratch.take<double>(2);
-  check(cudaMemsetAsync(totals, 0, 2 * sizeof(double), stream()), "cudaMemsetAsync");
+  zero(totals, 2 * sizeof(double));
   scores(c, h, 0, 1, 2, s);
   if (c.wants(5)) cast(DType::kFloat32, h.t, s, c.out(5).raw(), h.n * h.c, stream());
   float* loss = c.out(0).data<float>();
@@ -109,7 +95,7 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
   float* s = scratch.take<float>(h.n * h.c);
   double* totals = scratch.take<double>(2);
   void* g = scratch.take<uint8_t>(h.n * h.c * int64_t(dtype_size(h.t)));
-  check(cudaMemsetAsync(totals, 0, 2 * sizeof(double), stream()), "cudaMemsetAsync");
+  zero(totals, 2 * sizeof(double));
   if (a.reduction == LossAttrs::kMean) count_targets(e, totals, stream());
   scores(c, h, 1, 2, 3, s);
   cross_entropy_grad(e, h.t, s, c.in(5).data<float>(), c.in(0).data<float>(), per_row,
@@ -125,18 +111,12 @@ void linear_grad_add(const LinearGradAddAttrs& a, KernelCtx& c) {
     c.fail("dY " + (c.has(0) ? dims_str(c.in(0).dims()) : std::string("(unset)")) + " or the base does not fit X " +
            dims_str(c.in(1).dims()) + " and W " + dims_str(c.in(2).dims()));
   const void* base = c.has(3) ? c.in(3).raw() : nullptr;
-  if (!c.has(0) || h.n == 0) {  // the base passes through
-    if (!base)
-      check(cudaMemsetAsync(out.raw(), 0, out.nbytes(), stream()), "cudaMemsetAsync");
-    else if (base != out.raw())
-      check(cudaMemcpyAsync(out.raw(), base, out.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
-    return;
-  }
+  if (!c.has(0) || h.n == 0) return base ? copy(c.in(3), out) : zero(out.raw(), out.nbytes());  // the base, as it is
   const void* dy = c.in(0).raw();
   if (a.wrt == LinearGradAddAttrs::kX)
-    product(c, h.t, h.t, dy, h.c, 1, c.in(2).raw(), h.k, 1, h.n, h.k, h.c, base, out.raw());
+    product(h.t, h.t, dy, h.c, 1, c.in(2).raw(), h.k, 1, h.n, h.k, h.c, base, h.k, out.raw());
   if (a.wrt == LinearGradAddAttrs::kW)
-    product(c, h.t, h.t, dy, 1, h.c, c.in(1).raw(), h.k, 1, h.c, h.k, h.n, base, out.raw());
+    product(h.t, h.t, dy, 1, h.c, c.in(1).raw(), h.k, 1, h.c, h.k, h.n, base, h.k, out.raw());
   if (a.wrt == LinearGradAddAttrs::kB) column_sums(h.t, dy, h.n, h.c, base, out.raw(), stream());
 }
 

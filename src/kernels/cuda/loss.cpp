@@ -32,7 +32,7 @@ void softmax_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   ScratchCarver scratch{c};
   double* totals = scratch.take<double>(2);
   float* lse = c.wants(2) ? c.out(2).data<float>() : scratch.take<float>(e.n);
-  check(cudaMemsetAsync(totals, 0, 2 * sizeof(double), stream()), "cudaMemsetAsync");
+  zero(totals, 2 * sizeof(double));
   float* loss = c.out(0).data<float>();
   cross_entropy_rows(e, x.data<float>(), lse, a.reduction == LossAttrs::kNone ? loss : nullptr, totals, stream());
   if (a.reduction != LossAttrs::kNone) cross_entropy_total(a.reduction == LossAttrs::kMean, totals, loss, stream());

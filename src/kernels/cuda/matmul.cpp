@@ -1,7 +1,8 @@
 // The CUDA kernels of MatMul (NumPy semantics, batched with broadcasting), com.onnxtrain.FusedMatMul (operands
 // read transposed), Gemm and com.onnxtrain.Linear (X W^T + B over all rows of X), on matmul.cu's strided GEMM. A
-// FusedMatMul or Linear with attribute `to` writes float32 from 16-bit operands.
+// FusedMatMul or Linear with attribute `to` writes float32 from 16-bit operands. And product.h's one product.
 #include "kernels/cuda/indexing.h"
+#include "kernels/cuda/product.h"
 #include "kernels/matmul_dims.h"
 #include "kernels/strides.h"
 #include "ops/matmul.h"
@@ -57,26 +58,15 @@ void gemm_node(const ops::GemmAttrs& at, KernelCtx& c) {
 void linear(KernelCtx& c) {
   const Tensor &X = c.in(0), &W = c.in(1);
   if (X.dtype() != W.dtype()) c.fail("X of dtype " + dtype_name(X.dtype()) + " and W of " + dtype_name(W.dtype()));
-  GemmShape s;
-  s.k = X.dims().back();
-  s.n = W.dims()[0];
-  s.m = s.k ? X.numel() / s.k : 0;
-  if (W.dims()[1] != s.k)
+  const int64_t k = X.dims().back(), n = W.dims()[0], rows = k ? X.numel() / k : 0;
+  if (W.dims()[1] != k)
     c.fail("X " + dims_str(X.dims()) + " and W " + dims_str(W.dims()) + " differ in their inner dim");
-  s.a_rs = s.k;
-  s.a_cs = 1;
-  s.b_rs = 1;  // W read transposed
-  s.b_cs = s.k;
-  if (c.has(2)) {
-    if (c.in(2).numel() != s.n || c.in(2).dtype() != X.dtype())
-      c.fail("bias " + dims_str(c.in(2).dims()) + " of dtype " + dtype_name(c.in(2).dtype()) + " is not one " +
-             dtype_name(X.dtype()) + " value for each of W's " + std::to_string(s.n) + " rows");
-    s.beta = 1;
-    s.c0 = c.in(2).raw();
-    s.c0_cs = 1;
-  }
-  s.batch = indexing(c, {}, {});
-  gemm(X.dtype(), c.out(0).dtype(), X.raw(), W.raw(), c.out(0).raw(), s, stream());
+  if (c.has(2) && (c.in(2).numel() != n || c.in(2).dtype() != X.dtype()))
+    c.fail("bias " + dims_str(c.in(2).dims()) + " of dtype " + dtype_name(c.in(2).dtype()) + " is not one " +
+           dtype_name(X.dtype()) + " value for each of W's " + std::to_string(n) + " rows");
+  // (W read transposed; the bias a row added to each)
+  product(X.dtype(), c.out(0).dtype(), X.raw(), k, 1, W.raw(), 1, k, rows, n, k, c.has(2) ? c.in(2).raw() : nullptr,
+          0, c.out(0).raw());
 }
 
 const bool kRegistered = register_kernels(cuda_device(0), {{"", "MatMul", kernel(matmul)},
@@ -85,4 +75,14 @@ const bool kRegistered = register_kernels(cuda_device(0), {{"", "MatMul", kernel
                                                            {"com.onnxtrain", "Linear", kernel(linear)}});
 
 }  // namespace
+
+void product(DType t, DType out, const void* a, int64_t a_rs, int64_t a_cs, const void* b, int64_t b_rs,
+             int64_t b_cs, int64_t m, int64_t n, int64_t k, const void* base, int64_t base_rs, void* c) {
+  GemmShape s;
+  s.m = m, s.n = n, s.k = k;
+  s.a_rs = a_rs, s.a_cs = a_cs, s.b_rs = b_rs, s.b_cs = b_cs;
+  if (base) s.beta = 1, s.c0 = base, s.c0_rs = base_rs, s.c0_cs = 1;
+  gemm(t, out, a, b, c, s, stream());  // (s.batch: rank 0, one product)
+}
+
 }  // namespace onnxtrain::kernels::cuda
