@@ -6,6 +6,7 @@ BatchNorm's updated statistics as extra outputs."""
 import collections
 import contextlib
 import dataclasses
+import functools
 import io
 import logging
 import warnings
@@ -19,7 +20,7 @@ from onnxtrain import _onnxtrain as C
 from onnxtrain._schema import UnsupportedType, flatten, unflatten
 
 OPSET = 18
-EXPORTERS = ("auto", "torch.export", "torchscript")
+EXPORTERS = ("auto", "torch.export", "torch.onnx", "torchscript")
 logger = logging.getLogger("onnxtrain")
 
 
@@ -108,7 +109,8 @@ def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
     # nor change any submodule's mode (the TorchScript-based exporter sets one mode on all, then another on all)
     modes = [(m, m.training) for m in module.modules()]
-    to_onnx = _export_program.to_onnx if exporter == "torch.export" else _export_torchscript.to_onnx
+    to_onnx = _export_torchscript.to_onnx if exporter == "torchscript" else functools.partial(
+        _export_program.to_onnx, direct=exporter != "torch.onnx")
     try:  # tracing may run the module: it must not draw from PyTorch's generator either
         with (_capture_lock.capturing(), torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
               warnings.catch_warnings(), _quiet()):
@@ -161,7 +163,8 @@ def export(module, schema, tensors, names, training, dynamic_dims=None, exporter
         dynamic_dims = [range(t.dim()) for t in tensors]
     used = "torchscript" if exporter == "torchscript" else "torch.export"
     try:
-        model, record = _capture(used, module, schema, tensors, names, training, dynamic_dims)
+        model, record = _capture(exporter if exporter != "auto" else used, module, schema, tensors, names, training,
+                                 dynamic_dims)
     except C.Error:
         raise
     except Exception as e:

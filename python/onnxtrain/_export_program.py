@@ -14,7 +14,11 @@ import torch
 from onnxscript.rewriter.rules import common as rules
 from torch.fx.experimental import proxy_tensor
 
+from onnxtrain import _aten_to_onnx
+from onnxtrain._aten_values import Untranslatable
 from onnxtrain._translations import TABLE
+
+logger = logging.getLogger("onnxtrain")
 
 
 def _as_inputs(graph, state):
@@ -113,9 +117,10 @@ def _drop_tracing_leftovers():
     linecache.clearcache()
 
 
-def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
+def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
     """The graph of `flat` called on `tensors` (named `names`), with parameters and buffers as inputs named
-    module.<name>. Dims torch.export specializes (to a size the module requires, or 0 and 1) stay sizes."""
+    module.<name>. Dims torch.export specializes (to a size the module requires, or 0 and 1) stay sizes. `direct`:
+    translated by _aten_to_onnx where it can be (else, and when not `direct`, by PyTorch's ONNX exporter)."""
     auto = torch.export.Dim.AUTO
     shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
     # (torch.export warns of each dim it specializes to 0 or 1: such dims stay sizes here by design)
@@ -124,6 +129,15 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset):
     specializing.setLevel(logging.ERROR)
     try:
         program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
+        if direct and opset == _aten_to_onnx.OPSET:
+            try:
+                return _aten_to_onnx.translate(program, names)
+            except Untranslatable as e:
+                logger.info("onnxtrain: %s: not translated directly (%s); PyTorch's ONNX exporter translates it",
+                            type(getattr(flat, "module", flat)).__name__, e)
+            except Exception as e:  # noqa: BLE001 (a fault of the translation: the exporter still captures it)
+                logger.warning("onnxtrain: %s: the direct translation failed (%s: %s); PyTorch's ONNX exporter "
+                               "translates it", type(getattr(flat, "module", flat)).__name__, type(e).__name__, e)
         _contiguous_before_reshape(program)
         mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
         exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,

@@ -3,26 +3,27 @@ BatchNorm in training mode (the defaults normalize by the running statistics and
 cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as
 the flash attention fusion reads it, as _symbolics does for the TorchScript-based exporter: grouped-query
 attention broadcast rather than repeated, bool masks additive with fully masked rows giving 0 as PyTorch does,
-dropout applied)."""
+dropout applied). Each is written against an `op` in onnxscript's style: onnxscript's opset for the exporter (TABLE),
+a _graph_builder.GraphBuilder for onnxtrain's direct capture (_aten_math)."""
 
+import inspect
 import math
 
 import numpy as np
+import onnx_ir as ir
 import torch
-from onnxscript import ir
-from onnxscript import opset18 as op
 
 
-def _ints(values):
+def _ints(op, values):
     return op.Constant(value_ints=list(values))
 
 
-def _const(value, dtype):
+def _const(op, value, dtype):
     """A scalar constant of an ir.DataType (a Constant node, so it holds under autocast and fusions read it)."""
     return op.Constant(value=ir.tensor(np.array(value, dtype=dtype.numpy())))
 
 
-def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_var=None, training=False,
+def batch_norm_training(op, x, weight=None, bias=None, running_mean=None, running_var=None, training=False,
                         momentum=0.9, eps=1e-05):
     """aten::_native_batch_norm_legit_functional -> (y, batch mean, batch 1/std, new running mean, new running var).
     In training the statistics are the batch's and the running ones move (BatchNormalization's training mode);
@@ -37,34 +38,34 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
         return y, running_mean, running_var, running_mean, running_var
     y, new_mean, new_var = op.BatchNormalization(x, weight, bias, running_mean, running_var, epsilon=eps,
                                                  momentum=1.0 - momentum, training_mode=1)
-    axes = _ints([d for d in range(len(x.shape)) if d != 1])
+    axes = _ints(op, [d for d in range(len(x.shape)) if d != 1])
     centered = op.Sub(x, op.ReduceMean(x, axes, keepdims=1))
     variance = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=0)
     rstd = op.Reciprocal(op.Sqrt(op.Add(variance, op.CastLike(op.Constant(value_float=eps), x))))
     return y, op.ReduceMean(x, axes, keepdims=0), rstd, new_mean, new_var
 
 
-def _grouped(x, kv_heads, groups):
+def _grouped(op, x, kv_heads, groups):
     """(B, H, ...) -> (B, kv_heads, groups, ...): head h = j * groups + i is group i of key-value head j."""
-    return op.Reshape(op.Unsqueeze(x, _ints([1])), _ints([0, kv_heads, groups, -1, 0]))
+    return op.Reshape(op.Unsqueeze(x, _ints(op, [1])), _ints(op, [0, kv_heads, groups, -1, 0]))
 
 
 def _fail(message):
     raise NotImplementedError(f"onnxtrain: scaled_dot_product_attention: {message}")
 
 
-def _grouped_mask(mask, q_heads, kv_heads, groups):
+def _grouped_mask(op, mask, q_heads, kv_heads, groups):
     """An attention mask broadcast to (B, H, L, S), for scores grouped as (B, kv_heads, groups, L, S)."""
     rank = len(mask.shape)
     if rank <= 2:
         return mask
+    heads = mask.shape[-3]
     if rank == 3:
-        mask = op.Unsqueeze(mask, _ints([0]))
-    heads = mask.shape[1]
+        mask = op.Unsqueeze(mask, _ints(op, [0]))
     if heads == 1:
-        return op.Unsqueeze(mask, _ints([1]))
+        return op.Unsqueeze(mask, _ints(op, [1]))
     if heads == q_heads:
-        return _grouped(mask, kv_heads, groups)
+        return _grouped(op, mask, kv_heads, groups)
     return _fail(f"a mask of {heads} heads for {q_heads} query heads")
 
 
@@ -72,7 +73,7 @@ def _static(dim):
     return dim if isinstance(dim, int) else None
 
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+def scaled_dot_product_attention(op, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """Softmax(Q K^T scale + mask) V, as _symbolics.scaled_dot_product_attention writes it."""
     if is_causal and attn_mask is not None:
@@ -87,16 +88,16 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
                   "the key-value heads")
         groups = q_heads // kv_heads
         y_shape = op.Concat(op.Shape(q, start=0, end=3), op.Shape(v, start=3, end=4), axis=0)
-        q = _grouped(q, kv_heads, groups)
-        k, v = op.Unsqueeze(k, _ints([2])), op.Unsqueeze(v, _ints([2]))
+        q = _grouped(op, q, kv_heads, groups)
+        k, v = op.Unsqueeze(k, _ints(op, [2])), op.Unsqueeze(v, _ints(op, [2]))
         rank += 1
     perm = list(range(rank))
     perm[-2], perm[-1] = perm[-1], perm[-2]
     scores = op.MatMul(q, op.Transpose(k, perm=perm))
     if scale is not None:
-        scores = op.Mul(scores, _const(scale, dtype))
+        scores = op.Mul(scores, _const(op, scale, dtype))
     elif head_size is not None:
-        scores = op.Mul(scores, _const(1.0 / math.sqrt(head_size), dtype))
+        scores = op.Mul(scores, _const(op, 1.0 / math.sqrt(head_size), dtype))
     else:
         scores = op.Div(scores, op.Sqrt(op.CastLike(op.Shape(q, start=-1), scores)))
     mask, bool_mask = attn_mask, attn_mask is not None and attn_mask.dtype == ir.DataType.BOOL
@@ -105,16 +106,16 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
         mask = op.Trilu(op.Expand(op.Constant(value=ir.tensor(np.array(True))), lengths), upper=0)
         bool_mask = True
     elif mask is not None and groups > 1:
-        mask = _grouped_mask(mask, q_heads, kv_heads, groups)
+        mask = _grouped_mask(op, mask, q_heads, kv_heads, groups)
     zero_masked_rows = False
     if mask is not None:
         if bool_mask:
             zero_masked_rows = not is_causal  # (a causal mask leaves a key to every row)
-            mask = op.Where(mask, _const(0.0, dtype), _const(-math.inf, dtype))
+            mask = op.Where(mask, _const(op, 0.0, dtype), _const(op, -math.inf, dtype))
         scores = op.Add(scores, mask)
     probs = op.Softmax(scores, axis=-1)
     if zero_masked_rows:
-        probs = op.Where(op.IsNaN(probs), _const(0.0, dtype), probs)
+        probs = op.Where(op.IsNaN(probs), _const(op, 0.0, dtype), probs)
     if dropout_p > 0:
         probs, _ = op.Dropout(probs, dropout_p, True)
     y = op.MatMul(probs, v)
@@ -124,7 +125,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_caus
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}  # torch's reduction enum
 
 
-def cross_entropy_loss(x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+def cross_entropy_loss(op, x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
     """aten::cross_entropy_loss, label smoothing included (the exporter's default drops it). Class indices:
     SoftmaxCrossEntropyLoss (what the linear-cross-entropy fusion reads), plus the smoothing term, the mean over
     classes of -log p (class-weighted as PyTorch weighs it), zero where the target is ignored. Class probabilities:
@@ -134,13 +135,13 @@ def cross_entropy_loss(x, target, weight=None, reduction=1, ignore_index=-100, l
     if target.dtype != ir.DataType.INT64 and target.dtype != ir.DataType.INT32:
         logp = op.LogSoftmax(x, axis=1)
         if label_smoothing > 0:
-            target = op.Add(op.Mul(target, _const(1 - label_smoothing, dtype)),
-                            op.Div(_const(label_smoothing, dtype), classes))
+            target = op.Add(op.Mul(target, _const(op, 1 - label_smoothing, dtype)),
+                            op.Div(_const(op, label_smoothing, dtype), classes))
         terms = op.Mul(logp, target)
         if weight is not None:
             shape = [1, -1] + [1] * (len(x.shape) - 2)
-            terms = op.Mul(terms, op.Reshape(weight, _ints(shape)))
-        loss = op.Neg(op.ReduceSum(terms, _ints([1]), keepdims=0))
+            terms = op.Mul(terms, op.Reshape(weight, _ints(op, shape)))
+        loss = op.Neg(op.ReduceSum(terms, _ints(op, [1]), keepdims=0))
         if reduction == 1:
             return op.Div(op.ReduceSum(loss, keepdims=0), op.CastLike(op.Size(loss), loss))
         return op.ReduceSum(loss, keepdims=0) if reduction == 2 else loss
@@ -151,8 +152,8 @@ def cross_entropy_loss(x, target, weight=None, reduction=1, ignore_index=-100, l
     logp = op.LogSoftmax(x, axis=1)
     if weight is not None:
         shape = [1, -1] + [1] * (len(x.shape) - 2)
-        logp = op.Mul(logp, op.Reshape(weight, _ints(shape)))
-    smooth = op.Div(op.Neg(op.ReduceSum(logp, _ints([1]), keepdims=0)), classes)
+        logp = op.Mul(logp, op.Reshape(weight, _ints(op, shape)))
+    smooth = op.Div(op.Neg(op.ReduceSum(logp, _ints(op, [1]), keepdims=0)), classes)
     valid = op.CastLike(op.Not(op.Equal(target, op.CastLike(op.Constant(value_int=ignore_index), target))), x)
     smooth = op.Mul(smooth, valid)
     if reduction == 2:
@@ -164,11 +165,25 @@ def cross_entropy_loss(x, target, weight=None, reduction=1, ignore_index=-100, l
             count = op.ReduceSum(op.Mul(op.Gather(weight, op.Mul(target, op.CastLike(valid, target))), valid),
                                  keepdims=0)
         smooth = op.Div(op.ReduceSum(smooth, keepdims=0), count)
-    return op.Add(op.Mul(nll, _const(1 - label_smoothing, dtype)), op.Mul(smooth, _const(label_smoothing, dtype)))
+    return op.Add(op.Mul(nll, _const(op, 1 - label_smoothing, dtype)),
+                  op.Mul(smooth, _const(op, label_smoothing, dtype)))
+
+
+def _exporter(translation):
+    """`translation` as PyTorch's exporter calls it (the ATen op's arguments), with onnxscript's opset."""
+    from onnxscript import opset18
+
+    def call(*args, **kwargs):
+        return translation(opset18, *args, **kwargs)
+
+    call.__signature__ = inspect.signature(translation).replace(
+        parameters=list(inspect.signature(translation).parameters.values())[1:])
+    call.__name__ = translation.__name__
+    return call
 
 
 TABLE = {
-    torch.ops.aten.cross_entropy_loss.default: cross_entropy_loss,
-    torch.ops.aten._native_batch_norm_legit_functional.default: batch_norm_training,
-    torch.ops.aten.scaled_dot_product_attention.default: scaled_dot_product_attention,
+    torch.ops.aten.cross_entropy_loss.default: _exporter(cross_entropy_loss),
+    torch.ops.aten._native_batch_norm_legit_functional.default: _exporter(batch_norm_training),
+    torch.ops.aten.scaled_dot_product_attention.default: _exporter(scaled_dot_product_attention),
 }

@@ -1,0 +1,214 @@
+"""Translations of ATen's arithmetic, activations, reductions, products and layers (linear, layer norm, dropout,
+softmax, attention, cross-entropy) into ONNX nodes, for the direct capture (_aten_to_onnx). Each is called as
+f(out, b, *args, **kwargs): `out` what is known of the op's value (dtype, shape, rank), `b` the GraphBuilder, then
+the ATen op's arguments with tensors as Values and sizes as ints or int64 Values of shape [1]. Nodes are written as
+PyTorch's exporter writes them after onnxscript's optimizer (rsqrt as Reciprocal(Sqrt), silu as x * Sigmoid(x),
+linear as MatMul by the transposed weight, scalars as constants of the computing dtype), which is what onnxtrain's
+fusions read; attention and cross-entropy are _translations' own, shared with the exporter."""
+
+import math
+
+import onnx_ir as ir
+import torch
+
+from onnxtrain import _translations
+from onnxtrain._aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes
+from onnxtrain._graph_builder import Value
+
+aten = torch.ops.aten
+
+
+def _unary(onnx_op):
+    def translate(out, b, x):
+        return getattr(b, onnx_op)(cast(b, x, out.dtype))
+    return translate
+
+
+def _binary(onnx_op):
+    def translate(out, b, x, y, alpha=1):
+        x, y = cast(b, x, out.dtype), cast(b, y, out.dtype)  # (PyTorch's promotion, autocast's casts)
+        if alpha != 1:
+            y = b.Mul(y, cast(b, alpha, out.dtype))
+        return getattr(b, onnx_op)(x, y)
+    return translate
+
+
+def remainder(out, b, x, y):
+    """Python's remainder, of the divisor's sign."""
+    x, y = cast(b, x, out.dtype), cast(b, y, out.dtype)
+    if out.dtype not in FLOATS:
+        return b.Mod(x, y, fmod=0)
+    return b.Sub(x, b.Mul(b.Floor(b.Div(x, y)), y))
+
+
+def _compare(onnx_op, negate=False):
+    def translate(out, b, x, y):
+        dtype = result_dtype(x, y)
+        r = getattr(b, onnx_op)(cast(b, x, dtype), cast(b, y, dtype))
+        return b.Not(r) if negate else r
+    return translate
+
+
+def _logical(bool_op, int_op):
+    def translate(out, b, x, y):
+        x, y = cast(b, x, out.dtype), cast(b, y, out.dtype)
+        return getattr(b, bool_op if out.dtype == ir.DataType.BOOL else int_op)(x, y)
+    return translate
+
+
+def _same(out, b, x, *args, **kwargs):
+    """An op that gives its input's value (contiguous, clone, alias, a move to the device it is on)."""
+    if isinstance(x, Value) and out.dtype is not None and x.dtype != out.dtype:
+        raise Untranslatable("a copy that changes the dtype")
+    return x
+
+
+def _to(out, b, x, *args, **kwargs):
+    return cast(b, x, out.dtype)
+
+
+def rsqrt(out, b, x):
+    (x,) = floats_to(b, out.dtype, x)
+    return b.Reciprocal(b.Sqrt(x))
+
+
+def square(out, b, x):
+    (x,) = floats_to(b, out.dtype, x)
+    return b.Mul(x, x)
+
+
+def silu(out, b, x):
+    (x,) = floats_to(b, out.dtype, x)
+    return b.Mul(x, b.Sigmoid(x))
+
+
+def gelu(out, b, x, approximate="none"):
+    (x,) = floats_to(b, out.dtype, x)
+    dtype = out.dtype
+    if approximate == "tanh":
+        cube = b.Mul(b.Pow(x, cast(b, 3.0, dtype)), cast(b, 0.044715, dtype))
+        inner = b.Mul(b.Add(x, cube), cast(b, math.sqrt(2 / math.pi), dtype))
+        f = b.Tanh(inner)
+    else:
+        f = b.Erf(b.Div(x, cast(b, math.sqrt(2.0), dtype)))
+    return b.Mul(b.Mul(x, cast(b, 0.5, dtype)), b.Add(f, cast(b, 1.0, dtype)))
+
+
+def pow_scalar(out, b, x, exponent):
+    (x,) = floats_to(b, out.dtype, x)
+    return b.Pow(x, cast(b, exponent, out.dtype))
+
+
+def mean_dim(out, b, x, dim=None, keepdim=False, dtype=None):
+    (x,) = floats_to(b, out.dtype, x)
+    if not dim:
+        return b.ReduceMean(x, keepdims=int(keepdim))
+    return b.ReduceMean(x, sizes(b, list(dim)), keepdims=int(keepdim))
+
+
+def sum_dim(out, b, x, dim=None, keepdim=False, dtype=None):
+    x = cast(b, x, out.dtype)
+    if not dim:
+        return b.ReduceSum(x, keepdims=int(keepdim))
+    return b.ReduceSum(x, sizes(b, list(dim)), keepdims=int(keepdim))
+
+
+def linear(out, b, x, weight, bias=None):
+    x, weight, bias = floats_to(b, out.dtype, x, weight, bias)
+    if bias is not None and len(x.shape) == 2:
+        return b.Gemm(x, weight, bias, transB=1)
+    y = b.MatMul(x, b.Transpose(weight, perm=[1, 0]))
+    return y if bias is None else b.Add(y, bias)
+
+
+def addmm(out, b, bias, m1, m2, beta=1, alpha=1):
+    bias, m1, m2 = floats_to(b, out.dtype, bias, m1, m2)
+    return b.Gemm(m1, m2, bias, alpha=float(alpha), beta=float(beta))
+
+
+def matmul(out, b, x, y):
+    x, y = floats_to(b, out.dtype, x, y)
+    return b.MatMul(x, y)
+
+
+def embedding(out, b, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """A Gather, as PyTorch's exporter writes it: the gradient flows to the padding index's row too (PyTorch's
+    embedding gives that row none) and is not scaled by frequency."""
+    return b.Gather(weight, indices, axis=0)
+
+
+def layer_norm(out, b, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    x, weight, bias = floats_to(b, out.dtype, x, weight, bias)
+    if weight is None:
+        weight = b.Expand(cast(b, 1.0, out.dtype), b.Shape(x, start=-len(normalized_shape)))
+    y, *_ = b.LayerNormalization(x, weight, bias, axis=-len(normalized_shape), epsilon=float(eps))
+    return y
+
+
+def dropout(out, b, x, p, train):
+    if not train or p == 0:
+        return x
+    if p >= 1:
+        return b.Mul(x, cast(b, 0.0, x.dtype))
+    y, _ = b.Dropout(x, float(p), True)
+    return y
+
+
+def softmax(onnx_op):
+    def translate(out, b, x, dim, half_to_float=False):
+        (x,) = floats_to(b, out.dtype, x)
+        return getattr(b, onnx_op)(x, axis=dim)
+    return translate
+
+
+def sdpa(out, b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    q, k, v = floats_to(b, out.dtype, q, k, v)
+    if attn_mask is not None and attn_mask.dtype in FLOATS:
+        (attn_mask,) = floats_to(b, out.dtype, attn_mask)
+    return _translations.scaled_dot_product_attention(b, q, k, v, attn_mask, dropout_p, is_causal, scale,
+                                                      enable_gqa)
+
+
+def cross_entropy(out, b, x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
+    x, weight = floats_to(b, out.dtype, x, weight)
+    return _translations.cross_entropy_loss(b, x, target, weight, reduction, ignore_index, label_smoothing)
+
+
+def where(out, b, cond, x, y):
+    x, y = cast(b, x, out.dtype), cast(b, y, out.dtype)
+    return b.Where(cond, x, y)
+
+
+def masked_fill(out, b, x, mask, value):
+    return b.Where(mask, cast(b, value, out.dtype), cast(b, x, out.dtype))
+
+
+TABLE = {
+    aten.add.Tensor: _binary("Add"), aten.sub.Tensor: _binary("Sub"), aten.mul.Tensor: _binary("Mul"),
+    aten.div.Tensor: _binary("Div"), aten.add.Scalar: _binary("Add"), aten.sub.Scalar: _binary("Sub"),
+    aten.mul.Scalar: _binary("Mul"), aten.div.Scalar: _binary("Div"), aten.maximum.default: _binary("Max"),
+    aten.minimum.default: _binary("Min"), aten.min.other: _binary("Min"), aten.max.other: _binary("Max"),
+    aten.remainder.Scalar: remainder, aten.remainder.Tensor: remainder, aten.pow.Tensor_Scalar: pow_scalar,
+    aten.neg.default: _unary("Neg"), aten.tanh.default: _unary("Tanh"), aten.relu.default: _unary("Relu"),
+    aten.abs.default: _unary("Abs"), aten.log.default: _unary("Log"), aten.exp.default: _unary("Exp"),
+    aten.sqrt.default: _unary("Sqrt"), aten.sigmoid.default: _unary("Sigmoid"), aten.sin.default: _unary("Sin"),
+    aten.cos.default: _unary("Cos"), aten.erf.default: _unary("Erf"), aten.reciprocal.default: _unary("Reciprocal"),
+    aten.rsqrt.default: rsqrt, aten.square.default: square, aten.silu.default: silu, aten.gelu.default: gelu,
+    aten.eq.Tensor: _compare("Equal"), aten.eq.Scalar: _compare("Equal"),
+    aten.ne.Tensor: _compare("Equal", negate=True), aten.ne.Scalar: _compare("Equal", negate=True),
+    aten.lt.Tensor: _compare("Less"), aten.lt.Scalar: _compare("Less"), aten.le.Tensor: _compare("LessOrEqual"),
+    aten.le.Scalar: _compare("LessOrEqual"), aten.gt.Tensor: _compare("Greater"), aten.gt.Scalar: _compare("Greater"),
+    aten.ge.Tensor: _compare("GreaterOrEqual"), aten.ge.Scalar: _compare("GreaterOrEqual"),
+    aten.__and__.Tensor: _logical("And", "BitwiseAnd"), aten.bitwise_and.Tensor: _logical("And", "BitwiseAnd"),
+    aten.__or__.Tensor: _logical("Or", "BitwiseOr"), aten.bitwise_or.Tensor: _logical("Or", "BitwiseOr"),
+    aten.logical_not.default: _unary("Not"), aten.bitwise_not.default: _unary("Not"), aten.mean.dim: mean_dim,
+    aten.mean.default: mean_dim, aten.sum.dim_IntList: sum_dim, aten.sum.default: sum_dim,
+    aten.linear.default: linear, aten.addmm.default: addmm, aten.matmul.default: matmul, aten.mm.default: matmul,
+    aten.bmm.default: matmul, aten.embedding.default: embedding, aten.layer_norm.default: layer_norm,
+    aten.dropout.default: dropout, aten.softmax.int: softmax("Softmax"), aten.log_softmax.int: softmax("LogSoftmax"),
+    aten.scaled_dot_product_attention.default: sdpa, aten.cross_entropy_loss.default: cross_entropy,
+    aten.where.self: where, aten.where.ScalarOther: where, aten.where.ScalarSelf: where, aten.where.Scalar: where,
+    aten.masked_fill.Scalar: masked_fill, aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to,
+    aten.type_as.default: _to, aten._to_copy.default: _to, aten.contiguous.default: _same, aten.clone.default: _same,
+    aten.alias.default: _same, aten.lift_fresh_copy.default: _same, aten.detach.default: _same,
+}

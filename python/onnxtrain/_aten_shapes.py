@@ -1,0 +1,201 @@
+"""Translations of ATen's shape, indexing and fill ops, and of arithmetic on sizes, into ONNX nodes for the direct
+capture (_aten_to_onnx), called as _aten_math's are. A size torch.export leaves symbolic is an int64 Value of shape
+[1]; one it knows stays an int."""
+
+import operator
+
+import numpy as np
+import onnx_ir as ir
+import torch
+
+from onnxtrain._aten_values import INT64, INT64_MAX, Untranslatable, cast, scalar_of, sizes, typed
+from onnxtrain._graph_builder import Value
+
+aten = torch.ops.aten
+
+
+def cat(out, b, tensors, dim=0):
+    return b.Concat(*[cast(b, t, out.dtype) for t in tensors], axis=dim)
+
+
+def split(out, b, x, split_size, dim=0):
+    """torch.split and torch.chunk: the parts' sizes as the graph records them (static ones only)."""
+    dim %= len(x.shape)
+    parts = [v.shape[dim] for v in out.val]
+    if any(not isinstance(p, int) for p in parts):
+        raise Untranslatable("a split of a dim of symbolic size")
+    if len(parts) == 1:
+        return (x,)
+    return b.op("Split", x, b.constant(np.array(parts, np.int64)), axis=dim, _outputs=len(parts))
+
+
+def chunk(out, b, x, chunks, dim=0):
+    return split(out, b, x, None, dim)
+
+
+def expand(out, b, x, size, implicit=False):
+    """-1 keeps a dim: Expand's broadcast keeps it for 1."""
+    return b.Expand(x, sizes(b, [1 if isinstance(s, int) and s == -1 else s for s in size]))
+
+
+def reshape(out, b, x, shape):
+    return b.Reshape(x, sizes(b, list(shape)), allowzero=1)
+
+
+def unsqueeze(out, b, x, dim):
+    return b.Unsqueeze(x, b.constant(np.array([dim], np.int64)))
+
+
+def squeeze(out, b, x, dims=None):
+    """The dims of size 1 among `dims` removed (one of symbolic size only where the graph's value shows it
+    kept)."""
+    rank = len(x.shape)
+    dims = range(rank) if dims is None else [dims] if isinstance(dims, int) else dims
+    dims = sorted({d % rank for d in dims if x.shape[d % rank] == 1})
+    if rank - out.rank != len(dims):
+        raise Untranslatable("a squeeze of a dim of symbolic size")
+    return b.Squeeze(x, b.constant(np.array(dims, np.int64))) if dims else x
+
+
+def transpose(out, b, x, d0, d1):
+    perm = list(range(len(x.shape)))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return b.Transpose(x, perm=perm)
+
+
+def permute(out, b, x, dims):
+    rank = len(x.shape)
+    return b.Transpose(x, perm=[d % rank for d in dims])
+
+
+def slice_(out, b, x, dim=0, start=None, end=None, step=1):
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
+    size = x.shape[dim]
+    if start == 0 and step == 1 and isinstance(end, int) and (end == INT64_MAX or size is not None and end >= size):
+        return x  # the whole dim (x[:, :, None] slices every dim it keeps)
+    return b.Slice(x, sizes(b, [start]), sizes(b, [end]), b.constant(np.array([dim], np.int64)),
+                   b.constant(np.array([step], np.int64)))
+
+
+def select(out, b, x, dim, index):
+    return b.Gather(x, scalar_of(b, index), axis=dim)
+
+
+def index(out, b, x, indices):
+    """x[i0, i1, ...] with index tensors on the leading dims (broadcast together), or on one dim alone."""
+    used = [i for i, t in enumerate(indices) if t is not None]
+    if any(indices[i].dtype not in (INT64, ir.DataType.INT32) for i in used):
+        raise Untranslatable("an index by a mask")
+    if len(used) == 1:
+        return b.Gather(x, indices[used[0]], axis=used[0])
+    if used != list(range(len(used))):
+        raise Untranslatable("index tensors on dims that are not the leading ones")
+    tensors = [cast(b, indices[i], INT64) for i in used]
+    shape = b.Shape(b.Max(*tensors))
+    stacked = b.Concat(*[b.Unsqueeze(b.Expand(t, shape), b.constant(np.array([-1], np.int64))) for t in tensors],
+                       axis=-1)
+    return b.GatherND(x, stacked)
+
+
+def gather(out, b, x, dim, idx, sparse_grad=False):
+    return b.GatherElements(x, idx, axis=dim)
+
+
+def arange(out, b, *args, **kwargs):
+    numbers = [a for a in args if isinstance(a, (int, float, Value))]
+    start, end, step = {1: lambda n: (0, n[0], 1), 2: lambda n: (n[0], n[1], 1),
+                        3: lambda n: tuple(n)}[len(numbers)](numbers)
+
+    def scalar(v):
+        return cast(b, b.Squeeze(v), out.dtype) if isinstance(v, Value) else cast(b, v, out.dtype)
+    return b.Range(scalar(start), scalar(end), scalar(step))
+
+
+def cumsum(out, b, x, dim, dtype=None):
+    return b.CumSum(cast(b, x, out.dtype), b.constant(np.array(dim, np.int64)))
+
+
+def diff(out, b, x, n=1, dim=-1, prepend=None, append=None):
+    if n != 1:
+        raise Untranslatable("diff of order other than 1")
+    parts = [p for p in (prepend, x, append) if p is not None]
+    whole = b.Concat(*[cast(b, p, out.dtype) for p in parts], axis=dim) if len(parts) > 1 else x
+    axis = b.constant(np.array([dim], np.int64))
+    later = b.Slice(whole, b.constant(np.array([1], np.int64)), b.constant(np.array([INT64_MAX], np.int64)), axis)
+    earlier = b.Slice(whole, b.constant(np.array([0], np.int64)), b.constant(np.array([-1], np.int64)), axis)
+    if out.dtype == ir.DataType.BOOL:
+        return b.Xor(later, earlier)
+    return b.Sub(later, earlier)
+
+
+def pad(out, b, x, pad, mode="constant", value=None):
+    if mode != "constant" or len(pad) % 2:
+        raise Untranslatable(f"a pad of mode {mode}")
+    pairs = len(pad) // 2
+    pads = sizes(b, [pad[2 * i] for i in range(pairs)] + [pad[2 * i + 1] for i in range(pairs)])
+    axes = b.constant(np.array([-1 - i for i in range(pairs)], np.int64))
+    return b.Pad(x, pads, cast(b, 0 if value is None else value, out.dtype), axes, mode="constant")
+
+
+def _filled(out, b, shape, value):
+    return b.ConstantOfShape(sizes(b, list(shape)), value=ir.tensor(np.array([value], dtype=out.dtype.numpy())))
+
+
+def full(out, b, size, fill_value, **kwargs):
+    if isinstance(fill_value, Value):
+        raise Untranslatable("a fill by a tensor")
+    return _filled(out, b, size, fill_value)
+
+
+def _new_filled(value):
+    def translate(out, b, x, size, **kwargs):
+        return _filled(out, b, size, value)
+    return translate
+
+
+def _filled_like(value):
+    def translate(out, b, x, *args, **kwargs):
+        v = value if value is not None else args[0]
+        if isinstance(v, Value):
+            raise Untranslatable("a fill by a tensor")
+        return b.ConstantOfShape(b.Shape(x), value=ir.tensor(np.array([v], dtype=out.dtype.numpy())))
+    return translate
+
+
+def _constant_filled(value):
+    def translate(out, b, size, **kwargs):
+        return _filled(out, b, size, value)
+    return translate
+
+
+def sym_size(out, b, x, dim):
+    if isinstance(out.val, int):
+        return out.val
+    return typed(b.Shape(x, start=dim, end=dim + 1 if dim != -1 else None), INT64, (1,))
+
+
+def _symbolic(onnx_op, python):
+    """Arithmetic on sizes: ints stay ints, an int64 Value of shape [1] where a size is symbolic."""
+    def translate(out, b, x, y):
+        if isinstance(x, int) and isinstance(y, int):
+            return python(x, y)
+        return typed(getattr(b, onnx_op)(sizes(b, [x]), sizes(b, [y])), INT64, (1,))
+    return translate
+
+
+TABLE = {
+    aten.cat.default: cat, aten.split.Tensor: split, aten.split_with_sizes.default: split, aten.chunk.default: chunk,
+    aten.expand.default: expand, aten.reshape.default: reshape, aten.view.default: reshape,
+    aten.unsqueeze.default: unsqueeze, aten.squeeze.dim: squeeze, aten.squeeze.dims: squeeze,
+    aten.transpose.int: transpose, aten.permute.default: permute, aten.slice.Tensor: slice_, aten.select.int: select,
+    aten.index.Tensor: index, aten.gather.default: gather, aten.arange.default: arange, aten.arange.start: arange,
+    aten.arange.start_step: arange, aten.cumsum.default: cumsum, aten.diff.default: diff, aten.pad.default: pad,
+    aten.full.default: full, aten.zeros.default: _constant_filled(0), aten.ones.default: _constant_filled(1),
+    aten.new_ones.default: _new_filled(1), aten.new_zeros.default: _new_filled(0),
+    aten.zeros_like.default: _filled_like(0), aten.ones_like.default: _filled_like(1),
+    aten.full_like.default: _filled_like(None), aten.sym_size.int: sym_size,
+    operator.add: _symbolic("Add", operator.add), operator.sub: _symbolic("Sub", operator.sub),
+    operator.mul: _symbolic("Mul", operator.mul), operator.floordiv: _symbolic("Div", operator.floordiv),
+    operator.mod: _symbolic("Mod", operator.mod),
+}

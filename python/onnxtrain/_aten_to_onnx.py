@@ -1,0 +1,179 @@
+"""The direct capture: torch.export's training-mode ATen graph translated straight into an ONNX graph as onnxtrain
+reads it, each ATen op by its translation in _aten_math or _aten_shapes, without PyTorch's ONNX exporter (whose decomposition traces
+the whole module a second time: 9 of the 21 s a 30-layer Llama took to capture; its translation and onnxscript's
+optimizer 6 more). onnxtrain's own passes fold, deduplicate and fuse what the graph holds.
+
+The graph is as the exporter's: parameters and buffers are inputs named module.<name>, lifted constants
+initializers, the call's tensors inputs named as given with their dynamic dims named `<input>_dim<i>`. Autocast is
+applied as the ATen graph records it, in each value's dtype: a translation computes in its output's dtype, its
+floating inputs cast to it (what autocast's casts and PyTorch's type promotion do).
+
+A graph holding anything not translated here (an op without a translation, a buffer the call updates, a data
+type ONNX lacks) raises Untranslatable, and the exporter captures it instead."""
+
+import operator
+
+import onnx
+import onnx_ir as ir
+import torch
+from onnx import helper
+
+from onnxtrain import _aten_math, _aten_shapes
+from onnxtrain._aten_values import Untranslatable
+from onnxtrain._graph_builder import OPSET, GraphBuilder, Value
+
+DTYPES = {torch.float32: ir.DataType.FLOAT, torch.float16: ir.DataType.FLOAT16, torch.bfloat16: ir.DataType.BFLOAT16,
+          torch.float64: ir.DataType.DOUBLE, torch.int64: ir.DataType.INT64, torch.int32: ir.DataType.INT32,
+          torch.int16: ir.DataType.INT16, torch.int8: ir.DataType.INT8, torch.uint8: ir.DataType.UINT8,
+          torch.bool: ir.DataType.BOOL}
+
+_SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
+            torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten.sym_constrain_range.default}
+TABLE = {**_aten_math.TABLE, **_aten_shapes.TABLE}
+_INLINED = ("wrap_with_set_grad_enabled", "wrap_with_autocast")  # their subgraph, as the exporter inlines them
+
+
+def onnx_dtype(dtype):
+    if dtype not in DTYPES:
+        raise Untranslatable(f"a value of dtype {dtype}")
+    return DTYPES[dtype]
+
+
+def _value_of(name, val):
+    """A Value named `name` for an FX meta value (a tensor)."""
+    return Value(name, onnx_dtype(val.dtype), tuple(d if isinstance(d, int) else None for d in val.shape))
+
+
+def _tensor_proto(name, t):
+    t = t.detach().cpu().contiguous()
+    proto = onnx.TensorProto(name=name, data_type=int(onnx_dtype(t.dtype)), dims=list(t.shape))
+    proto.raw_data = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return proto
+
+
+class _Walk:
+    """One graph's translation: FX nodes to Values (tensors), tuples of Values, or ints (sizes known here)."""
+
+    def __init__(self, builder):
+        self.b = builder
+        self.env = {}
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.arg(x) for x in a)
+        return a
+
+    def run(self, graph, inputs):
+        """Translates `graph` (its placeholders bound to `inputs`, in order); its outputs."""
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for n, v in zip(placeholders, inputs, strict=True):
+            self.env[n] = v
+        for node in graph.nodes:
+            if node.op == "call_function":
+                self.env[node] = self.call(node)
+            elif node.op == "get_attr":
+                self.env[node] = getattr(graph.owning_module, node.target)
+            elif node.op == "output":
+                return self.arg(node.args[0])
+        raise Untranslatable("a graph without an output")
+
+    def call(self, node):
+        target = node.target
+        if target in _SKIPPED:
+            return None
+        name = getattr(target, "__name__", str(target))
+        if name in _INLINED:
+            sub = self.arg(node.args[1 if name == "wrap_with_set_grad_enabled" else 4])
+            args = self.arg(node.args[2 if name == "wrap_with_set_grad_enabled" else 5:])
+            return tuple(_Walk(self.b).run(sub.graph, args)) if not isinstance(sub, Value) else None
+        if target is operator.getitem:
+            return self.arg(node.args[0])[node.args[1]]
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            raise Untranslatable(f"{target} updates a value in place")
+        translation = TABLE.get(target)
+        if translation is None:
+            raise Untranslatable(f"no translation of {target}")
+        self.b.hint = node.name
+        out = translation(_Out(node.meta.get("val")), self.b, *self.arg(node.args), **self.arg(node.kwargs))
+        return _typed(out, node.meta.get("val"))
+
+
+class _Out:
+    """What a translation knows of the value it makes: dtype (ir.DataType), shape (ints, None where symbolic)."""
+
+    def __init__(self, val):
+        self.val = val
+        tensor = isinstance(val, torch.Tensor)
+        self.dtype = onnx_dtype(val.dtype) if tensor else None
+        self.shape = tuple(d if isinstance(d, int) else None for d in val.shape) if tensor else None
+        self.rank = len(val.shape) if tensor else None
+
+
+def _typed(out, val):
+    """`out` with the dtypes and shapes of the FX value `val` recorded on its Values."""
+    if isinstance(out, Value) and isinstance(val, torch.Tensor):
+        v = _value_of(out.name, val)
+        out.dtype, out.shape = v.dtype, v.shape
+    elif isinstance(out, (tuple, list)) and isinstance(val, (tuple, list)):
+        for o, w in zip(out, val):
+            _typed(o, w)
+    return out
+
+
+def _input_info(value, dims):
+    shape = [d if isinstance(d, int) else dims.get(str(d), None) for d in value.shape]
+    return helper.make_tensor_value_info(value.name, int(value.dtype), shape)
+
+
+def translate(program, names):
+    """The ONNX graph of `program` (a torch.export ExportedProgram of the flat module called on tensors named
+    `names`), or Untranslatable."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = program.graph_signature
+    b = GraphBuilder()
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    infos, dims, bound, user, held = [], {}, [], 0, {}
+    for spec, node in zip(sig.input_specs, placeholders, strict=True):
+        val = node.meta.get("val")
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            tensor = program.state_dict.get(spec.target, program.constants.get(spec.target))
+            key = spec.target if tensor is None else id(tensor)
+            if key in held:  # a tied parameter: one input, under its first name
+                bound.append(held[key])
+                continue
+            value = held[key] = _value_of(b.fresh(spec.target), val)
+            infos.append((value, val))
+        elif spec.kind == InputKind.USER_INPUT:
+            if not isinstance(val, torch.Tensor):
+                raise Untranslatable("an input that is not a tensor")
+            value = _value_of(b.fresh(names[user]), val)
+            for i, d in enumerate(val.shape):
+                if not isinstance(d, int):
+                    dims.setdefault(str(d.node.expr), f"{names[user]}_dim{i}")
+            user += 1
+            infos.append((value, val))
+        elif spec.kind in (InputKind.CONSTANT_TENSOR,):
+            constant = program.constants[spec.target]
+            value = _value_of(b.fresh(spec.target), constant)
+            b.initializers.append(_tensor_proto(value.name, constant))
+        else:
+            raise Untranslatable(f"an input of kind {spec.kind.name}")
+        bound.append(value)
+    if any(s.kind != OutputKind.USER_OUTPUT for s in sig.output_specs):
+        raise Untranslatable("the call updates a buffer or an input")
+    outs = _Walk(b).run(program.graph, bound)
+    input_names = {v.name for v, _ in infos}
+    taken = input_names | {t.name for t in b.initializers}
+    outputs = []
+    for out in outs:
+        if not isinstance(out, Value):
+            raise Untranslatable("an output that is not a tensor")
+        name = out.name if out.name not in taken else b.op("Identity", out).name
+        taken.add(name)
+        outputs.append(helper.make_tensor_value_info(name, int(out.dtype), None))
+    graph = helper.make_graph(b.finish([o.name for o in outputs]), "main_graph",
+                              [_input_info(v, dims) for v, _ in infos], outputs, initializer=b.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="onnxtrain")

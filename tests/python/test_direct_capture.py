@@ -1,0 +1,155 @@
+"""The direct capture (_aten_to_onnx): torch.export's ATen graph translated without PyTorch's ONNX exporter. The ops
+it translates give eager's values and gradients, in float32 and under bf16 autocast (whose casts it reads from the
+graph's dtypes); the real-size families (Llama, GPT-2, and the toy GPT) are translated directly and train as the
+exporter's graph does (the same fused ops, the same predicted peak); tied weights are one input; what it does not
+translate goes to the exporter, saying why."""
+
+import collections
+import logging
+
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+
+import onnxtrain
+
+
+@pytest.fixture(autouse=True)
+def _exporter_from_options(monkeypatch):
+    monkeypatch.delenv("ONNXTRAIN_EXPORTER", raising=False)  # (the environment would override the options)
+    monkeypatch.setenv("ONNXTRAIN_CAPTURE_CACHE", "0")
+
+
+class Ops(torch.nn.Module):
+    """Ops of the translation table beyond the families' tests: promotion, sizes, indexing, fills, reductions."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.fc = torch.nn.Linear(d, d)
+        self.w = torch.nn.Parameter(torch.randn(d, d) / 3)
+        self.b = torch.nn.Parameter(torch.randn(d))
+
+    def forward(self, x, ids):
+        B, T, D = x.shape
+        h = self.fc(x)                                                   # linear with bias (rank 3)
+        h = h + torch.addmm(self.b, x.reshape(-1, D), self.w).view(B, T, D) * 0.5
+        g = F.gelu(h) - F.gelu(h, approximate="tanh") * 0.25 + torch.tanh(h).pow(2)
+        a, c = g.split([3, 5], dim=-1)
+        p, q = g.chunk(2, dim=-1)
+        g = torch.cat([c, a], -1) * torch.cat([q, p], -1).sigmoid()
+        g = g.permute(0, 2, 1).transpose(1, 2).contiguous()
+        m = (ids > 2) & (ids != 5)
+        g = g.masked_fill(~m[..., None], 0.0) + torch.where(m[..., None], g, 1.5)
+        s = g.softmax(-1) + g.log_softmax(-1).exp() * 0.5
+        rows = torch.arange(B)[:, None]
+        cols = torch.arange(1, T + 1)[None, :] - 1
+        picked = s[rows, cols]                                           # index by two broadcast tensors
+        picked = picked + s[:, torch.arange(T - 1, -1, -1)]              # by one tensor, on dim 1
+        shifted = F.pad(ids, (0, 1), value=7)[:, 1:]                    # (as the families shift labels)
+        picked = picked * (shifted > 3)[..., None] + picked.new_ones(picked.shape) * 0.1
+        z = torch.zeros_like(picked) + torch.full_like(picked, 0.5) + torch.ones(B, T, D)
+        cum = m.cumsum(-1).unsqueeze(-1).to(picked.dtype) + torch.diff(ids, dim=-1, prepend=ids[:, :1])[..., None]
+        y = picked * z + cum * 0.01 + torch.gather(picked, -1, ids[..., None] % D).expand(-1, -1, D)
+        y = F.layer_norm(y, (D,)) + F.dropout(y, 0.0, self.training) + y[:, 1::2, ::2].mean((1, 2), keepdim=True)
+        y = y[:, :, 0].squeeze(-1)[..., None].square() + y.select(1, 0)[:, None, :].sum(-1, keepdim=True)
+        return (y.float() * torch.rsqrt(y.float().abs() + 1)).mean() + F.silu(h).sum(dim=(1, 2)).mean() * 0.01
+
+
+def _capture_of(ours):
+    return ours.runners()[0].exported.model
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_translated_ops_give_eager_values_and_gradients(bf16):
+    torch.manual_seed(0)
+    eager = Ops()
+    ours = onnxtrain.Module(Ops(), onnxtrain.Options(exporter="torch.export"))
+    ours.load_state_dict(eager.state_dict())
+    x, ids = torch.randn(2, 6, 8), torch.randint(0, 9, (2, 6))
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        got, want = ours(xa, ids), eager(xb, ids)
+    got.backward()
+    want.backward()
+    assert _capture_of(ours).producer_name == "onnxtrain"  # translated directly, not by the exporter
+    torch.testing.assert_close(got, want, **(dict(rtol=2e-2, atol=2e-2) if bf16 else dict(rtol=1e-5, atol=1e-5)))
+    grads = [("x", xa.grad, xb.grad)] + [(n, p.grad, q.grad) for (n, p), q in
+                                         zip(ours.named_parameters(), eager.parameters())]
+    for name, a, b in grads:
+        if bf16:
+            assert F.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0) >= 0.999, name
+        else:
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-4 * b.abs().max().item(), msg=name)
+
+
+transformers = pytest.importorskip("transformers")
+
+
+def _llama():
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=32, use_cache=False, tie_word_embeddings=True))
+
+
+def _gpt2():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4, use_cache=False, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+def _trained(make, exporter, bf16, tmp_path):
+    """The loss, the optimized training graph's ops and the predicted step peak of one step."""
+    torch.manual_seed(0)
+    folder = tmp_path / exporter
+    ours = onnxtrain.Module(make().train(), onnxtrain.Options(exporter=exporter, save_onnx=str(folder)))
+    ids = torch.randint(0, 96, (2, 8))
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        loss = ours(input_ids=ids, labels=ids).loss
+    loss.backward()
+    runner = [r for r in ours.runners() if r.training][-1]
+    graph = onnx.load(str(folder / f"{type(ours.module).__name__}_train_optimized.onnx")).graph
+    return (loss.item(), collections.Counter(n.op_type for n in graph.node),
+            runner.session.predict_memory(runner.last_dims)["peak"], _capture_of(ours))
+
+
+@pytest.mark.parametrize("make", [_llama, _gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_families_translate_directly_and_train_as_the_exporters_graph(make, bf16, tmp_path):
+    loss, ops, peak, capture = _trained(make, "torch.export", bf16, tmp_path)
+    ref_loss, ref_ops, ref_peak, ref_capture = _trained(make, "torch.onnx", bf16, tmp_path)
+    assert capture.producer_name == "onnxtrain" and ref_capture.producer_name != "onnxtrain"
+    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    assert peak == ref_peak
+    fused = ("FlashAttention", "FlashAttentionGrad", "RMSNormalization", "SwiGLU", "LinearCrossEntropy", "Gelu",
+             "LayerNormalization", "Gemm", "MatMul", "Transpose", "Dropout", "Slice", "ReduceSum")
+    assert {k: ops[k] for k in fused} == {k: ref_ops[k] for k in fused}
+    tied = [i.name for i in capture.graph.input if i.name.endswith("embed_tokens.weight") or
+            i.name.endswith("lm_head.weight") or i.name.endswith("wte.weight")]
+    assert len(tied) == 1, tied  # the tied embedding is one input, its gradient one
+
+
+class Counts(torch.nn.Module):
+    """A module that updates a buffer in place: not translated directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.fc(x).sum()
+
+
+def test_what_is_not_translated_goes_to_the_exporter_saying_why(caplog):
+    torch.manual_seed(0)
+    eager = Counts()
+    ours = onnxtrain.Module(Counts(), onnxtrain.Options(exporter="torch.export", capture_process=False))
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.INFO, logger="onnxtrain"):
+        got = ours(x)
+    assert any("not translated directly" in r.getMessage() for r in caplog.records)
+    assert _capture_of(ours).producer_name != "onnxtrain"
+    torch.testing.assert_close(got, eager(x))
