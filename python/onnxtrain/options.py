@@ -11,7 +11,9 @@ class Options:
     save_onnx: str = ""          # ONNXTRAIN_SAVE_ONNX: a folder to save the exported graphs in
     fallback: str = "raise"      # ONNXTRAIN_FALLBACK: "raise", or "torch" to run the module itself, warning once
     # ONNXTRAIN_EXPORTER: how a module is captured: "auto" (torch.export, or PyTorch's TorchScript-based exporter
-    # with a warning naming why where torch.export cannot capture it), "torch.export" or "torchscript"
+    # with a warning naming why where torch.export cannot capture it), "torch.export" (its graph translated by
+    # onnxtrain, or by PyTorch's ONNX exporter where onnxtrain does not translate it), "torch.onnx" (torch.export,
+    # always through PyTorch's ONNX exporter) or "torchscript"
     exporter: str = "auto"
     # ONNXTRAIN_CAPTURE_PROCESS=0: capture in this process rather than in a child forked for it (the child keeps
     # the exporters' imports and caches, about 90 MiB, out of the training process; a capture runs here anyway
