@@ -10,8 +10,6 @@
 #include <random>
 
 #include "core/cpu_features.h"
-#include "kernels/run_node.h"
-#include "ops/bind.h"
 #include "test_graphs.h"
 
 namespace onnxtrain {
@@ -43,24 +41,9 @@ std::vector<float> floats(const Tensor& t) {
 // The node `op` of com.onnxtrain on `inputs` (float32 ones given in `dtype` where `low` marks them), its outputs.
 std::vector<Tensor> run(const std::string& op, DType dtype, const std::vector<Tensor>& inputs,
                         const std::vector<bool>& low, size_t outputs) {
-  ir::Graph g;
-  g.opsets[""] = 20;
-  g.opsets["com.onnxtrain"] = 1;
   std::vector<Tensor> fed;
-  std::vector<ir::Value*> in;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    fed.push_back(low[i] ? as(dtype, inputs[i]) : inputs[i]);
-    in.push_back(test_graphs::add_input(g, "x" + std::to_string(i), fed.back().dtype(), const_shape(fed[i].dims())));
-  }
-  std::vector<ir::Value*> out;
-  for (size_t i = 0; i < outputs; ++i) out.push_back(g.add_value("y" + std::to_string(i)));
-  ir::Node* n = g.add_node(op, in, out, {{"ignore_index", int64_t(-100)}});
-  n->domain = "com.onnxtrain";
-  n->opset = 1;
-  ops::bind_graph(g);
-  std::vector<const Tensor*> ptrs;
-  for (auto& t : fed) ptrs.push_back(&t);
-  return kernels::run_node(*n, ptrs);
+  for (size_t i = 0; i < inputs.size(); ++i) fed.push_back(low[i] ? as(dtype, inputs[i]) : inputs[i]);
+  return test_graphs::run_onnxtrain_node(op, fed, std::vector<bool>(outputs, true), {{"ignore_index", int64_t(-100)}});
 }
 
 // Every element of `got` within `tolerance` times the largest magnitude of `want`.

@@ -1,5 +1,8 @@
 #include "test_graphs.h"
 
+#include "kernels/run_node.h"
+#include "ops/bind.h"
+
 namespace onnxtrain::test_graphs {
 
 ir::Value* add_input(ir::Graph& g, const std::string& name, DType t, Shape shape) {
@@ -91,6 +94,24 @@ std::unique_ptr<ir::Graph> mlp_with_loss() {
   g->add_node("ReduceMean", {add_op(*g, "Mul", {d, d})}, {loss}, {{"keepdims", int64_t(0)}})->opset = 20;
   g->outputs.push_back(loss);
   return g;
+}
+
+std::vector<Tensor> run_onnxtrain_node(const std::string& op, const std::vector<Tensor>& inputs,
+                                       const std::vector<bool>& wanted, ir::Attributes attrs) {
+  ir::Graph g;
+  g.opsets[""] = 20;
+  g.opsets["com.onnxtrain"] = 1;
+  std::vector<ir::Value*> in, out;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    in.push_back(add_input(g, "x" + std::to_string(i), inputs[i].dtype(), const_shape(inputs[i].dims())));
+  for (size_t i = 0; i < wanted.size(); ++i) out.push_back(wanted[i] ? g.add_value("y" + std::to_string(i)) : nullptr);
+  ir::Node* n = g.add_node(op, in, out, std::move(attrs));
+  n->domain = "com.onnxtrain";
+  n->opset = 1;
+  ops::bind_graph(g);
+  std::vector<const Tensor*> ptrs;
+  for (auto& t : inputs) ptrs.push_back(&t);
+  return kernels::run_node(*n, ptrs);
 }
 
 }  // namespace onnxtrain::test_graphs

@@ -1,21 +1,20 @@
 // com.onnxtrain.LinearCrossEntropy and LinearCrossEntropyGrad (ops/linear_cross_entropy.cpp) on the CPU, in
 // float32 and float64, and in bfloat16 (float32 scores, loss and log-sum-exps from bf16 GEMMs) where the CPU has
-// bf16 dot products (elsewhere through float32 copies). Forward: blocks of rows whose scores (rows, C) fill at most
-// 8 MiB of scratch (at most 256 rows), one GEMM per block, keeping each row's log-sum-exp and writing the scores to
-// output 5 (rounded to bf16 for a bf16 head) when the graph keeps them; the gradients it forms for a loss of one
-// number come after, a block of classes at a time (forward_gradients). Backward (a loss per row) computes each
-// block of rows' scores again, turns them into their gradient in place and multiplies it into dX, dW and dB.
+// bf16 dot products (elsewhere through float32 copies). Forward: blocks of classes whose scores (N, columns) fill at
+// most 8 MiB of scratch, one GEMM per block, keeping each row's log-sum-exp as a running maximum and sum, writing
+// the scores to output 5 (rounded to bf16 for a bf16 head) when the graph keeps them, and a frozen head's dX in the
+// same pass (lce::loss_pass); the other gradients it forms for a loss of one number come after, a block of classes
+// at a time (forward_gradients). Backward (a loss per row) computes blocks of rows' scores (rows, C) of at most
+// 8 MiB again, turns them into their gradient in place and multiplies it into dX, dW and dB.
 #include <algorithm>
 #include <cmath>
 
-#include "core/parallel.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/linear_cross_entropy.h"
-#include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 #include "ops/loss.h"
 
@@ -53,19 +52,6 @@ Rows rows(const LossAttrs& a, const KernelCtx& ctx, size_t x, size_t w, size_t b
     ++r.valid;
   }
   return r;
-}
-
-template <typename T>
-T log_sum_exp(const T* row, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    return log_sum_exp_f32(row, n);
-  } else {
-    T m = *std::max_element(row, row + n);
-    if (!std::isfinite(m)) return m;
-    T sum = 0;
-    for (int64_t j = 0; j < n; ++j) sum += std::exp(row[j] - m);
-    return m + std::log(sum);
-  }
 }
 
 // Where the gradients go: dX, dW, dB of S (each null when not asked for), and in bfloat16 the scratch they are
@@ -124,44 +110,29 @@ struct Gradients {
   }
 };
 
-// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16): blocks of rows give each row's
-// log-sum-exp and loss, and write the scores (output 5, in S) when asked for; then the gradients of outputs 2-4
-// (reductions "mean" and "sum": backward only scales them by the loss's gradient instead of computing the scores
-// again), when asked for, by forward_gradients.
+// Forward on X, W, B of S, computing in A (S itself, or float32 for bfloat16): the loss pass over blocks of classes
+// gives each row's log-sum-exp and loss, writes the scores (output 5, in S) when asked for, and a frozen head's dX;
+// the other gradients of outputs 2-4 (reductions "mean" and "sum": backward only scales them by the loss's
+// gradient instead of computing the scores again) come after, by forward_gradients.
 template <typename S, typename A>
 void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
-  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
-  const int64_t block = block_rows(r.c, sizeof(A));
-  const bool grads = c.wants(2) || c.wants(3) || c.wants(4);
+  const bool grads = c.wants(2) || c.wants(3) || c.wants(4), frozen = c.wants(2) && !c.wants(3) && !c.wants(4);
   if (grads && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
   ScratchCarver scratch{c};
-  A* s = scratch.take<A>(std::max(block * r.c, grads && r.n ? r.n * lce::column_width(r.n, r.c, sizeof(A)) : 0));
+  A* s = scratch.take<A>(r.n * lce::column_width(r.n, r.c, sizeof(A)));
   A* lse = c.wants(1) ? c.out(1).data<A>() : scratch.take<A>(r.n);
+  A* picked = scratch.take<A>(r.n);
+  lce::loss_pass<S, A>(a, r, c, s, lse, picked, frozen, scratch);
   A* loss = c.out(0).data<A>();
-  S* out = c.wants(5) ? c.out(5).data<S>() : nullptr;  // the scores themselves, when asked for
   double total = 0;
-  for (int64_t r0 = 0; r0 < r.n; r0 += block) {
-    const int64_t m = std::min(block, r.n - r0);
-    lce::block_scores(r, x, w, b, {r0, m, 0, r.c}, s);
-    if (out) {
-      if constexpr (std::is_same_v<S, A>)
-        std::copy(s, s + m * r.c, out + r0 * r.c);
-      else
-        from_f32(s, out + r0 * r.c, m * r.c);
-    }
-    parallel_for(m, r.c * 4, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) lse[r0 + i] = log_sum_exp(s + i * r.c, r.c);
-    });
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t t = r.target[size_t(r0 + i)];
-      const A per = ignored(a, t) ? A(0) : lse[r0 + i] - s[i * r.c + t];
-      if (a.reduction == LossAttrs::kNone) loss[r0 + i] = per;
-      total += double(per);
-    }
+  for (int64_t i = 0; i < r.n; ++i) {
+    const A per = ignored(a, r.target[size_t(i)]) ? A(0) : lse[i] - picked[i];
+    if (a.reduction == LossAttrs::kNone) loss[i] = per;
+    total += double(per);
   }
   if (a.reduction == LossAttrs::kSum) loss[0] = A(total);
   if (a.reduction == LossAttrs::kMean) loss[0] = A(r.valid ? total / double(r.valid) : 0.0);
-  if (grads) lce::forward_gradients<S, A>(a, r, c, s, lse, scratch);
+  if (grads && !frozen) lce::forward_gradients<S, A>(a, r, c, s, lse, scratch);
 }
 
 void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
@@ -224,8 +195,8 @@ Dim gradient_scratch(ops::InferCtx& s, size_t w) {
          ws[0] * Dim(4);
 }
 
-// Forward: a block of rows or, when outputs 2-4 are asked for, of columns if larger (forward_gradients), each
-// row's log-sum-exp when output 1 is not asked for, and for bfloat16 gradients the column block's bf16 copy and a
+// Forward: a (rows, column_width) block of scores, each row's log-sum-exp when output 1 is not asked for, its
+// target's score, running maximum and sum (loss_pass), and for bfloat16 gradients a bf16 copy of the block and a
 // float32 dX.
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
@@ -236,7 +207,7 @@ Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   for (size_t i = 2; i < std::min<size_t>(5, outs.size()); ++i) grads = grads || outs[i];
   // (column_width's block: within max(8 MiB, 256 columns), and no wider than all C)
   const Dim columns = Dim::min(Dim::max(Dim(kBlockBytes), rows * Dim(256 * elem)), rows * classes * Dim(elem));
-  Dim r = scratch_span(grads ? Dim::max(block_scratch(s, 1), columns) : block_scratch(s, 1));
+  Dim r = scratch_span(columns) + scratch_span(rows * Dim(elem)) * Dim(3);
   if (outs.size() < 2 || !outs[1]) r = r + scratch_span(rows * Dim(elem));
   if (grads && s.dtype(1) == DType::kBFloat16)
     r = r + scratch_span(Dim::ceil_div(columns, Dim(2))) + scratch_span(rows * x.back() * Dim(4));

@@ -1,6 +1,6 @@
-// What the CPU kernels of com.onnxtrain.LinearCrossEntropy share: linear_cross_entropy.cpp (forward and backward
-// by blocks of rows) and linear_cross_entropy_blocks.cpp (blocks of scores, and the gradients forward forms by
-// blocks of classes).
+// What the CPU kernels of com.onnxtrain.LinearCrossEntropy share: linear_cross_entropy.cpp (forward, and backward
+// by blocks of rows) and linear_cross_entropy_blocks.cpp (blocks of scores, the gradients forward forms by blocks
+// of classes, and forward's loss pass).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -54,5 +54,13 @@ int64_t column_width(int64_t rows, int64_t classes, size_t elem);
 // (for bfloat16: the block's bf16 copy and a float32 dX).
 template <typename S, typename A>
 void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch);
+
+// Forward's loss pass: each row's log-sum-exp in `lse` and its target's score in `picked` (0 where ignored), the
+// scores written to output 5 when asked for, and `with_dx`, dX (output 2, a frozen head's: no dW nor dB asked
+// for) for a loss gradient of 1; one pass over blocks of classes. `s` holds a (N, column_width) block; `scratch`
+// carves 2 numbers a row more, and for a bfloat16 dX a bf16 block and a float32 dX.
+template <typename S, typename A>
+void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A* picked, bool with_dx,
+               ScratchCarver& scratch);
 
 }  // namespace onnxtrain::kernels::lce

@@ -1,8 +1,9 @@
 // Blocks of com.onnxtrain.LinearCrossEntropy's scores (linear_cross_entropy.h): formed, and turned into their
-// gradient; and the gradients forward forms for a loss of one number (outputs 2-4: dX, dW, dB for a loss gradient
-// of 1) a block of classes at a time over all rows, in float32, float64 and bfloat16.
+// gradient; forward's loss pass and the gradients forward forms for a loss of one number (outputs 2-4: dX, dW, dB
+// for a loss gradient of 1), each a block of classes at a time over all rows, in float32, float64 and bfloat16.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/parallel.h"
 #include "kernels/cpu/convert.h"
@@ -119,6 +120,93 @@ void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, co
   if constexpr (std::is_same_v<S, BFloat16>)
     if (dx) from_f32(dx32, dx, r.n * r.k);
 }
+
+// Forward's pass over blocks of classes, as flash attention's forward runs over keys: each row keeps the running
+// maximum m of its scores and the sum l of exp(s - m), rescaled whenever m grows, and, for a frozen head's dX,
+// U = sum exp(s - m) W[class]; at the end lse = m + log l and dX = scale * (U / l - W[target]). Each block of W is
+// read once, by one GEMM over all rows (blocks of rows would read all of W per block: twice as slow at a 49152-word
+// vocabulary), and a frozen head's dX needs no second pass.
+template <typename S, typename A>
+void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A* picked, bool with_dx,
+               ScratchCarver& scratch) {
+  const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
+  S* out = c.wants(5) ? c.out(5).data<S>() : nullptr;  // the scores themselves, when asked for
+  S* dx = with_dx ? c.out(2).data<S>() : nullptr;
+  A* running = scratch.take<A>(r.n);
+  A* sums = scratch.take<A>(r.n);
+  std::fill(running, running + r.n, -std::numeric_limits<A>::infinity());
+  std::fill(sums, sums + r.n, A(0));
+  std::fill(picked, picked + r.n, A(0));
+  const int64_t width = column_width(r.n, r.c, sizeof(A));
+  BFloat16* g = nullptr;
+  A* u = nullptr;
+  if constexpr (std::is_same_v<S, BFloat16>) {
+    if (dx) {
+      g = scratch.take<BFloat16>(r.n * width);
+      u = scratch.take<float>(r.n * r.k);
+    }
+  } else {
+    u = dx;
+  }
+  for (int64_t c0 = 0; c0 < r.c && r.n; c0 += width) {
+    const int64_t cb = std::min(width, r.c - c0);
+    block_scores(r, x, w, b, {0, r.n, c0, cb}, s);
+    parallel_for(r.n, cb * 8, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        A* row = s + i * cb;
+        if (out) {
+          if constexpr (std::is_same_v<S, A>)
+            std::copy(row, row + cb, out + i * r.c + c0);
+          else
+            from_f32(row, out + i * r.c + c0, cb);
+        }
+        const int64_t t = r.target[size_t(i)];
+        if (t >= c0 && t < c0 + cb) picked[i] = row[t - c0];
+        const A m = std::max(running[i], *std::max_element(row, row + cb));
+        const A factor = std::isfinite(m) ? std::exp(running[i] - m) : A(0);
+        for (int64_t j = 0; j < cb; ++j) row[j] -= m;
+        if constexpr (std::is_same_v<A, float>) {
+          exp_f32(row, row, cb);
+        } else {
+          for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
+        }
+        A sum(0);
+        for (int64_t j = 0; j < cb; ++j) sum += row[j];
+        sums[i] = sums[i] * factor + sum;
+        running[i] = m;
+        if (u && c0 > 0)
+          for (int64_t j = 0; j < r.k; ++j) u[i * r.k + j] *= factor;
+      }
+    });
+    if (!dx) continue;
+    if constexpr (std::is_same_v<S, BFloat16>) {
+      from_f32(s, g, r.n * cb);
+      gemm_bf16(1, r.n, r.k, cb, {g, cb}, {w + c0 * r.k, r.k}, u, 1, nullptr, c0 > 0);
+    } else {
+      gemm<S>(false, false, r.n, r.k, cb, S(1), s, cb, w + c0 * r.k, r.k, S(c0 ? 1 : 0), u, r.k);
+    }
+  }
+  const A scale = mean_scale<A>(a, r);
+  parallel_for(r.n, r.k * 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      lse[i] = std::isfinite(running[i]) ? running[i] + std::log(sums[i]) : running[i];
+      if (!dx) continue;
+      const int64_t t = r.target[size_t(i)];
+      const A per = ignored(a, t) ? A(0) : scale, inv = per / sums[i];
+      for (int64_t j = 0; j < r.k; ++j) {
+        const A target_row = ignored(a, t) ? A(0) : A(w[t * r.k + j]);
+        dx[i * r.k + j] = S(u[i * r.k + j] * inv - per * target_row);
+      }
+    }
+  });
+}
+
+template void loss_pass<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, float*, float*, bool,
+                                      ScratchCarver&);
+template void loss_pass<double, double>(const LossAttrs&, const Rows&, KernelCtx&, double*, double*, double*, bool,
+                                        ScratchCarver&);
+template void loss_pass<BFloat16, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, float*, float*, bool,
+                                         ScratchCarver&);
 
 template void forward_gradients<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const float*,
                                               ScratchCarver&);
