@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets everything up (scripts/setup.sh), then runs the whole test suite: the C++
-# tests, the ONNX backend conformance suites (Debian's libonnx-testdata and the
-# one the installed onnx package builds; their single-op tests also in bfloat16
-# and float16) and the Python tests; then, built with clang under AddressSanitizer
-# and UndefinedBehaviorSanitizer, the C++ tests, the conformance suites, the fuzz
+# tests, the ONNX backend conformance suites (Debian's libonnx-testdata: node,
+# pytorch-converted and pytorch-operator; and the one the installed onnx package
+# builds; their single-op tests also in bfloat16 and float16) and the Python
+# tests; then, built with clang under AddressSanitizer and
+# UndefinedBehaviorSanitizer, the C++ tests, the conformance suites, the fuzz
 # targets' saved regressions and a short, repeatable fuzzing run of each target
 # (ONNXTRAIN_FUZZ_RUNS inputs each from the seeds with a fixed libFuzzer seed,
 # 60000 by default: scripts/fuzz.sh).
@@ -26,6 +27,9 @@ conformance libonnx-testdata /usr/share/libonnx-testdata/data/node --skip-list t
 .venv/bin/python tests/conformance/write_onnx_suite.py build/onnx-node-suite
 onnx_suite="onnx-$(.venv/bin/python -c 'import onnx; print(onnx.__version__)')"
 conformance "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
+echo "== Modules PyTorch exported at opsets 6 and 12 (legacy semantics: PRelu's per-channel slope before opset 7)"
+conformance libonnx-testdata-pytorch-converted /usr/share/libonnx-testdata/data/pytorch-converted
+conformance libonnx-testdata-pytorch-operator /usr/share/libonnx-testdata/data/pytorch-operator
 echo "== Each single-op test in bfloat16 and float16 against float32 (per-op tests of the low-precision kernels)"
 conformance "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
 conformance libonnx-testdata-bfloat16 /usr/share/libonnx-testdata/data/node --as bfloat16

@@ -73,6 +73,28 @@ static void validate(const onnx::ModelProto& model) {
   }
 }
 
+// PRelu before opset 7 multiplied by a slope of C values along the channels, axis 1 (opset 7 made the slope
+// broadcast as numpy does, from the last axis): such a slope, read by a PRelu of X of known rank r > 2, becomes a
+// Reshape of it to (C, 1, ..., 1), r - 2 ones.
+static Value* channel_slope(Graph& g, Value* x, Value* slope, int64_t opset) {
+  if (!x || !slope || !x->has_shape || !slope->has_shape || slope->shape.size() != 1 || x->shape.size() <= 2 ||
+      slope->shape[0] == Dim(1))
+    return slope;
+  Value* shape = g.add_value(g.unique_name(slope->name + "_per_channel_shape"));
+  Tensor dims(DType::kInt64, {int64_t(x->shape.size()) - 1});
+  std::fill(dims.data<int64_t>(), dims.data<int64_t>() + dims.numel(), int64_t(1));
+  dims.data<int64_t>()[0] = -1;
+  shape->initializer = dims;
+  shape->dtype = DType::kInt64;
+  shape->shape = const_shape(dims.dims());
+  shape->has_shape = true;
+  g.initializers.push_back(shape);
+  Value* reshaped = g.add_value(g.unique_name(slope->name + "_per_channel"));
+  Node* n = g.add_node("Reshape", {slope, shape}, {reshaped}, {}, g.unique_name("Reshape_channel_slope"));
+  n->opset = opset;
+  return reshaped;
+}
+
 std::unique_ptr<Graph> import_model(const onnx::ModelProto& model, const std::string& base_dir) {
   validate(model);
   auto g = std::make_unique<Graph>();
@@ -122,6 +144,11 @@ std::unique_ptr<Graph> import_model(const onnx::ModelProto& model, const std::st
     }
     Attributes attrs;
     for (auto& a : np.attribute()) attrs[a.name()] = convert_attribute(a, base_dir, where);
+    const bool default_domain = np.domain().empty() || np.domain() == "ai.onnx";
+    const auto onnx_opset = g->opsets.find("");
+    if (default_domain && np.op_type() == "PRelu" && onnx_opset != g->opsets.end() && onnx_opset->second < 7 &&
+        ins.size() == 2)
+      ins[1] = channel_slope(*g, ins[0], ins[1], onnx_opset->second);
     Node* n = g->add_node(np.op_type(), ins, outs, std::move(attrs), name);
     n->domain = np.domain() == "ai.onnx" ? "" : np.domain();
     auto it = g->opsets.find(n->domain);
