@@ -40,4 +40,10 @@ void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* bu
   cpu::sgd_update(where, x, g, buf, first, h);
 }
 
+void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g) {
+  check_like(where, acc, &g, "the gradient");
+  on_host(where, {&acc, &g});
+  cpu::accumulate_gradient(where, acc, g);
+}
+
 }  // namespace onnxtrain::kernels

@@ -1,4 +1,4 @@
-// onnxtrain.optim's fused parameter updates: PyTorch's AdamW and SGD, each element's whole update in one pass
+// onnxtrain.optim's and TrainingSession's fused parameter updates: PyTorch's AdamW and SGD, each element's whole update in one pass
 // (where PyTorch's single-tensor path makes five), in the parameter's dtype's compute type (float for float32,
 // bfloat16 and float16, as PyTorch computes them). Each runs on the device its tensors are on (kernels/<device>/
 // parameter_update.cpp); a device without one is an UnsupportedError.
@@ -27,5 +27,8 @@ struct SgdHyper {
 // One parameter's SGD update; `buf` is the momentum buffer (null without momentum), which a first step sets to the
 // gradient (as PyTorch's first step clones it).
 void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* buf, bool first, const SgdHyper& h);
+
+// acc += g: a gradient accumulated over steps (both of one dtype and size).
+void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g);
 
 }  // namespace onnxtrain::kernels

@@ -9,8 +9,7 @@
 #include <sstream>
 
 #include "ir/onnx_io.h"
-#include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/optimizer.h"
+#include "kernels/parameter_update.h"
 #include "passes/pass.h"
 #include "runtime/checkpoint.h"
 
@@ -98,12 +97,7 @@ double TrainingSession::train_step(const std::map<std::string, Tensor>& inputs) 
       grads_[name] = g.storage().use_count() > 1 ? g.clone() : g;
       continue;
     }
-    kernels::dispatch<kernels::kFloats>(g.dtype(), "train_step", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* acc = it->second.data<T>();
-      const T* add = g.data<T>();
-      for (int64_t i = 0; i < g.numel(); ++i) acc[i] = T(acc[i] + add[i]);
-    });
+    kernels::accumulate_gradient("train_step: " + name, it->second, g);
   }
   reset_grad_ = false;
   return outs.at(loss_).to_double()[0];
@@ -121,20 +115,21 @@ void TrainingSession::optimizer_step() {
   for (auto& name : params_) {
     Tensor& x = values_.at(name);
     const Tensor& g = grads_.at(name);
-    if (!state1_.count(name)) {
+    const bool first = !state1_.count(name);
+    if (first) {
       state1_[name] = Tensor::zeros(x.dtype(), x.dims());
       state2_[name] = Tensor::zeros(x.dtype(), x.dims());
     }
-    kernels::dispatch<kernels::kFloats>(x.dtype(), "optimizer_step", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if (opt_.kind == "adamw")
-        kernels::adamw_step<T>(x.numel(), x.data<T>(), g.data<T>(), state1_[name].data<T>(), state2_[name].data<T>(),
-                               lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay, step_);
-      else  // PyTorch's SGD: the first step's momentum buffer is the gradient itself
-        kernels::momentum_step<T>(x.numel(), x.data<T>(), g.data<T>(),
-                                  opt_.momentum > 0 ? state1_[name].data<T>() : nullptr, lr, opt_.weight_decay,
-                                  opt_.momentum, 1.0, opt_.nesterov);
-    });
+    const std::string where = "optimizer_step: " + name;
+    if (opt_.kind == "adamw") {
+      kernels::AdamWHyper h;
+      h.lr = lr, h.beta1 = opt_.beta1, h.beta2 = opt_.beta2, h.eps = opt_.eps, h.weight_decay = opt_.weight_decay;
+      kernels::adamw_update(where, x, g, state1_[name], state2_[name], nullptr, step_, h);
+    } else {  // PyTorch's SGD: the first step's momentum buffer is the gradient itself
+      kernels::SgdHyper h;
+      h.lr = lr, h.weight_decay = opt_.weight_decay, h.momentum = opt_.momentum, h.nesterov = opt_.nesterov;
+      kernels::sgd_update(where, x, g, opt_.momentum > 0 ? &state1_[name] : nullptr, first, h);
+    }
   }
 }
 

@@ -75,4 +75,15 @@ void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* bu
   });
 }
 
+void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g) {
+  dispatch<kFloats>(acc.dtype(), where, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* a = acc.data<T>();
+    const T* add = g.data<T>();
+    parallel_for(acc.numel(), 2, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) a[i] = T(a[i] + add[i]);
+    });
+  });
+}
+
 }  // namespace onnxtrain::kernels::cpu

@@ -7,5 +7,6 @@ namespace onnxtrain::kernels::cpu {
 void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,
                   int64_t step, const AdamWHyper& h);
 void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* buf, bool first, const SgdHyper& h);
+void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g);
 
 }  // namespace onnxtrain::kernels::cpu
