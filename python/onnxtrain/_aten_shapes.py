@@ -78,6 +78,14 @@ def slice_(out, b, x, dim=0, start=None, end=None, step=1):
                    b.constant(np.array([step], np.int64)))
 
 
+def flip(out, b, x, dims):
+    rank = len(x.shape)
+    axes = [d % rank for d in dims]
+    n = len(axes)
+    return b.Slice(x, b.constant(np.full(n, -1, np.int64)), b.constant(np.full(n, -INT64_MAX, np.int64)),
+                   b.constant(np.array(axes, np.int64)), b.constant(np.full(n, -1, np.int64)))
+
+
 def select(out, b, x, dim, index):
     return b.Gather(x, scalar_of(b, index), axis=dim)
 
@@ -103,13 +111,18 @@ def gather(out, b, x, dim, idx, sparse_grad=False):
 
 
 def arange(out, b, *args, **kwargs):
+    """Range; integer bounds counted in int64 and cast after, so that onnxtrain knows the length as a size (a
+    float Range's length is a fresh symbol to it)."""
     numbers = [a for a in args if isinstance(a, (int, float, Value))]
     start, end, step = {1: lambda n: (0, n[0], 1), 2: lambda n: (n[0], n[1], 1),
                         3: lambda n: tuple(n)}[len(numbers)](numbers)
+    integral = all(isinstance(v, int) or isinstance(v, Value) and v.dtype == INT64 for v in (start, end, step))
+    dtype = INT64 if integral else out.dtype
 
     def scalar(v):
-        return cast(b, b.Squeeze(v), out.dtype) if isinstance(v, Value) else cast(b, v, out.dtype)
-    return b.Range(scalar(start), scalar(end), scalar(step))
+        return cast(b, b.Squeeze(v), dtype) if isinstance(v, Value) else cast(b, v, dtype)
+    r = b.Range(scalar(start), scalar(end), scalar(step))
+    return r if dtype == out.dtype else b.Cast(r, to=int(out.dtype))
 
 
 def cumsum(out, b, x, dim, dtype=None):
@@ -188,7 +201,8 @@ TABLE = {
     aten.cat.default: cat, aten.split.Tensor: split, aten.split_with_sizes.default: split, aten.chunk.default: chunk,
     aten.expand.default: expand, aten.reshape.default: reshape, aten.view.default: reshape,
     aten.unsqueeze.default: unsqueeze, aten.squeeze.dim: squeeze, aten.squeeze.dims: squeeze,
-    aten.transpose.int: transpose, aten.permute.default: permute, aten.slice.Tensor: slice_, aten.select.int: select,
+    aten.transpose.int: transpose, aten.permute.default: permute, aten.slice.Tensor: slice_, aten.flip.default: flip,
+    aten.select.int: select,
     aten.index.Tensor: index, aten.gather.default: gather, aten.arange.default: arange, aten.arange.start: arange,
     aten.arange.start_step: arange, aten.cumsum.default: cumsum, aten.diff.default: diff, aten.pad.default: pad,
     aten.full.default: full, aten.zeros.default: _constant_filled(0), aten.ones.default: _constant_filled(1),

@@ -13,6 +13,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(gelu_fusion());
   r.push_back(rms_norm_fusion());
   r.push_back(swiglu_fusion());
+  r.push_back(rotary_embedding_fusion());
   r.push_back(linear_fusion());
   r.push_back(linear_cross_entropy_fusion());
   r.push_back(masked_softmax_fusion());

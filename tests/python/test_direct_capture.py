@@ -50,7 +50,7 @@ class Ops(torch.nn.Module):
         picked = picked * (shifted > 3)[..., None] + picked.new_ones(picked.shape) * 0.1
         z = torch.zeros_like(picked) + torch.full_like(picked, 0.5) + torch.ones(B, T, D)
         cum = m.cumsum(-1).unsqueeze(-1).to(picked.dtype) + torch.diff(ids, dim=-1, prepend=ids[:, :1])[..., None]
-        y = picked * z + cum * 0.01 + torch.gather(picked, -1, ids[..., None] % D).expand(-1, -1, D)
+        y = picked.flip(1) * z + cum * 0.01 + torch.gather(picked, -1, ids[..., None] % D).expand(-1, -1, D)
         y = F.layer_norm(y, (D,)) + F.dropout(y, 0.0, self.training) + y[:, 1::2, ::2].mean((1, 2), keepdim=True)
         y = y[:, :, 0].squeeze(-1)[..., None].square() + y.select(1, 0)[:, None, :].sum(-1, keepdim=True)
         return (y.float() * torch.rsqrt(y.float().abs() + 1)).mean() + F.silu(h).sum(dim=(1, 2)).mean() * 0.01

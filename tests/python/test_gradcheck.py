@@ -219,6 +219,10 @@ CASES += [Case("LinearCrossEntropy", [r(2, 3, 4), r(5, 4), r(5), ints([0, 4, 2, 
 CASES += [Case("RMSNormalization", [r(2, 3, 5), r(5)], {"epsilon": 1e-5}, domain="com.onnxtrain"),
           Case("RMSNormalization", [r(2, 3, 4), r(3, 4)], {"axis": 1, "epsilon": 0.1}, domain="com.onnxtrain"),
           Case("SwiGLU", [r(2, 3, 5) * 4, r(2, 3, 5)], domain="com.onnxtrain")]
+# Rotary embedding (rotary_embedding_fusion's node): cos and sin per batch and position, broadcast over the heads;
+# of X's shape; halves of unequal cos and sin (the fusion reads any)
+CASES += [Case("RotaryEmbedding", [r(2, 3, 4, 6), r(2, 1, 4, 6), r(2, 1, 4, 6)], domain="com.onnxtrain"),
+          Case("RotaryEmbedding", [r(3, 4), r(3, 4), r(4)], domain="com.onnxtrain")]
 
 # Ops of the table without a gradient rule, and why.
 NOT_DIFFERENTIABLE = {

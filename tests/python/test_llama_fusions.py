@@ -1,7 +1,8 @@
 """The Llama family's fusions: RMSNorm as transformers' families write it (Llama's float32 upcast, T5's, Gemma's
 1 + w) becomes one com.onnxtrain.RMSNormalization (no Pow, ReduceMean or Sqrt left in the training graph), and the
-SwiGLU MLP's silu(gate) * up one com.onnxtrain.SwiGLU (no Sigmoid); the loss and every gradient as eager's, in
-float32 and under bf16 autocast (whose norm statistics stay float32)."""
+SwiGLU MLP's silu(gate) * up one com.onnxtrain.SwiGLU (no Sigmoid), and the rotary embedding of queries and keys one
+com.onnxtrain.RotaryEmbedding each (no Neg); the loss and every gradient as eager's, in float32 and under bf16
+autocast (whose norm statistics stay float32)."""
 
 import onnx
 import pytest
@@ -45,6 +46,27 @@ class SwiGLUMLP(torch.nn.Module):  # LlamaMLP
         return (self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x)) ** 2).mean()
 
 
+class Rotary(torch.nn.Module):  # LlamaAttention's queries and keys with transformers' apply_rotary_pos_emb
+    def __init__(self, d=24, heads=3):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d // heads, 2).float() / (d // heads)),
+                             persistent=False)
+
+    def forward(self, x):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        b, t, d = x.shape
+        freqs = torch.arange(t, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)[None].expand(b, -1, -1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        q = self.q(x).view(b, t, self.heads, -1).transpose(1, 2)
+        k = self.k(x).view(b, t, self.heads, -1).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
+        return (q * k.flip(-1)).float().sum() * 0.1 + q.float().square().mean()
+
+
 def trained_ops(make, bf16, tmp_path):
     """The optimized training graph's ops, after checking the step against eager's."""
     torch.manual_seed(0)
@@ -83,3 +105,9 @@ def test_rms_norm_is_fused_and_trains_as_eager(style, bf16, tmp_path):
 def test_swiglu_is_fused_and_trains_as_eager(bf16, tmp_path):
     ops = trained_ops(SwiGLUMLP, bf16, tmp_path)
     assert ops.count("SwiGLU") == 1 and ops.count("SwiGLUGrad") == 1 and "Sigmoid" not in ops, ops
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_rotary_embedding_is_fused_and_trains_as_eager(bf16, tmp_path):
+    ops = trained_ops(Rotary, bf16, tmp_path)
+    assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops, ops  # (queries and keys, forward and backward)

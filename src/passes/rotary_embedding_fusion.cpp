@@ -1,0 +1,79 @@
+// Rotary embedding fusion: X cos + rotate_half(X) sin, rotate_half(X) = Concat(Neg(X2), X1) of X's halves on the
+// last dim taken by Slices (how transformers writes apply_rotary_pos_emb and PyTorch's exporter exports it), the
+// products and the sum in either order, X, cos and sin of one float dtype, the values between read by nothing else,
+// becomes com.onnxtrain.RotaryEmbedding(X, cos, sin).
+#include <optional>
+
+#include "passes/pass.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+// The one int64 of a constant 1-element input, or `missing` when the input is absent.
+bool one_int(const ir::Node* n, size_t i, int64_t missing, int64_t* out) {
+  const ir::Value* v = n->input(i);
+  if (!v) {
+    *out = missing;
+    return true;
+  }
+  const std::optional<Tensor>& t = v->initializer;
+  if (!t || t->numel() != 1 || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32)) return false;
+  *out = t->to_int64()[0];
+  return true;
+}
+
+// Whether `slice` takes [begin, end) of x's last dim (of `width`), end at least `width` standing for "to the end".
+bool takes(const ir::Node* slice, const ir::Value* x, int64_t begin, int64_t end, int64_t width) {
+  int64_t b = 0, e = 0, axis = 0, step = 0;
+  if (!slice || slice->op_type != "Slice" || !slice->domain.empty() || slice->opset < 10 || slice->input(0) != x ||
+      !one_int(slice, 1, 0, &b) || !one_int(slice, 2, 0, &e) || !one_int(slice, 3, -1, &axis) ||
+      !one_int(slice, 4, 1, &step))
+    return false;
+  const int64_t rank = int64_t(x->shape.size());
+  return (axis == -1 || axis == rank - 1) && step == 1 && b == begin && (e == end || (end == width && e >= width));
+}
+
+class RotaryEmbeddingFusion : public Pass {
+ public:
+  std::string name() const override { return "rotary_embedding_fusion"; }
+  bool apply(ir::Graph& g) const override {
+    std::vector<const ir::Node*> gone;
+    for (ir::Node* neg : nodes_of(g, "Neg")) {
+      if (!has_inputs(neg, 1)) continue;
+      ir::Node* upper = neg->input(0)->producer;
+      ir::Node* cat = only_reader(g, neg->outputs[0]);
+      if (!upper || !cat || cat->op_type != "Concat" || cat->inputs.size() != 2 || cat->input(0) != neg->outputs[0] ||
+          !cat->input(1) || !sole_reader(g, neg->input(0), neg))
+        continue;
+      ir::Node* lower = cat->input(1)->producer;
+      ir::Value* x = upper->input(0);
+      if (!lower || !x || !x->has_shape || x->shape.empty() || !x->shape.back().is_const() ||
+          !dtype_is_float(x->dtype) || !sole_reader(g, cat->input(1), cat))
+        continue;
+      const int64_t width = x->shape.back().value(), half = width / 2, rank = int64_t(x->shape.size());
+      const int64_t axis = cat->attr_int("axis", 0);
+      if (width % 2 || (axis != -1 && axis != rank - 1) || !takes(upper, x, half, width, width) ||
+          !takes(lower, x, 0, half, width))
+        continue;
+      ir::Node* rotated = only_reader(g, cat->outputs[0]);
+      ir::Value* sin = rotated && rotated->op_type == "Mul" ? other_input(rotated, cat->outputs[0]) : nullptr;
+      ir::Node* sum = sin ? only_reader(g, rotated->outputs[0]) : nullptr;
+      ir::Value* other = sum && sum->op_type == "Add" ? other_input(sum, rotated->outputs[0]) : nullptr;
+      ir::Node* scaled = other ? made_by(other, "Mul") : nullptr;
+      ir::Value* cos = scaled ? other_input(scaled, x) : nullptr;
+      if (!cos || cos == x || !sole_reader(g, other, sum) || cos->dtype != x->dtype || sin->dtype != x->dtype ||
+          !sum->outputs[0]->has_shape || sum->outputs[0]->shape != x->shape)
+        continue;
+      add_fused(g, "com.onnxtrain", 1, "RotaryEmbedding", {x, cos, sin}, {sum->outputs[0]},
+                g.unique_name(sum->name + "_rotary"), sum->backward);
+      gone.insert(gone.end(), {upper, lower, neg, cat, rotated, scaled, sum});
+    }
+    return remove_all(g, gone, true);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> rotary_embedding_fusion() { return std::make_unique<RotaryEmbeddingFusion>(); }
+
+}  // namespace onnxtrain::passes
