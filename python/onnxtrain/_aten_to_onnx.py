@@ -122,8 +122,9 @@ def _typed(out, val):
     return out
 
 
-def _input_info(value, dims):
-    shape = [d if isinstance(d, int) else dims.get(str(d), None) for d in value.shape]
+def _input_info(value, val, dims):
+    """The graph input `value`, its symbolic dims named as `dims` names their symbols (one symbol, one name)."""
+    shape = [d if isinstance(d, int) else dims[str(d.node.expr)] for d in val.shape]
     return helper.make_tensor_value_info(value.name, int(value.dtype), shape)
 
 
@@ -146,6 +147,8 @@ def translate(program, names):
                 continue
             value = held[key] = _value_of(b.fresh(spec.target), val)
             infos.append((value, val))
+            if any(not isinstance(d, int) for d in val.shape):
+                raise Untranslatable(f"{spec.target} has a dim of symbolic size")
         elif spec.kind == InputKind.USER_INPUT:
             if not isinstance(val, torch.Tensor):
                 raise Untranslatable("an input that is not a tensor")
@@ -175,5 +178,5 @@ def translate(program, names):
         taken.add(name)
         outputs.append(helper.make_tensor_value_info(name, int(out.dtype), None))
     graph = helper.make_graph(b.finish([o.name for o in outputs]), "main_graph",
-                              [_input_info(v, dims) for v, _ in infos], outputs, initializer=b.initializers)
+                              [_input_info(v, val, dims) for v, val in infos], outputs, initializer=b.initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="onnxtrain")

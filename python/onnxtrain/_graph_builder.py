@@ -79,7 +79,7 @@ class GraphBuilder:
         """A node of `op_type`: its output Value, or a tuple of them where the schema declares several."""
         if op_type == "Constant" and not _domain:
             return self._constant_node(**attributes)
-        if op_type == "Transpose" and inputs[0].name in self._transposed:  # a transpose of a transpose: one
+        if op_type == "Transpose" and "perm" in attributes and inputs[0].name in self._transposed:  # one of two
             source, first = self._transposed[inputs[0].name]
             perm = [first[i] for i in attributes["perm"]]
             if perm == sorted(perm):
@@ -103,7 +103,7 @@ class GraphBuilder:
             attrs[key] = _ATTRIBUTE_TYPES.get(kind, lambda v: v)(value)
         self.nodes.append(helper.make_node(op_type, names, outs, domain=_domain or None, **attrs))
         values = tuple(Value(n) for n in outs)
-        if op_type == "Transpose":
+        if op_type == "Transpose" and "perm" in attrs:
             self._transposed[outs[0]] = (inputs[0], list(attrs["perm"]))
         if op_type == "Reshape" and attrs.get("allowzero") == 1:
             self._reshaped[outs[0]] = inputs[0]
