@@ -26,7 +26,7 @@ def split(out, b, x, split_size, dim=0):
         raise Untranslatable("a split of a dim of symbolic size")
     if len(parts) == 1:
         return (x,)
-    return b.op("Split", x, b.constant(np.array(parts, np.int64)), axis=dim, _outputs=len(parts))
+    return b.op("Split", x, b.ints(parts), axis=dim, _outputs=len(parts))
 
 
 def chunk(out, b, x, chunks, dim=0):
@@ -43,7 +43,7 @@ def reshape(out, b, x, shape):
 
 
 def unsqueeze(out, b, x, dim):
-    return b.Unsqueeze(x, b.constant(np.array([dim], np.int64)))
+    return b.Unsqueeze(x, b.ints([dim]))
 
 
 def squeeze(out, b, x, dims=None):
@@ -54,7 +54,7 @@ def squeeze(out, b, x, dims=None):
     dims = sorted({d % rank for d in dims if x.shape[d % rank] == 1})
     if rank - out.rank != len(dims):
         raise Untranslatable("a squeeze of a dim of symbolic size")
-    return b.Squeeze(x, b.constant(np.array(dims, np.int64))) if dims else x
+    return b.Squeeze(x, b.ints(dims)) if dims else x
 
 
 def transpose(out, b, x, d0, d1):
@@ -74,16 +74,14 @@ def slice_(out, b, x, dim=0, start=None, end=None, step=1):
     size = x.shape[dim]
     if start == 0 and step == 1 and isinstance(end, int) and (end == INT64_MAX or size is not None and end >= size):
         return x  # the whole dim (x[:, :, None] slices every dim it keeps)
-    return b.Slice(x, sizes(b, [start]), sizes(b, [end]), b.constant(np.array([dim], np.int64)),
-                   b.constant(np.array([step], np.int64)))
+    return b.Slice(x, sizes(b, [start]), sizes(b, [end]), b.ints([dim]), b.ints([step]))
 
 
 def flip(out, b, x, dims):
     rank = len(x.shape)
     axes = [d % rank for d in dims]
     n = len(axes)
-    return b.Slice(x, b.constant(np.full(n, -1, np.int64)), b.constant(np.full(n, -INT64_MAX, np.int64)),
-                   b.constant(np.array(axes, np.int64)), b.constant(np.full(n, -1, np.int64)))
+    return b.Slice(x, b.ints([-1] * n), b.ints([-INT64_MAX] * n), b.ints(axes), b.ints([-1] * n))
 
 
 def select(out, b, x, dim, index):
@@ -101,8 +99,7 @@ def index(out, b, x, indices):
         raise Untranslatable("index tensors on dims that are not the leading ones")
     tensors = [cast(b, indices[i], INT64) for i in used]
     shape = b.Shape(b.Max(*tensors))
-    stacked = b.Concat(*[b.Unsqueeze(b.Expand(t, shape), b.constant(np.array([-1], np.int64))) for t in tensors],
-                       axis=-1)
+    stacked = b.Concat(*[b.Unsqueeze(b.Expand(t, shape), b.ints([-1])) for t in tensors], axis=-1)
     return b.GatherND(x, stacked)
 
 
@@ -134,9 +131,9 @@ def diff(out, b, x, n=1, dim=-1, prepend=None, append=None):
         raise Untranslatable("diff of order other than 1")
     parts = [p for p in (prepend, x, append) if p is not None]
     whole = b.Concat(*[cast(b, p, out.dtype) for p in parts], axis=dim) if len(parts) > 1 else x
-    axis = b.constant(np.array([dim], np.int64))
-    later = b.Slice(whole, b.constant(np.array([1], np.int64)), b.constant(np.array([INT64_MAX], np.int64)), axis)
-    earlier = b.Slice(whole, b.constant(np.array([0], np.int64)), b.constant(np.array([-1], np.int64)), axis)
+    axis = b.ints([dim])
+    later = b.Slice(whole, b.ints([1]), b.ints([INT64_MAX]), axis)
+    earlier = b.Slice(whole, b.ints([0]), b.ints([-1]), axis)
     if out.dtype == ir.DataType.BOOL:
         return b.Xor(later, earlier)
     return b.Sub(later, earlier)
@@ -147,38 +144,29 @@ def pad(out, b, x, pad, mode="constant", value=None):
         raise Untranslatable(f"a pad of mode {mode}")
     pairs = len(pad) // 2
     pads = sizes(b, [pad[2 * i] for i in range(pairs)] + [pad[2 * i + 1] for i in range(pairs)])
-    axes = b.constant(np.array([-1 - i for i in range(pairs)], np.int64))
+    axes = b.ints([-1 - i for i in range(pairs)])
     return b.Pad(x, pads, cast(b, 0 if value is None else value, out.dtype), axes, mode="constant")
 
 
-def _filled(out, b, shape, value):
-    return b.ConstantOfShape(sizes(b, list(shape)), value=ir.tensor(np.array([value], dtype=out.dtype.numpy())))
+def _fill(out, b, shape, value):
+    """ConstantOfShape of `shape` (an int64 Value) holding `value` in out's dtype."""
+    if isinstance(value, Value):
+        raise Untranslatable("a fill by a tensor")
+    return b.ConstantOfShape(shape, value=ir.tensor(np.array([value], dtype=out.dtype.numpy())))
 
 
 def full(out, b, size, fill_value, **kwargs):
-    if isinstance(fill_value, Value):
-        raise Untranslatable("a fill by a tensor")
-    return _filled(out, b, size, fill_value)
+    return _fill(out, b, sizes(b, list(size)), fill_value)
 
 
-def _new_filled(value):
-    def translate(out, b, x, size, **kwargs):
-        return _filled(out, b, size, value)
-    return translate
-
-
-def _filled_like(value):
-    def translate(out, b, x, *args, **kwargs):
-        v = value if value is not None else args[0]
-        if isinstance(v, Value):
-            raise Untranslatable("a fill by a tensor")
-        return b.ConstantOfShape(b.Shape(x), value=ir.tensor(np.array([v], dtype=out.dtype.numpy())))
-    return translate
-
-
-def _constant_filled(value):
-    def translate(out, b, size, **kwargs):
-        return _filled(out, b, size, value)
+def _filled(value, like=False):
+    """ones/zeros (size, ...), new_ones/new_zeros (x, size, ...), or with `like` ones_like/zeros_like/full_like
+    (x, [fill,] ...): `value` None for full_like's fill."""
+    def translate(out, b, *args, **kwargs):
+        if like:
+            return _fill(out, b, b.Shape(args[0]), args[1] if value is None else value)
+        size = args[1] if isinstance(args[0], Value) else args[0]
+        return _fill(out, b, sizes(b, list(size)), value)
     return translate
 
 
@@ -205,10 +193,10 @@ TABLE = {
     aten.select.int: select,
     aten.index.Tensor: index, aten.gather.default: gather, aten.arange.default: arange, aten.arange.start: arange,
     aten.arange.start_step: arange, aten.cumsum.default: cumsum, aten.diff.default: diff, aten.pad.default: pad,
-    aten.full.default: full, aten.zeros.default: _constant_filled(0), aten.ones.default: _constant_filled(1),
-    aten.new_ones.default: _new_filled(1), aten.new_zeros.default: _new_filled(0),
-    aten.zeros_like.default: _filled_like(0), aten.ones_like.default: _filled_like(1),
-    aten.full_like.default: _filled_like(None), aten.sym_size.int: sym_size,
+    aten.full.default: full, aten.zeros.default: _filled(0), aten.ones.default: _filled(1),
+    aten.new_ones.default: _filled(1), aten.new_zeros.default: _filled(0),
+    aten.zeros_like.default: _filled(0, like=True), aten.ones_like.default: _filled(1, like=True),
+    aten.full_like.default: _filled(None, like=True), aten.sym_size.int: sym_size,
     operator.add: _symbolic("Add", operator.add), operator.sub: _symbolic("Sub", operator.sub),
     operator.mul: _symbolic("Mul", operator.mul), operator.floordiv: _symbolic("Div", operator.floordiv),
     operator.mod: _symbolic("Mod", operator.mod),

@@ -14,18 +14,12 @@ type ONNX lacks) raises Untranslatable, and the exporter captures it instead."""
 import operator
 
 import onnx
-import onnx_ir as ir
 import torch
 from onnx import helper
 
 from onnxtrain import _aten_math, _aten_shapes
-from onnxtrain._aten_values import Untranslatable
+from onnxtrain._aten_values import Untranslatable, onnx_dtype
 from onnxtrain._graph_builder import OPSET, GraphBuilder, Value
-
-DTYPES = {torch.float32: ir.DataType.FLOAT, torch.float16: ir.DataType.FLOAT16, torch.bfloat16: ir.DataType.BFLOAT16,
-          torch.float64: ir.DataType.DOUBLE, torch.int64: ir.DataType.INT64, torch.int32: ir.DataType.INT32,
-          torch.int16: ir.DataType.INT16, torch.int8: ir.DataType.INT8, torch.uint8: ir.DataType.UINT8,
-          torch.bool: ir.DataType.BOOL}
 
 _SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
             torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten.sym_constrain_range.default}
@@ -33,15 +27,14 @@ TABLE = {**_aten_math.TABLE, **_aten_shapes.TABLE}
 _INLINED = ("wrap_with_set_grad_enabled", "wrap_with_autocast")  # their subgraph, as the exporter inlines them
 
 
-def onnx_dtype(dtype):
-    if dtype not in DTYPES:
-        raise Untranslatable(f"a value of dtype {dtype}")
-    return DTYPES[dtype]
+def _static(shape):
+    """A shape as Values hold it: ints, None where symbolic."""
+    return tuple(d if isinstance(d, int) else None for d in shape)
 
 
 def _value_of(name, val):
     """A Value named `name` for an FX meta value (a tensor)."""
-    return Value(name, onnx_dtype(val.dtype), tuple(d if isinstance(d, int) else None for d in val.shape))
+    return Value(name, onnx_dtype(val.dtype), _static(val.shape))
 
 
 def _tensor_proto(name, t):
@@ -107,15 +100,14 @@ class _Out:
         self.val = val
         tensor = isinstance(val, torch.Tensor)
         self.dtype = onnx_dtype(val.dtype) if tensor else None
-        self.shape = tuple(d if isinstance(d, int) else None for d in val.shape) if tensor else None
+        self.shape = _static(val.shape) if tensor else None
         self.rank = len(val.shape) if tensor else None
 
 
 def _typed(out, val):
     """`out` with the dtypes and shapes of the FX value `val` recorded on its Values."""
     if isinstance(out, Value) and isinstance(val, torch.Tensor):
-        v = _value_of(out.name, val)
-        out.dtype, out.shape = v.dtype, v.shape
+        out.dtype, out.shape = onnx_dtype(val.dtype), _static(val.shape)
     elif isinstance(out, (tuple, list)) and isinstance(val, (tuple, list)):
         for o, w in zip(out, val):
             _typed(o, w)

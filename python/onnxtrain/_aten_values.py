@@ -10,15 +10,22 @@ from onnxtrain._graph_builder import Value
 
 INT64 = ir.DataType.INT64
 FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE}
-_TORCH = {ir.DataType.FLOAT: torch.float32, ir.DataType.FLOAT16: torch.float16, ir.DataType.BFLOAT16: torch.bfloat16,
-          ir.DataType.DOUBLE: torch.float64, ir.DataType.INT64: torch.int64, ir.DataType.INT32: torch.int32,
-          ir.DataType.INT16: torch.int16, ir.DataType.INT8: torch.int8, ir.DataType.UINT8: torch.uint8,
-          ir.DataType.BOOL: torch.bool}
+DTYPES = {torch.float32: ir.DataType.FLOAT, torch.float16: ir.DataType.FLOAT16, torch.bfloat16: ir.DataType.BFLOAT16,
+          torch.float64: ir.DataType.DOUBLE, torch.int64: ir.DataType.INT64, torch.int32: ir.DataType.INT32,
+          torch.int16: ir.DataType.INT16, torch.int8: ir.DataType.INT8, torch.uint8: ir.DataType.UINT8,
+          torch.bool: ir.DataType.BOOL}  # PyTorch's dtypes that ONNX holds
+_TORCH = {v: k for k, v in DTYPES.items()}
 INT64_MAX = 2**63 - 1
 
 
 class Untranslatable(Exception):
     """What the direct capture does not translate: PyTorch's exporter captures the module instead."""
+
+
+def onnx_dtype(dtype):
+    if dtype not in DTYPES:
+        raise Untranslatable(f"a value of dtype {dtype}")
+    return DTYPES[dtype]
 
 
 def typed(v, dtype, shape=None):
@@ -46,17 +53,15 @@ def sizes(b, items):
     for x in items:
         if isinstance(x, Value):
             if ints:
-                parts.append(b.constant(np.array(ints, np.int64)))
+                parts.append(b.ints(ints))
                 ints = []
             parts.append(cast(b, x, INT64))
         elif isinstance(x, int):
             ints.append(x)
         else:
             raise Untranslatable(f"a size of type {type(x).__name__}")
-    if ints:
-        parts.append(b.constant(np.array(ints, np.int64)))
-    if not parts:
-        return b.constant(np.array([], np.int64))
+    if ints or not parts:
+        parts.append(b.ints(ints))
     return parts[0] if len(parts) == 1 else typed(b.Concat(*parts, axis=0), INT64, (len(items),))
 
 
@@ -71,5 +76,4 @@ def result_dtype(a, b_):
         return torch.empty((), dtype=_TORCH[x.dtype]) if isinstance(x, Value) else x
     if not isinstance(a, Value) and not isinstance(b_, Value):
         raise Untranslatable("an op of two scalars")
-    dtype = torch.result_type(probe(a), probe(b_))
-    return {v: k for k, v in _TORCH.items()}[dtype]
+    return DTYPES[torch.result_type(probe(a), probe(b_))]

@@ -62,6 +62,10 @@ class GraphBuilder:
             self._constants[key] = Value(proto.name, tensor.dtype, tuple(tensor.shape))
         return self._constants[key]
 
+    def ints(self, values):
+        """A 1-D int64 initializer of `values`."""
+        return self.constant(np.array(list(values), np.int64))
+
     def _input(self, x):
         if x is None:
             return ""
@@ -113,7 +117,7 @@ class GraphBuilder:
         if value is not None:
             return self.constant(value)
         if value_ints is not None:
-            return self.constant(np.array(value_ints, np.int64))
+            return self.ints(value_ints)
         if value_int is not None:
             return self.constant(np.array(value_int, np.int64))
         if value_float is not None:

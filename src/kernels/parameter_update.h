@@ -1,7 +1,7 @@
-// onnxtrain.optim's and TrainingSession's fused parameter updates: PyTorch's AdamW and SGD, each element's whole update in one pass
-// (where PyTorch's single-tensor path makes five), in the parameter's dtype's compute type (float for float32,
-// bfloat16 and float16, as PyTorch computes them). Each runs on the device its tensors are on (kernels/<device>/
-// parameter_update.cpp); a device without one is an UnsupportedError.
+// onnxtrain.optim's and TrainingSession's fused parameter updates: PyTorch's AdamW and SGD, each element's whole
+// update in one pass (where PyTorch's single-tensor path makes five), in the parameter's dtype's compute type
+// (float for float32, bfloat16 and float16, as PyTorch computes them). Each runs on the device its tensors are on
+// (kernels/<device>/parameter_update.cpp); a device without one is an UnsupportedError.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,7 @@
 #include "passes/pass.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/shape_inference.h"
 #include "ops/bind.h"
@@ -31,6 +32,10 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
 
 bool constant_scalar(const ir::Value* v) {
   return v && v->initializer && !v->trainable && v->initializer->numel() == 1 && dtype_is_float(v->dtype);
+}
+
+double scalar_value(const ir::Value* v) {
+  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 ? v->initializer->to_double()[0] : NAN;
 }
 
 std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const std::string& domain) {

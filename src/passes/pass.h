@@ -39,6 +39,10 @@ std::unique_ptr<Pass> gelu_recompute_fusion();
 
 // Whether v is a float constant of one element that training does not update (a scale, a fill).
 bool constant_scalar(const ir::Value* v);
+// The value of a constant of one element that training does not update, any dtype (NaN for anything else).
+double scalar_value(const ir::Value* v);
+// Whether `axis` (negative counting from the end) is the last of `rank`.
+inline bool last_axis(int64_t axis, int64_t rank) { return axis == -1 || axis == rank - 1; }
 // The nodes of `op` in `domain` (ONNX's by default), in graph order: what a fusion starts from (collected before
 // it adds or removes nodes).
 std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const std::string& domain = "");

@@ -10,11 +10,6 @@
 namespace onnxtrain::passes {
 namespace {
 
-// The value of a constant of one element (NaN for anything else).
-double scalar_of(const ir::Value* v) {
-  return v && v->initializer && !v->trainable && v->initializer->numel() == 1 ? v->initializer->to_double()[0] : NAN;
-}
-
 // Whether a ReduceMean keeps the dims and reduces the last of rank r alone (its axes an input from opset 18, an
 // attribute before).
 bool means_last_dim(const ir::Node* m, int64_t r) {
@@ -25,7 +20,7 @@ bool means_last_dim(const ir::Node* m, int64_t r) {
     if (!a->initializer || a->trainable) return false;
     axes = a->initializer->to_int64();
   }
-  return axes.size() == 1 && (axes[0] == -1 || axes[0] == r - 1);
+  return axes.size() == 1 && last_axis(axes[0], r);
 }
 
 class RMSNormFusion : public Pass {
@@ -38,14 +33,14 @@ class RMSNormFusion : public Pass {
       ir::Node* square = mean->input(0)->producer;
       if (!square || !only_reader(g, mean->input(0))) continue;
       ir::Value* x = square->input(0);
-      bool squares = (square->op_type == "Pow" && has_inputs(square, 2) && scalar_of(square->input(1)) == 2.0) ||
+      bool squares = (square->op_type == "Pow" && has_inputs(square, 2) && scalar_value(square->input(1)) == 2.0) ||
                      (square->op_type == "Mul" && has_inputs(square, 2) && square->input(1) == x);
       if (!squares || !x->has_shape || x->shape.empty() || !dtype_is_float(x->dtype) ||
           !means_last_dim(mean, int64_t(x->shape.size())))
         continue;
       ir::Node* add = only_reader(g, mean->outputs[0]);
-      if (!add || add->op_type != "Add" || !(scalar_of(other_input(add, mean->outputs[0])) >= 0)) continue;
-      const double eps = scalar_of(other_input(add, mean->outputs[0]));
+      if (!add || add->op_type != "Add" || !(scalar_value(other_input(add, mean->outputs[0])) >= 0)) continue;
+      const double eps = scalar_value(other_input(add, mean->outputs[0]));
       ir::Node* sqrt = only_reader(g, add->outputs[0]);
       if (!sqrt || sqrt->op_type != "Sqrt") continue;
       std::vector<const ir::Node*> chain{square, mean, add, sqrt};

@@ -2,35 +2,27 @@
 // last dim taken by Slices (how transformers writes apply_rotary_pos_emb and PyTorch's exporter exports it), the
 // products and the sum in either order, X, cos and sin of one float dtype, the values between read by nothing else,
 // becomes com.onnxtrain.RotaryEmbedding(X, cos, sin).
-#include <optional>
+#include <cmath>
 
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
 namespace {
 
-// The one int64 of a constant 1-element input, or `missing` when the input is absent.
-bool one_int(const ir::Node* n, size_t i, int64_t missing, int64_t* out) {
-  const ir::Value* v = n->input(i);
-  if (!v) {
-    *out = missing;
-    return true;
-  }
-  const std::optional<Tensor>& t = v->initializer;
-  if (!t || t->numel() != 1 || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32)) return false;
-  *out = t->to_int64()[0];
-  return true;
+// Input i of n: a constant of one element, or `missing` where the input is absent (NaN for anything else).
+double input_value(const ir::Node* n, size_t i, double missing) {
+  return n->input(i) ? scalar_value(n->input(i)) : missing;
 }
 
 // Whether `slice` takes [begin, end) of x's last dim (of `width`), end at least `width` standing for "to the end".
 bool takes(const ir::Node* slice, const ir::Value* x, int64_t begin, int64_t end, int64_t width) {
-  int64_t b = 0, e = 0, axis = 0, step = 0;
-  if (!slice || slice->op_type != "Slice" || !slice->domain.empty() || slice->opset < 10 || slice->input(0) != x ||
-      !one_int(slice, 1, 0, &b) || !one_int(slice, 2, 0, &e) || !one_int(slice, 3, -1, &axis) ||
-      !one_int(slice, 4, 1, &step))
+  if (!slice || slice->op_type != "Slice" || !slice->domain.empty() || slice->opset < 10 || slice->input(0) != x)
     return false;
-  const int64_t rank = int64_t(x->shape.size());
-  return (axis == -1 || axis == rank - 1) && step == 1 && b == begin && (e == end || (end == width && e >= width));
+  const double b = input_value(slice, 1, NAN), e = input_value(slice, 2, NAN), axis = input_value(slice, 3, -1),
+               step = input_value(slice, 4, 1);
+  const double last = double(x->shape.size()) - 1;
+  return (axis == -1 || axis == last) && step == 1 && b == double(begin) &&
+         (e == double(end) || (end == width && e >= double(width)));
 }
 
 class RotaryEmbeddingFusion : public Pass {
@@ -52,7 +44,7 @@ class RotaryEmbeddingFusion : public Pass {
         continue;
       const int64_t width = x->shape.back().value(), half = width / 2, rank = int64_t(x->shape.size());
       const int64_t axis = cat->attr_int("axis", 0);
-      if (width % 2 || (axis != -1 && axis != rank - 1) || !takes(upper, x, half, width, width) ||
+      if (width % 2 || !last_axis(axis, rank) || !takes(upper, x, half, width, width) ||
           !takes(lower, x, 0, half, width))
         continue;
       ir::Node* rotated = only_reader(g, cat->outputs[0]);
