@@ -9,6 +9,7 @@ backward when every parameter's gradient is done).
 
 import logging
 import os
+import weakref
 
 import torch
 
@@ -90,7 +91,10 @@ class MemoryStatsPrinter:
     steps given)."""
 
     def __init__(self, module, every_step=False, all_ranks=False, logger=None, steps=None):
-        self.module, self.every_step, self.all_ranks = module, every_step, all_ranks
+        # (a weak reference: the parameters' gradient hook holds the printer from C++, where Python's collector
+        # cannot see the cycle back to the module, which a strong one would keep alive for good)
+        self.module = weakref.ref(module)
+        self.every_step, self.all_ranks = every_step, all_ranks
         self.logger = logger or logging.getLogger("onnxtrain")
         self.steps = None if steps is None else set(steps)
         self.step, self.last = 0, None
@@ -107,7 +111,7 @@ class MemoryStatsPrinter:
                                f"'{self.last}'; the order is {', '.join(PHASES)}")
         self.last = name
         if self.sampled() and (self.all_ranks or _rank() == 0):
-            self.logger.info(format_line(name, self.step, _rank(), self.module))
+            self.logger.info(format_line(name, self.step, _rank(), self.module()))
         if name == "post_backward":
             self.step += 1
 

@@ -26,7 +26,8 @@ class Options:
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
-    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL), as ONNX Runtime's: 0 the config only; 1
+    # ONNXTRAIN_MEMORY_OPT_LEVEL (alias ORTMODULE_MEMORY_OPT_LEVEL), as ONNX Runtime's: 0 the config only (and, at
+    # every level, the plans that cost at most a flop per byte they save: docs/memory.md); 1
     # layer-wise checkpointing (inside each transformer layer, every plain plan: the layer recomputed in backward
     # from its input); 2 level 1 with compromised plans too (the narrower input of an up-cast stashed, not its output)
     memory_opt_level: int = 0

@@ -62,6 +62,8 @@ struct RecomputeReport {
   int64_t saved = 0;   // stash bytes the budget's plans save (save_bytes, stash_fraction)
   bool met = true;     // false: even every plan saves less than the budget asks
   std::string level;   // what a level did (layers found), empty at level 0
+  int64_t every_level = 0;  // plans taken at every level (casts, stash choices by size) ...
+  Dim every_level_bytes;    // ... and the stash bytes they save
   // A table: cluster, frequency, status, bytes saved (symbolic and for `dims`), recompute flops, config entry.
   std::string str(const Bindings& dims = {}) const;
   std::string json(const Bindings& dims = {}) const;
@@ -72,9 +74,11 @@ struct RecomputeOptions {
   // 0 the config only; 1 every plain plan inside the transformer layers (memory/layers.h), their inputs excepted:
   // layer-wise checkpointing, as ONNX Runtime's level 1; 2 the compromised plans too. (Middle grounds are budgets,
   // stash_fraction and save_bytes: the plans cheapest per byte saved come first, the elementwise chains that
-  // read the products' outputs.) At every level, casts of parameters (autocast's bf16 weights) are cast again in
-  // backward rather than stashed, unless a config entry names their cluster; so are lone up-casts, their
-  // narrower input stashed instead (the bf16 logits that autocast casts to float32 for the loss).
+  // read the products' outputs.) At every level, unless a config entry names their cluster: casts of parameters
+  // (autocast's bf16 weights) are cast again in backward rather than stashed; so are lone up-casts, their
+  // narrower input stashed instead (the bf16 logits that autocast casts to float32 for the loss); and the stash
+  // is chosen by size: a plan reading only values stashed anyway that costs at most a flop per byte it saves
+  // (a normalization's output recomputed from the input its gradient keeps) replaces its activation.
   int level = 0;
   // Further plans, the cheapest that keep at most this fraction of the stash (0: none), ...
   double stash_fraction = 0;

@@ -40,9 +40,11 @@ def test_gelu_forms_are_fused_and_train_as_eager(form, bf16, tmp_path):
     got.backward()
     want.backward()
     graph = onnx.load(str(tmp_path / "MLP_train_optimized.onnx")).graph
-    ops = [n.op_type for n in graph.node]
-    assert ops.count("Gelu") == 1 and ops.count("GeluGrad") == 1 and not {"Erf", "Tanh", "Pow"} & set(ops), ops
-    gelu = next(n for n in graph.node if n.op_type == "GeluGrad")
+    # (the GELU's output is recomputed in backward at every level: a clone, or for erf one GeluAndGrad for both)
+    ops = [n.op_type for n in graph.node if "_recompute" not in n.name]
+    grads = [n for n in graph.node if n.op_type in ("GeluGrad", "GeluAndGrad")]
+    assert ops.count("Gelu") == 1 and len(grads) == 1 and not {"Erf", "Tanh", "Pow"} & set(ops), ops
+    gelu = grads[0]
     assert [a.s.decode() for a in gelu.attribute if a.name == "approximate"] == (["tanh"] if form == "tanh" else [])
     tol = dict(rtol=2e-2, atol=2e-2) if bf16 else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got.float(), want.float(), **tol)  # (under autocast ours sums in float32)

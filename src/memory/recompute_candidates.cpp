@@ -1,0 +1,104 @@
+// The memory optimizer's candidates: each stashed activation and the subgraph that could recompute it in backward
+// from values alive anyway, with its bytes saved and its cost.
+#include <algorithm>
+#include <set>
+
+#include "memory/recompute.h"
+#include "ops/op.h"
+
+namespace onnxtrain::memory {
+
+static bool read_in_backward(const ir::Value* v) {
+  for (const ir::Node* c : v->consumers)
+    if (c->backward) return true;
+  return false;
+}
+
+std::vector<const ir::Value*> stashed_values(const ir::Graph& g) {
+  std::vector<const ir::Value*> r;
+  for (auto& n : g.nodes())
+    if (!n->backward)
+      for (const ir::Value* v : n->outputs)
+        if (v && read_in_backward(v)) r.push_back(v);
+  return r;
+}
+
+static bool is_upcast(const ir::Node* n) {
+  return n->op_type == "Cast" && n->input(0) && n->outputs[0] &&
+         dtype_size(n->outputs[0]->dtype) > dtype_size(n->input(0)->dtype);
+}
+
+// A shape or index list: an integer tensor of at most 64 elements. Stashing it costs nothing worth saving, so a
+// walk stops there instead of following the shape arithmetic (Shape, Gather, Concat) back to activations.
+static bool small_integers(const ir::Value* u) {
+  if (dtype_is_float(u->dtype) || !u->has_shape) return false;
+  auto n = shape_numel(u->shape).eval({});
+  return n && *n <= 64;
+}
+
+// The nodes recomputing `target` from values free in backward (graph inputs, parameters, constants, values
+// stashed anyway, small integer tensors), or false. With `compromise`, a walk stops at up-casts, the narrower inputs
+// going to `kept`.
+static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std::set<const ir::Node*>* chosen,
+                 std::vector<const ir::Value*>* kept) {
+  std::vector<const ir::Node*> todo = {target->producer};
+  while (!todo.empty()) {
+    const ir::Node* n = todo.back();
+    todo.pop_back();
+    if (chosen->count(n)) continue;
+    if (!n->op || !n->op->recomputable() || chosen->size() >= node_cap) return false;
+    chosen->insert(n);
+    for (const ir::Value* u : n->inputs) {
+      if (!u || !u->producer || u->producer->backward || read_in_backward(u) || small_integers(u)) continue;
+      if (compromise && is_upcast(n)) {
+        if (std::find(kept->begin(), kept->end(), u) == kept->end()) kept->push_back(u);
+        continue;
+      }
+      todo.push_back(u->producer);
+    }
+  }
+  return true;
+}
+
+std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
+  std::vector<Candidate> out;
+  for (const ir::Value* target : stashed_values(g)) {
+    std::set<const ir::Node*> chosen;
+    std::vector<const ir::Value*> kept;
+    bool compromise = false;
+    if (is_upcast(target->producer) && target->producer->inputs[0]->producer) {
+      // An up-cast's output (autocast's float32 islands): cast again from the narrower input, never the chain
+      // (a GEMM, typically) behind it, hundreds of times the work per byte saved.
+      chosen.insert(target->producer);
+      kept.push_back(target->producer->inputs[0]);
+      compromise = true;
+    } else if (!walk(target, node_cap, false, &chosen, &kept)) {
+      chosen.clear();
+      if (!walk(target, node_cap, true, &chosen, &kept) || kept.empty()) continue;
+      compromise = true;
+    }
+    Candidate c;
+    c.target = target;
+    c.compromise = compromise;
+    c.kept = kept;
+    for (auto& n : g.nodes())
+      if (chosen.count(n.get())) c.nodes.push_back(n.get());  // forward order
+    c.flops = Dim(0);
+    Dim moved(0);
+    for (const ir::Node* n : c.nodes) {
+      c.cluster += n->op_type + "+";
+      c.flops = c.flops + n->op->flops(*n);
+      for (const ir::Value* v : n->inputs)
+        if (v) moved = moved + v->bytes();
+      for (const ir::Value* v : n->outputs)
+        if (v) moved = moved + v->bytes();
+    }
+    c.cost = c.flops + moved * Dim(kBytesCost);
+    c.bytes = target->bytes();
+    for (const ir::Value* v : kept) c.bytes = c.bytes - v->bytes();
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace onnxtrain::memory
