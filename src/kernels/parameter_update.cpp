@@ -1,9 +1,21 @@
 #include "kernels/parameter_update.h"
 
-#include "kernels/cpu/parameter_update.h"
+#include <map>
+#include <optional>
+
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::kernels {
+
+static std::map<DeviceType, ParameterUpdateKernels>& table() {
+  static std::map<DeviceType, ParameterUpdateKernels> t;
+  return t;
+}
+
+bool register_parameter_updates(DeviceType type, ParameterUpdateKernels k) {
+  table()[type] = k;
+  return true;
+}
 
 static void check_like(const std::string& where, const Tensor& x, const Tensor* t, const char* what) {
   if (!t) return;
@@ -12,11 +24,21 @@ static void check_like(const std::string& where, const Tensor& x, const Tensor* 
                      ", the parameter " + dtype_name(x.dtype()) + " " + dims_str(x.dims()));
 }
 
-// An UnsupportedError naming `where` unless all of `ts` are on the host (the one device with these kernels).
-static void on_host(const std::string& where, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (t && t->storage() && !(t->storage()->device() == kCpu))
-      throw UnsupportedError(where + ": no parameter update kernel on " + t->storage()->device().str());
+// The update kernels of the device all of `ts` are on: an InputError naming `where` when they are on several, an
+// UnsupportedError when that device has none.
+static const ParameterUpdateKernels& kernels_for(const std::string& where, std::initializer_list<const Tensor*> ts) {
+  std::optional<Device> device;
+  for (const Tensor* t : ts) {
+    if (!t || !t->storage()) continue;
+    Device d = t->storage()->device();
+    if (device && !(*device == d))
+      throw InputError(where + ": tensors on " + device->str() + " and " + d.str() + " in one update");
+    device = d;
+  }
+  Device d = device.value_or(kCpu);
+  auto k = table().find(d.type);
+  if (k == table().end()) throw UnsupportedError(where + ": no parameter update kernel on " + d.str());
+  return k->second;
 }
 
 void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,
@@ -27,8 +49,7 @@ void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& 
   check_like(where, x, max_v, "max_exp_avg_sq");
   if (h.amsgrad != (max_v != nullptr)) throw InputError(where + ": amsgrad needs max_exp_avg_sq, and only it");
   if (step < 1) throw InputError(where + ": step " + std::to_string(step) + " (the first is 1)");
-  on_host(where, {&x, &g, &m, &v, max_v});
-  cpu::adamw_update(where, x, g, m, v, max_v, step, h);
+  kernels_for(where, {&x, &g, &m, &v, max_v}).adamw(where, x, g, m, v, max_v, step, h);
 }
 
 void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* buf, bool first, const SgdHyper& h) {
@@ -36,14 +57,12 @@ void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* bu
   check_like(where, x, buf, "momentum_buffer");
   if ((h.momentum != 0) != (buf != nullptr))
     throw InputError(where + ": momentum needs a momentum buffer, and only it");
-  on_host(where, {&x, &g, buf});
-  cpu::sgd_update(where, x, g, buf, first, h);
+  kernels_for(where, {&x, &g, buf}).sgd(where, x, g, buf, first, h);
 }
 
 void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g) {
   check_like(where, acc, &g, "the gradient");
-  on_host(where, {&acc, &g});
-  cpu::accumulate_gradient(where, acc, g);
+  kernels_for(where, {&acc, &g}).accumulate(where, acc, g);
 }
 
 }  // namespace onnxtrain::kernels

@@ -31,4 +31,15 @@ void sgd_update(const std::string& where, Tensor& x, const Tensor& g, Tensor* bu
 // acc += g: a gradient accumulated over steps (both of one dtype and size).
 void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g);
 
+// A device type's update kernels, given the checked tensors (all on one device of that type).
+struct ParameterUpdateKernels {
+  void (*adamw)(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,
+                int64_t step, const AdamWHyper& h);
+  void (*sgd)(const std::string& where, Tensor& x, const Tensor& g, Tensor* buf, bool first, const SgdHyper& h);
+  void (*accumulate)(const std::string& where, Tensor& acc, const Tensor& g);
+};
+// Registers them for every device of `type`, as kernel files register theirs (kernels/kernel.h): once, from a
+// static initializer of kernels/<device>/parameter_update.cpp.
+bool register_parameter_updates(DeviceType type, ParameterUpdateKernels k);
+
 }  // namespace onnxtrain::kernels

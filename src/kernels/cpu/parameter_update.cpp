@@ -1,11 +1,12 @@
-#include "kernels/cpu/parameter_update.h"
-
+// The host's parameter updates (kernels/parameter_update.h), over chunks of each tensor on every core.
 #include <cmath>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/parameter_update.h"
 
 namespace onnxtrain::kernels::cpu {
+namespace {
 
 void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,
                   int64_t step, const AdamWHyper& h) {
@@ -86,4 +87,7 @@ void accumulate_gradient(const std::string& where, Tensor& acc, const Tensor& g)
   });
 }
 
+const bool kRegistered = register_parameter_updates(DeviceType::kCpu, {adamw_update, sgd_update, accumulate_gradient});
+
+}  // namespace
 }  // namespace onnxtrain::kernels::cpu
