@@ -8,6 +8,7 @@ fusions read; attention and cross-entropy are _translations' own, shared with th
 
 import math
 
+import numpy as np
 import onnx_ir as ir
 import torch
 
@@ -154,6 +155,25 @@ def dropout(out, b, x, p, train):
     return y
 
 
+def _random(like_op):
+    """rand/randn (size, ...) and rand_like/randn_like (x, ...): the ONNX Like op over x, or over zeros of the size;
+    onnxtrain draws them from the step's seed and the node's key, as dropout."""
+    def translate(out, b, *args, **kwargs):
+        x = args[0]
+        if not isinstance(x, Value):
+            x = b.ConstantOfShape(sizes(b, list(x)), value=ir.tensor(np.zeros(1, out.dtype.numpy())))
+        return getattr(b, like_op)(x, dtype=int(out.dtype))
+    return translate
+
+
+def bernoulli(out, b, x, p=None, generator=None):
+    """bernoulli(probabilities) draws each element's, bernoulli(x, p) one p for all."""
+    if p is None:
+        return b.Bernoulli(x, dtype=int(out.dtype))
+    return b.Cast(b.Less(b.RandomUniformLike(x, dtype=int(ir.DataType.FLOAT)), cast(b, float(p), ir.DataType.FLOAT)),
+                  to=int(out.dtype))
+
+
 def softmax(onnx_op):
     def translate(out, b, x, dim, half_to_float=False):
         (x,) = floats_to(b, out.dtype, x)
@@ -205,7 +225,10 @@ TABLE = {
     aten.mean.default: mean_dim, aten.sum.dim_IntList: sum_dim, aten.sum.default: sum_dim,
     aten.linear.default: linear, aten.addmm.default: addmm, aten.matmul.default: matmul, aten.mm.default: matmul,
     aten.bmm.default: matmul, aten.embedding.default: embedding, aten.layer_norm.default: layer_norm,
-    aten.dropout.default: dropout, aten.softmax.int: softmax("Softmax"), aten.log_softmax.int: softmax("LogSoftmax"),
+    aten.dropout.default: dropout, aten.rand.default: _random("RandomUniformLike"),
+    aten.rand_like.default: _random("RandomUniformLike"), aten.randn.default: _random("RandomNormalLike"),
+    aten.randn_like.default: _random("RandomNormalLike"), aten.bernoulli.default: bernoulli,
+    aten.bernoulli.p: bernoulli, aten.softmax.int: softmax("Softmax"), aten.log_softmax.int: softmax("LogSoftmax"),
     aten.scaled_dot_product_attention.default: sdpa, aten.cross_entropy_loss.default: cross_entropy,
     aten.where.self: where, aten.where.ScalarOther: where, aten.where.ScalarSelf: where, aten.where.Scalar: where,
     aten.masked_fill.Scalar: masked_fill, aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to,

@@ -15,10 +15,19 @@ ONNXTRAIN_HOST_DEVICE uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Element i's 64 random bits under `seed`.
+ONNXTRAIN_HOST_DEVICE uint64_t counter_bits(uint64_t seed, uint64_t i) { return splitmix64(seed ^ splitmix64(i)); }
+
 // Dropout with `ratio` keeps element i when the top 24 bits of its hash, as a fraction, reach the ratio.
 ONNXTRAIN_HOST_DEVICE uint32_t dropout_threshold(double ratio) { return uint32_t(ratio * double(1 << 24)); }
 ONNXTRAIN_HOST_DEVICE bool dropout_keeps(uint64_t seed, uint64_t i, uint32_t threshold) {
-  return uint32_t(splitmix64(seed ^ splitmix64(i)) >> 40) >= threshold;
+  return uint32_t(counter_bits(seed, i) >> 40) >= threshold;
+}
+
+// Uniform in [0, 1) from the top 24 bits (a float's precision), and (0, 1] from the next 24.
+ONNXTRAIN_HOST_DEVICE float unit_uniform(uint64_t bits) { return float(bits >> 40) * (1.f / 16777216.f); }
+ONNXTRAIN_HOST_DEVICE float unit_uniform_open(uint64_t bits) {
+  return float(((bits >> 16) & 0xFFFFFF) + 1) * (1.f / 16777216.f);
 }
 
 }  // namespace onnxtrain::kernels

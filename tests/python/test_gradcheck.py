@@ -231,6 +231,8 @@ NOT_DIFFERENTIABLE = {
     **{op: "integer output" for op in ["Shape", "Size", "ArgMax", "ArgMin", "Range"]},
     **{op: "no float input" for op in ["Constant", "ConstantOfShape", "OneHot"]},
     **{op: "gradient is zero almost everywhere" for op in ["Floor", "Ceil", "Round", "Sign", "Hardmax"]},
+    **{op: "a random draw: no gradient flows through it (test_random_ops.py)"
+       for op in ["RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli"]},
     "com.onnxtrain.ResizeGrad": "itself a gradient op (checked through Resize)",
     "com.onnxtrain.AveragePoolGrad": "itself a gradient op (checked through AveragePool)",
     "Scatter": "deprecated op, no gradient rule", "com.onnxtrain.ConvGrad": "itself a gradient op",
