@@ -100,6 +100,21 @@ def pow_scalar(out, b, x, exponent):
     return b.Pow(x, cast(b, exponent, out.dtype))
 
 
+def clamp(out, b, x, min=None, max=None):
+    x, lo, hi = floats_to(b, out.dtype, x, min, max)
+    return b.Clip(x, lo, hi)
+
+
+def vector_norm(out, b, x, ord=2, dim=None, keepdim=False, dtype=None):
+    """linalg_vector_norm of order 2 or 1 (F.normalize's and weight norm's): ReduceL2 or ReduceL1."""
+    if ord not in (1, 2):
+        raise Untranslatable(f"a vector norm of order {ord}")
+    (x,) = floats_to(b, out.dtype, x)
+    axes = [dim] if isinstance(dim, int) else list(dim or [])
+    reduce = b.ReduceL2 if ord == 2 else b.ReduceL1
+    return reduce(x, b.ints(axes), keepdims=int(keepdim)) if axes else reduce(x, keepdims=int(keepdim))
+
+
 def mean_dim(out, b, x, dim=None, keepdim=False, dtype=None):
     (x,) = floats_to(b, out.dtype, x)
     if not dim:
@@ -212,7 +227,10 @@ TABLE = {
     aten.neg.default: _unary("Neg"), aten.tanh.default: _unary("Tanh"), aten.relu.default: _unary("Relu"),
     aten.abs.default: _unary("Abs"), aten.log.default: _unary("Log"), aten.exp.default: _unary("Exp"),
     aten.sqrt.default: _unary("Sqrt"), aten.sigmoid.default: _unary("Sigmoid"), aten.sin.default: _unary("Sin"),
-    aten.cos.default: _unary("Cos"), aten.erf.default: _unary("Erf"), aten.reciprocal.default: _unary("Reciprocal"),
+    aten.cos.default: _unary("Cos"), aten.floor.default: _unary("Floor"), aten.clamp.default: clamp,
+    aten.clamp_min.default: clamp, aten.clamp_max.default: lambda out, b, x, hi: clamp(out, b, x, None, hi),
+    aten.linalg_vector_norm.default: vector_norm, aten.erf.default: _unary("Erf"),
+    aten.reciprocal.default: _unary("Reciprocal"),
     aten.rsqrt.default: rsqrt, aten.square.default: square, aten.silu.default: silu, aten.gelu.default: gelu,
     aten.eq.Tensor: _compare("Equal"), aten.eq.Scalar: _compare("Equal"),
     aten.ne.Tensor: _compare("Equal", negate=True), aten.ne.Scalar: _compare("Equal", negate=True),

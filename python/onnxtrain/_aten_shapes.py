@@ -38,6 +38,23 @@ def expand(out, b, x, size, implicit=False):
     return b.Expand(x, sizes(b, [1 if isinstance(s, int) and s == -1 else s for s in size]))
 
 
+def expand_as(out, b, x, other):
+    return b.Expand(x, b.Shape(other))
+
+
+def flatten(out, b, x, start_dim=0, end_dim=-1):
+    """Dims start_dim..end_dim as one: the input's shape with that span as -1."""
+    if x.shape is None:
+        raise Untranslatable("flatten of a value of unknown rank")
+    rank = len(x.shape)
+    start, end = start_dim % max(rank, 1), end_dim % max(rank, 1)
+    parts = [b.Shape(x, end=start)] if start else []
+    parts.append(b.ints([-1]))
+    if end + 1 < rank:
+        parts.append(b.Shape(x, start=end + 1))
+    return b.Reshape(x, b.Concat(*parts, axis=0) if len(parts) > 1 else parts[0])
+
+
 def reshape(out, b, x, shape):
     return b.Reshape(x, sizes(b, list(shape)), allowzero=1)
 
@@ -187,7 +204,8 @@ def _symbolic(onnx_op, python):
 
 TABLE = {
     aten.cat.default: cat, aten.split.Tensor: split, aten.split_with_sizes.default: split, aten.chunk.default: chunk,
-    aten.expand.default: expand, aten.reshape.default: reshape, aten.view.default: reshape,
+    aten.expand.default: expand, aten.expand_as.default: expand_as, aten.flatten.using_ints: flatten,
+    aten.reshape.default: reshape, aten.view.default: reshape,
     aten.unsqueeze.default: unsqueeze, aten.squeeze.dim: squeeze, aten.squeeze.dims: squeeze,
     aten.transpose.int: transpose, aten.permute.default: permute, aten.slice.Tensor: slice_, aten.flip.default: flip,
     aten.select.int: select,

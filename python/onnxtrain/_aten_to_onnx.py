@@ -17,13 +17,13 @@ import onnx
 import torch
 from onnx import helper
 
-from onnxtrain import _aten_math, _aten_shapes
+from onnxtrain import _aten_convolutions, _aten_math, _aten_shapes
 from onnxtrain._aten_values import Untranslatable, onnx_dtype
 from onnxtrain._graph_builder import OPSET, GraphBuilder, Value
 
 _SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
             torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten.sym_constrain_range.default}
-TABLE = {**_aten_math.TABLE, **_aten_shapes.TABLE}
+TABLE = {**_aten_math.TABLE, **_aten_shapes.TABLE, **_aten_convolutions.TABLE}
 _INLINED = ("wrap_with_set_grad_enabled", "wrap_with_autocast")  # their subgraph, as the exporter inlines them
 
 
@@ -42,6 +42,24 @@ def _tensor_proto(name, t):
     proto = onnx.TensorProto(name=name, data_type=int(onnx_dtype(t.dtype)), dims=list(t.shape))
     proto.raw_data = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     return proto
+
+
+def _aliases(target):
+    """Whether an FX call's result may share memory with an input (a view, a getitem of a split)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return target is operator.getitem
+    return any(r.alias_info is not None for r in target._schema.returns)
+
+
+def _functional(target):
+    """The functional overload of an in-place ATen op that updates its first argument alone (relu_ -> relu), or
+    None."""
+    args = target._schema.arguments
+    writes = [a.alias_info is not None and a.alias_info.is_write for a in args]
+    name = target._schema.name.split("::")[-1]
+    if not writes or not writes[0] or any(writes[1:]) or not name.endswith("_"):
+        return None
+    return getattr(getattr(torch.ops.aten, name[:-1], None), target._overloadname, None)
 
 
 class _Walk:
@@ -63,6 +81,7 @@ class _Walk:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         for n, v in zip(placeholders, inputs, strict=True):
             self.env[n] = v
+        self.position = {n: i for i, n in enumerate(graph.nodes)}
         for node in graph.nodes:
             if node.op == "call_function":
                 self.env[node] = self.call(node)
@@ -83,14 +102,28 @@ class _Walk:
             return tuple(_Walk(self.b).run(sub.graph, args)) if not isinstance(sub, Value) else None
         if target is operator.getitem:
             return self.arg(node.args[0])[node.args[1]]
+        updated = None
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
-            raise Untranslatable(f"{target} updates a value in place")
+            target, updated = self.functional(node), node.args[0]
         translation = TABLE.get(target)
         if translation is None:
             raise Untranslatable(f"no translation of {target}")
         self.b.hint = node.name
         out = translation(_Out(node.meta.get("val")), self.b, *self.arg(node.args), **self.arg(node.kwargs))
+        if updated is not None:
+            self.env[updated] = out  # (its later readers read the updated value)
         return _typed(out, node.meta.get("val"))
+
+    def functional(self, node):
+        """The functional form of an in-place update (ReLU(inplace=True), x.floor_()) of an activation that nothing
+        else sees: not a graph input, a parameter or a buffer, not a view, and without views taken of it before."""
+        target, first = node.target, node.args[0] if node.args else None
+        functional = _functional(target)
+        safe = (functional is not None and isinstance(first, torch.fx.Node) and first.op == "call_function"
+                and not _aliases(first.target))
+        if safe and not any(_aliases(u.target) for u in first.users if self.position[u] < self.position[node]):
+            return functional
+        raise Untranslatable(f"{target} updates a value in place")
 
 
 class _Out:

@@ -37,7 +37,13 @@ class BinaryOp : public OpWith<BinaryAttrs> {
       ctx.fail("input dtypes differ: " + dtype_name(ctx.dtype(0)) + " and " + dtype_name(ctx.dtype(1)));
     infer_broadcast(ctx, ctx.dtype(0));
     if (ctx.dtype(0) == DType::kInt64 || ctx.dtype(0) == DType::kInt32)
-      ctx.outputs()[0].value = fold_values(ctx, [&](const Dim& a, const Dim& b) { return F::fold(a, b); });
+      ctx.outputs()[0].value = fold_values(ctx, [&](const Dim& a, const Dim& b) { return fold(a, b); });
+  }
+  std::optional<Dim> fold(const Dim& a, const Dim& b) const {
+    if constexpr (requires { F::fold(a, b, attrs); })
+      return F::fold(a, b, attrs);
+    else
+      return F::fold(a, b);
   }
   int inplace_input() const override { return 0; }
   void grad(GradCtx& g) const override { F::grad(g); }
@@ -86,10 +92,14 @@ struct DivFn {
   }
 };
 struct ModFn {
-  // Of sizes (both provably >= 0, so truncation and flooring agree): a - b floor(a / b), the quotient an opaque
-  // atom, so that what is cut at the remainder adds up again (torch.roll's two slices and their concatenation).
-  static std::optional<Dim> fold(const Dim& a, const Dim& b) {
-    if (!a.provably_non_negative() || !b.provably_non_negative()) return std::nullopt;
+  // a - b floor(a / b), the quotient an opaque atom, so that what is cut at the remainder adds up again
+  // (torch.roll's two slices and their concatenation): of sizes (both provably >= 0, so truncation and flooring
+  // agree), or by a positive constant without fmod, whatever a's sign (Python's %: SwinV2's padding to a multiple
+  // of its window, (w - W % w) % w).
+  static std::optional<Dim> fold(const Dim& a, const Dim& b, const BinaryAttrs& attrs) {
+    bool sizes = a.provably_non_negative() && b.provably_non_negative();
+    bool floored = !attrs.fmod && b.is_const() && b.value() > 0;
+    if (!sizes && !floored) return std::nullopt;
     return a - b * Dim::floor_div(a, b);
   }
   // r = a - b q with q = trunc(a / b) (fmod) or floor(a / b): da = dy, db = -dy q (q recovered from r exactly

@@ -176,16 +176,20 @@ class PadOp : public OpWith<PadAttrs> {
   uint64_t host_inputs() const override { return input_bits({1, 2, 3}); }
   explicit PadOp(const ir::Node& n) : OpWith(pad_attrs(n)) {}
   void grad(GradCtx& g) const override {
-    // dX: dY's window where X was written (pads, attribute or input, that add and do not crop)
+    // dX: dY's window where X was written (pads, attribute or input, that add and do not crop), over every axis
+    // or over the axes input's (a constant list: its length is how many begins the pads hold)
     const bool cropping = std::any_of(attrs.pads.begin(), attrs.pads.end(), [](int64_t p) { return p < 0; });
-    if (attrs.mode != PadAttrs::Mode::kConstant || g.node().input(3) || cropping) no_gradient(g);
-    ir::Value* x = g.x(0);
+    if (attrs.mode != PadAttrs::Mode::kConstant || cropping) no_gradient(g);
+    ir::Value *x = g.x(0), *axes = g.node().input(3);
     int64_t r = int64_t(x->shape.size());
+    if (axes && !(axes->has_shape && axes->shape.size() == 1 && axes->shape[0].is_const())) no_gradient(g);
+    int64_t n = axes ? axes->shape[0].value() : r;
     if (attrs.from_attr && int64_t(attrs.pads.size()) != 2 * r) no_gradient(g);
     ir::Value* begins = attrs.from_attr ? g.ints(std::vector<int64_t>(attrs.pads.begin(), attrs.pads.begin() + r))
-                                        : g.op("Slice", {g.x(1), g.ints({0}), g.ints({r})});
-    ir::Value* ends = g.add(begins, g.shape(x));
-    g.set_dx(0, g.op("Slice", {g.dy(0), begins, ends}));
+                                        : g.op("Slice", {g.x(1), g.ints({0}), g.ints({n})});
+    if (!axes) return g.set_dx(0, g.op("Slice", {g.dy(0), begins, g.add(begins, g.shape(x))}));
+    ir::Value* sizes = g.op("Gather", {g.shape(x), axes});  // (Gather takes the axes' negative indices as they are)
+    g.set_dx(0, g.op("Slice", {g.dy(0), begins, g.add(begins, sizes), axes}));
   }
   void infer(InferCtx& ctx) const override {
     auto p = attrs.resolved(ctx);

@@ -155,6 +155,7 @@ CASES += [
     Case("Slice", [r(2, 3, 6), ints([-9, 1]), ints([2, 100])]),  # clamped, every axis from 0
     Case("Expand", [r(3, 1), ints([2, 3, 4])]), Case("Tile", [r(2, 3), ints([2, 1])]),
     Case("Pad", [r(2, 3), ints([0, 1, 1, 2]), Const(np.array(0.5))]),
+    Case("Pad", [r(2, 3, 4), ints([1, 2, 0, 3]), Const(np.array(0.5)), ints([-1, 1])]),  # over two of three axes
     Case("Trilu", [r(3, 4)]), Case("Trilu", [r(2, 3, 4), ints(1)], {"upper": 0}),
     Case("CumSum", [r(3, 4), ints(1)]), Case("CumSum", [r(3, 4), ints(0)], {"exclusive": 1, "reverse": 1}),
     Case("Gather", [r(5, 3), ints([[0, 4], [4, 2]])]), Case("Gather", [r(2, 5), ints([3, 0, 3])], {"axis": 1}),

@@ -1,0 +1,73 @@
+"""A vision transformer with shifted windows (transformers' SwinV2: convolution, padding to the window, normalized
+cosine attention, adaptive pooling, in-place ReLU, stochastic depth) through both front doors against eager: the
+loss and logits, every parameter gradient (relative to its scale) and 5 AdamW steps; with stochastic depth on, the
+drop-path masks drawn as onnxtrain's random ops."""
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import onnxtrain
+
+T = pytest.importorskip("transformers")
+
+
+def swinv2(drop_path=0.0):
+    return T.Swinv2ForImageClassification(T.Swinv2Config(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
+        drop_path_rate=drop_path, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=5))
+
+
+def wrap(model, door):
+    return torch.compile(model, backend="onnxtrain") if door == "compile" else onnxtrain.Module(model)
+
+
+@pytest.mark.parametrize("door", ["module", "compile"])
+def test_swinv2_trains_as_eager(door):
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    eager = swinv2().train()
+    ours = copy.deepcopy(eager)
+    wrapped = wrap(ours, door)
+    kw = dict(pixel_values=torch.randn(2, 3, 32, 32), labels=torch.tensor([1, 3]))
+    got, want = wrapped(**kw), eager(**kw)
+    assert got.loss.item() == pytest.approx(want.loss.item(), rel=1e-5)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+    got.loss.backward()
+    want.loss.backward()
+    for (n, p), (_, q) in zip(ours.named_parameters(), eager.named_parameters()):
+        if q.grad is not None:
+            assert float((p.grad - q.grad).abs().max() / q.grad.abs().max().clamp(min=1e-3)) < 1e-4, n
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, ours)]
+    losses = [[], []]
+    for _ in range(5):
+        for k, model in enumerate((eager, wrapped)):
+            opts[k].zero_grad()
+            loss = model(**kw).loss
+            loss.backward()
+            opts[k].step()
+            losses[k].append(loss.item())
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    if door == "module":
+        assert wrapped.export_count == 1 and wrapped.runners()[0].exported.exporter == "torch.export"
+
+
+def test_swinv2_with_stochastic_depth_trains():
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    model = onnxtrain.Module(swinv2(drop_path=0.5).train())
+    kw = dict(pixel_values=torch.randn(8, 3, 32, 32), labels=torch.arange(8) % 5)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        opt.zero_grad()
+        loss = model(**kw).loss
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert model.export_count == 1 and all(np.isfinite(losses)) and min(losses[-3:]) < losses[0], losses
+    graph = model.runners()[0].exported.model.graph
+    assert sum(n.op_type == "RandomUniformLike" for n in graph.node) == 2  # one drop path per block
