@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import onnxtrain
+from parity import assert_trains_as_eager
 
 T = pytest.importorskip("transformers")
 
@@ -33,24 +34,7 @@ def test_swinv2_trains_as_eager(door):
     ours = copy.deepcopy(eager)
     wrapped = wrap(ours, door)
     kw = dict(pixel_values=torch.randn(2, 3, 32, 32), labels=torch.tensor([1, 3]))
-    got, want = wrapped(**kw), eager(**kw)
-    assert got.loss.item() == pytest.approx(want.loss.item(), rel=1e-5)
-    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
-    got.loss.backward()
-    want.loss.backward()
-    for (n, p), (_, q) in zip(ours.named_parameters(), eager.named_parameters()):
-        if q.grad is not None:
-            assert float((p.grad - q.grad).abs().max() / q.grad.abs().max().clamp(min=1e-3)) < 1e-4, n
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, ours)]
-    losses = [[], []]
-    for _ in range(5):
-        for k, model in enumerate((eager, wrapped)):
-            opts[k].zero_grad()
-            loss = model(**kw).loss
-            loss.backward()
-            opts[k].step()
-            losses[k].append(loss.item())
-    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    assert_trains_as_eager(eager, ours, wrapped, kw, steps=5)
     if door == "module":
         assert wrapped.export_count == 1 and wrapped.runners()[0].exported.exporter == "torch.export"
 
