@@ -102,7 +102,7 @@ void train_model(const std::string& bytes) {
     if (dtype_is_float(v->dtype)) spec.wrt.push_back(v->name);
   if (spec.wrt.empty()) return;
   SessionOptions options;
-  options.memory_level = int(bytes.size() % 3);
+  options.memory.level = int(bytes.size() % 3);
   Session s(std::move(graph), spec, options);
   auto feeds = small_inputs(s.executable().forward_inputs);
   if (!feeds) return;

@@ -71,18 +71,13 @@ struct RecomputeReport {
 
 struct RecomputeOptions {
   std::vector<ConfigEntry> config;
-  // 0 the config only; 1 every plain plan inside the transformer layers (memory/layers.h), their inputs excepted:
-  // layer-wise checkpointing, as ONNX Runtime's level 1; 2 the compromised plans too. (Middle grounds are budgets,
-  // stash_fraction and save_bytes: the plans cheapest per byte saved come first, the elementwise chains that
-  // read the products' outputs.) At every level, unless a config entry names their cluster: casts of parameters
-  // (autocast's bf16 weights) are cast again in backward rather than stashed; so are lone up-casts, their
-  // narrower input stashed instead (the bf16 logits that autocast casts to float32 for the loss); and the stash
-  // is chosen by size: a plan reading only values stashed anyway that costs at most a flop per byte it saves
-  // (a normalization's output recomputed from the input its gradient keeps) replaces its activation.
+  // As MemoryOptions::level (memory/options.h, where the levels' meaning is written): 0, 1 (layer-wise
+  // checkpointing) or 2 (with the compromised plans). (Middle grounds are budgets, stash_fraction and save_bytes:
+  // the plans cheapest per byte saved come first, the elementwise chains that read the products' outputs.)
   int level = 0;
   // Further plans, the cheapest that keep at most this fraction of the stash (0: none), ...
   double stash_fraction = 0;
-  // ... or the cheapest that save at least this many bytes of stash (how runtime::compile_training searches for
+  // ... or the cheapest that save at least this many bytes of stash (how memory::plan_training searches for
   // the plans that meet a budget on the step's peak, which only a schedule and an allocation plan can predict).
   int64_t save_bytes = 0;
   Bindings dims;  // the batch a budget's sizes are evaluated for

@@ -47,12 +47,12 @@ void init_session(py::module_& m) {
             SessionOptions options = on_device(device);
             options.keep_cache = keep_cache;
             options.release_cache_after = release_cache_after;
-            options.memory_level = memory_level;
-            options.memory_config = memory::parse_config(memory_config);
-            options.memory_budget = memory::parse_budget(memory_budget);
-            options.memory_dims = memory_dims;
-            options.optimizer_state_factor = optimizer_state_factor;
-            options.applied_in_backward = applied_in_backward;
+            options.memory.level = memory_level;
+            options.memory.config = memory::parse_config(memory_config);
+            options.memory.budget = memory::parse_budget(memory_budget);
+            options.memory.dims = memory_dims;
+            options.memory.optimizer_state_factor = optimizer_state_factor;
+            options.memory.applied_in_backward = applied_in_backward;
             return Session(ir::load_model_bytes(std::string(b)), spec, options);
           },
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",

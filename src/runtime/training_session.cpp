@@ -62,7 +62,7 @@ TrainingSession::TrainingSession(std::unique_ptr<ir::Graph> model, const std::st
     }
   }
   // The optimizer's moments live here: AdamW keeps two per parameter, SGD with momentum one.
-  options.optimizer_state_factor = opt_.kind == "adamw" ? 2.0 : opt_.momentum != 0 ? 1.0 : 0.0;
+  options.memory.optimizer_state_factor = opt_.kind == "adamw" ? 2.0 : opt_.momentum != 0 ? 1.0 : 0.0;
   session_ = std::make_unique<Session>(std::move(model), autodiff::TrainingSpec{wrt, loss}, options);
   const auto& reached = session_->grads_reached();
   for (size_t i = 0; i < wrt.size(); ++i) (reached[i] ? params_ : buffers_).push_back(wrt[i]);

@@ -31,9 +31,9 @@ memory::Executable compile(const memory::Budget& budget, const std::string& conf
   auto g = gelu_chain(6);
   autodiff::TrainingSpec spec{{"w0", "w1", "w2", "w3", "w4", "w5"}, g->outputs[0]->name};
   runtime::CompileOptions o;
-  o.memory_budget = budget;
-  o.memory_config = memory::parse_config(config);
-  o.memory_dims = {{"batch", 256}};
+  o.memory.budget = budget;
+  o.memory.config = memory::parse_config(config);
+  o.memory.dims = {{"batch", 256}};
   return runtime::compile_training(std::move(g), spec, o);
 }
 

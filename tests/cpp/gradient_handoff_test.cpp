@@ -73,7 +73,7 @@ TEST(GradientHandoff, AnUpdateAtTheHandoffChangesNoOtherGradientAndTheGradientGo
   CachingAllocator alloc;
   SessionOptions plain, applied;
   plain.allocator = applied.allocator = &alloc;
-  applied.applied_in_backward = {"w"};
+  applied.memory.applied_in_backward = {"w"};
   Session ref(viewed_weight_graph(), autodiff::TrainingSpec{{"x", "w"}, ""}, plain);
   Session s(viewed_weight_graph(), autodiff::TrainingSpec{{"x", "w"}, ""}, applied);
   const std::string y = s.output_names().at(0);

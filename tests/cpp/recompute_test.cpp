@@ -37,7 +37,7 @@ std::map<std::string, Tensor> grads(Session& s) {
 TEST(Recompute, GeluIsRecomputedWithItsGradientAndItsReaderRewired) {
   auto make = [](const std::string& config) {
     SessionOptions o;
-    o.memory_config = memory::parse_config(config);
+    o.memory.config = memory::parse_config(config);
     auto g = gelu_mlp();
     std::string loss = g->outputs[0]->name;
     return Session(std::move(g), autodiff::TrainingSpec{{"w1", "w2"}, loss}, o);
@@ -112,7 +112,7 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
     ir::Value* loss = add_op(*g, "ReduceSum", {add_op(*g, "Mul", {wide, w})}, {{"keepdims", int64_t(0)}});
     g->outputs.push_back(loss);
     SessionOptions o;
-    o.memory_config = memory::parse_config(config);
+    o.memory.config = memory::parse_config(config);
     return Session(std::move(g), autodiff::TrainingSpec{{"w"}, loss->name}, o);
   };
   Session plain = make("Cast+:0:0"), strategy1 = make("Cast+:1:-1"), compromised = make("Cast+:2:-1"),
@@ -161,7 +161,7 @@ TEST(Recompute, CountNTakesTheFirstNInForwardOrderAndTheLastDuplicateWins) {
     ir::Value* loss = add_op(*g, "ReduceSum", {h}, {{"keepdims", int64_t(0)}});
     g->outputs.push_back(loss);
     SessionOptions o;
-    o.memory_config = memory::parse_config(config);
+    o.memory.config = memory::parse_config(config);
     return Session(std::move(g), autodiff::TrainingSpec{wrt, loss->name}, o);
   };
   // Which forward Gelu nodes (in forward order) lost their backward readers to a clone.

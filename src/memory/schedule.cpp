@@ -1,8 +1,8 @@
-#include "runtime/schedule.h"
+#include "memory/schedule.h"
 
 #include <set>
 
-namespace onnxtrain::runtime {
+namespace onnxtrain::memory {
 namespace {
 
 bool hoisted(const ir::Node& n) { return !n.backward && (n.op_type == "Shape" || n.op_type == "Size") && n.input(0); }
@@ -45,4 +45,4 @@ class Scheduler {
 
 Schedule schedule(const ir::Graph& g) { return Scheduler(g).run(); }
 
-}  // namespace onnxtrain::runtime
+}  // namespace onnxtrain::memory

@@ -9,7 +9,7 @@
 
 #include "ir/graph.h"
 
-namespace onnxtrain::runtime {
+namespace onnxtrain::memory {
 
 struct Schedule {
   std::vector<const ir::Node*> order;
@@ -18,4 +18,4 @@ struct Schedule {
 
 Schedule schedule(const ir::Graph& g);
 
-}  // namespace onnxtrain::runtime
+}  // namespace onnxtrain::memory
