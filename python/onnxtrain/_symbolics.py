@@ -3,11 +3,11 @@
 scaled_dot_product_attention (grouped-query attention, dropout in training), each written with ordinary ONNX ops
 (so their gradients come from onnxtrain's op table)."""
 
-import math
-
 import torch
 from torch.onnx import symbolic_helper as sh
-from torch.onnx._internal.torchscript_exporter import _type_utils
+
+from onnxtrain import _translations
+from onnxtrain._torchscript_ops import Ops, Typed
 
 OPSET = 18
 _NONE, _MEAN, _SUM = 0, 1, 2  # torch's reduction enum
@@ -116,93 +116,22 @@ def diff(g, x, n, dim, prepend, append):
     return g.op("Sub", head, tail)
 
 
-def _ints(g, values):
-    return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
-
-
-def _fail(message, value):
-    raise torch.onnx.errors.SymbolicValueError(f"onnxtrain: scaled_dot_product_attention: {message}", value)
-
-
-def _grouped(g, x, kv_heads, groups):
-    """(B, H, ...) -> (B, kv_heads, groups, ...): head h = j * groups + i is group i of key-value head j."""
-    return g.op("Reshape", g.op("Unsqueeze", x, _ints(g, [1])), _ints(g, [0, kv_heads, groups, -1, 0]))
-
-
-def _grouped_mask(g, mask, q_heads, kv_heads, groups):
-    """An attention mask broadcast to (B, H, L, S), for scores grouped as (B, kv_heads, groups, L, S)."""
-    rank = sh._get_tensor_rank(mask)
-    if rank is None:
-        _fail("the attention mask's rank must be known", mask)
-    if rank <= 2:
-        return mask  # (L, S) broadcasts as it is
-    if rank == 3:
-        mask = g.op("Unsqueeze", mask, _ints(g, [0]))
-    heads = sh._get_tensor_dim_size(mask, 1)
-    if heads == 1:
-        return g.op("Unsqueeze", mask, _ints(g, [1]))
-    if heads == q_heads:
-        return _grouped(g, mask, kv_heads, groups)
-    return _fail(f"a mask of {heads} heads for {q_heads} query heads", mask)
-
-
 @sh.parse_args("v", "v", "v", "v", "f", "b", "v", "b")
 def scaled_dot_product_attention(g, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
-    """Softmax(Q K^T scale + mask) V, written as the flash attention fusion reads it: the scale a constant on the
-    scores (a constant of Q's dtype, so it holds under autocast), a bool mask (or is_causal's) turned additive with
-    fully masked rows giving 0 as PyTorch does, dropout applied (PyTorch applies it whenever dropout_p > 0), and
-    grouped-query attention (enable_gqa) as a broadcast of K and V over each group of query heads: they are never
-    repeated."""
-    if is_causal and not sh._is_none(mask):
-        _fail("is_causal and attn_mask cannot be set at the same time", q)
-    dtype = _type_utils.JitScalarType.from_value(q, _type_utils.JitScalarType.FLOAT).dtype()
-    const = lambda value: g.op("Constant", value_t=torch.tensor(value, dtype=dtype))  # noqa: E731
-    q_heads, kv_heads = sh._get_tensor_dim_size(q, -3), sh._get_tensor_dim_size(k, -3)
-    head_size = sh._get_tensor_dim_size(q, -1)
-    y_shape, groups = None, 1
-    if enable_gqa and q_heads != kv_heads:
-        if sh._get_tensor_rank(q) != 4 or q_heads is None or kv_heads is None or q_heads % kv_heads:
-            _fail("grouped-query attention needs (B, H, L, E) operands with known head counts, H a multiple of "
-                  "the key-value heads", q)
-        groups = q_heads // kv_heads
-        shape = lambda x, lo, hi: g.op("Slice", g.op("Shape", x), _ints(g, [lo]), _ints(g, [hi]))  # noqa: E731
-        y_shape = g.op("Concat", shape(q, 0, 3), shape(v, 3, 4), axis_i=0)
-        q = _grouped(g, q, kv_heads, groups)
-        k, v = (g.op("Unsqueeze", x, _ints(g, [2])) for x in (k, v))
-    rank = sh._get_tensor_rank(k)
-    if rank is None:
-        _fail("the key's rank must be known", k)
-    perm = list(range(rank))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    scores = g.op("MatMul", q, g.op("Transpose", k, perm_i=perm))
+    """_translations.scaled_dot_product_attention, which the torch.export paths call too, over this graph."""
+    if any(sh._get_tensor_rank(x) is None for x in (q, k, v)):
+        raise torch.onnx.errors.SymbolicValueError("onnxtrain: scaled_dot_product_attention: the operands' ranks "
+                                                   "must be known", q)
     if not sh._is_none(scale):
-        value = sh._maybe_get_const(scale, "f")
-        scores = g.op("Mul", scores, const(value) if not sh._is_value(value) else g.op("CastLike", scale, scores))
-    elif head_size is not None:
-        scores = g.op("Mul", scores, const(1.0 / math.sqrt(head_size)))
+        scale = sh._maybe_get_const(scale, "f")
+        if sh._is_value(scale):
+            raise torch.onnx.errors.SymbolicValueError("onnxtrain: scaled_dot_product_attention: a scale that is "
+                                                       "not a constant", q)
     else:
-        size = g.op("Slice", g.op("Shape", q), _ints(g, [-1]), _ints(g, [2**62]))
-        scores = g.op("Div", scores, g.op("Sqrt", g.op("CastLike", size, scores)))
-    if is_causal:
-        lengths = [g.op("Slice", g.op("Shape", x), _ints(g, [-2]), _ints(g, [-1])) for x in (q, k)]
-        ones = g.op("Expand", g.op("Constant", value_t=torch.tensor(True)), g.op("Concat", *lengths, axis_i=0))
-        mask = g.op("Trilu", ones, upper_i=0)
-    elif not sh._is_none(mask) and groups > 1:
-        mask = _grouped_mask(g, mask, q_heads, kv_heads, groups)
-    zero_masked_rows = False
-    if not sh._is_none(mask):
-        if _type_utils.JitScalarType.from_value(mask) == _type_utils.JitScalarType.BOOL:
-            zero_masked_rows = not is_causal  # (a causal mask leaves a key to every row)
-            mask = g.op("Where", mask, const(0.0), const(-math.inf))
-        scores = g.op("Add", scores, mask)
-    probs = g.op("Softmax", scores, axis_i=-1)
-    if zero_masked_rows:
-        probs = g.op("Where", g.op("IsNaN", probs), const(0.0), probs)
-    if dropout_p > 0:
-        ratio = g.op("Constant", value_t=torch.tensor(dropout_p, dtype=torch.float32))
-        probs = g.op("Dropout", probs, ratio, g.op("Constant", value_t=torch.tensor(True)))
-    y = g.op("MatMul", probs, v)
-    return y if y_shape is None else g.op("Reshape", y, y_shape)
+        scale = None
+    mask = None if sh._is_none(mask) else Typed(mask)
+    return _translations.scaled_dot_product_attention(Ops(g, OPSET), Typed(q), Typed(k), Typed(v), mask, dropout_p,
+                                                      is_causal, scale, enable_gqa)
 
 
 def register():

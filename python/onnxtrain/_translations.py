@@ -1,10 +1,10 @@
 """onnxtrain's own translations of ATen ops for the torch.export-based exporter, where its defaults do not train:
 BatchNorm in training mode (the defaults normalize by the running statistics and never update them),
 cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as
-the flash attention fusion reads it, as _symbolics does for the TorchScript-based exporter: grouped-query
-attention broadcast rather than repeated, bool masks additive with fully masked rows giving 0 as PyTorch does,
-dropout applied). Each is written against an `op` in onnxscript's style: onnxscript's opset for the exporter (TABLE),
-a _graph_builder.GraphBuilder for onnxtrain's direct capture (_aten_math)."""
+the flash attention fusion reads it: grouped-query attention broadcast rather than repeated, bool masks additive
+with fully masked rows giving 0 as PyTorch does, dropout applied). Each is written against an `op` in onnxscript's
+style: onnxscript's opset for the exporter (TABLE), a _graph_builder.GraphBuilder for onnxtrain's direct capture
+(_aten_math), _torchscript_ops.Ops for the TorchScript-based exporter (_symbolics)."""
 
 import inspect
 import math
@@ -75,7 +75,10 @@ def _static(dim):
 
 def scaled_dot_product_attention(op, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
-    """Softmax(Q K^T scale + mask) V, as _symbolics.scaled_dot_product_attention writes it."""
+    """Softmax(Q K^T scale + mask) V: the scale a constant on the scores (of Q's dtype, so it holds under autocast),
+    a bool mask (or is_causal's) turned additive with fully masked rows giving 0, dropout applied whenever
+    dropout_p > 0 (as PyTorch does), grouped-query attention (enable_gqa) a broadcast of K and V over each group of
+    query heads: they are never repeated."""
     if is_causal and attn_mask is not None:
         _fail("is_causal and attn_mask cannot be set at the same time")
     dtype = q.dtype  # (the values made here have no dtype yet: the exporter traces them untyped)

@@ -189,12 +189,14 @@ def keys_repeated(path):
     return False
 
 
+@pytest.mark.parametrize("exporter", ["auto", "torchscript"])  # (one translation serves both: _translations)
 @pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("mask", ["causal", "additive", "bool", "bool_rows"])
-def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, gqa, tmp_path):
+def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, gqa, exporter, tmp_path, monkeypatch):
+    monkeypatch.delenv("ONNXTRAIN_EXPORTER", raising=False)
     torch.manual_seed(0)
     eager = SDPA(mask, gqa)
-    ours = onnxtrain.Module(SDPA(mask, gqa), onnxtrain.Options(save_onnx=str(tmp_path)))
+    ours = onnxtrain.Module(SDPA(mask, gqa), onnxtrain.Options(save_onnx=str(tmp_path), exporter=exporter))
     ours.load_state_dict(eager.state_dict())
     x = torch.randn(2, 12, 16)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
