@@ -22,7 +22,7 @@ from onnxtrain._onnxtrain import (
     set_memory_limit,
 )
 
-from onnxtrain._capture_cache import clear as clear_capture_cache
+from onnxtrain._capture.capture_cache import clear as clear_capture_cache
 from onnxtrain.memory_log import log_memory_usage, memory_stats
 from onnxtrain.memory_log import subscribe as subscribe_memory_stats
 from onnxtrain import optim

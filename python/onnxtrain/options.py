@@ -91,7 +91,7 @@ class Options:
         if o.fallback not in ("raise", "torch"):
             raise ValueError(f"onnxtrain: ONNXTRAIN_FALLBACK / Options.fallback is '{o.fallback}'; "
                              "use 'raise' or 'torch'")
-        from onnxtrain._export import EXPORTERS
+        from onnxtrain._capture.export import EXPORTERS
 
         if o.exporter not in EXPORTERS:
             raise ValueError(f"onnxtrain: ONNXTRAIN_EXPORTER / Options.exporter is '{o.exporter}'; use one of "

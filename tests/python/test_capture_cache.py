@@ -13,7 +13,7 @@ import torch
 from gpt import GPT
 
 import onnxtrain
-from onnxtrain import _capture_cache, _fingerprint
+from onnxtrain._capture import capture_cache, fingerprint
 
 
 class Scaled(torch.nn.Module):
@@ -128,7 +128,7 @@ def test_disabled_and_cleared(folder, monkeypatch):
     monkeypatch.setenv("ONNXTRAIN_CAPTURE_CACHE", "0")
     assert step(Scaled(), x)[0].export_count == 1
     assert entries(folder) == []
-    assert _capture_cache.folder_of("") == _capture_cache.default_folder()
+    assert capture_cache.folder_of("") == capture_cache.default_folder()
 
 
 SCRIPT = """
@@ -172,9 +172,9 @@ def test_a_second_run_of_a_script_captures_nothing_and_an_edited_script_captures
 
 def test_a_fingerprint_does_not_depend_on_weights_and_names_the_parameters():
     torch.manual_seed(0)
-    a = _fingerprint.of_module(GPT())
+    a = fingerprint.of_module(GPT())
     torch.manual_seed(1)
-    assert _fingerprint.of_module(GPT()) == a
+    assert fingerprint.of_module(GPT()) == a
     assert any(part.startswith("parameter:weight:torch.float32") for part in a)
 
 
@@ -183,10 +183,10 @@ def test_a_transformers_model_has_one_fingerprint_across_processes():
     pytest.importorskip("transformers")
     code = textwrap.dedent("""
         import hashlib, torch, transformers as T
-        from onnxtrain import _fingerprint
+        from onnxtrain._capture import fingerprint
         config = T.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                num_attention_heads=2, num_key_value_heads=1, use_cache=False)
-        parts = _fingerprint.of_module(T.LlamaForCausalLM(config).train())
+        parts = fingerprint.of_module(T.LlamaForCausalLM(config).train())
         print(hashlib.sha256("\\n".join(parts).encode()).hexdigest())
         """)
     digests = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout

@@ -1,4 +1,4 @@
-"""The direct capture (_aten_to_onnx): torch.export's ATen graph translated without PyTorch's ONNX exporter. The ops
+"""The direct capture (aten_to_onnx): torch.export's ATen graph translated without PyTorch's ONNX exporter. The ops
 it translates give eager's values and gradients, in float32 and under bf16 autocast (whose casts it reads from the
 graph's dtypes); the real-size families (Llama, GPT-2, and the toy GPT) are translated directly and train as the
 exporter's graph does (the same fused ops, the same predicted peak); tied weights are one input; what it does not

@@ -1,6 +1,6 @@
 """What PyTorch 2.13's two ONNX exporters emit for a module in training mode (BatchNorm, Dropout, loss): the
 torch.export-based one with its default translations loses training BatchNorm, which is why onnxtrain.Module's
-torch.export capture brings its own (_translations; tests in test_capture.py)."""
+torch.export capture brings its own (translations; tests in test_capture.py)."""
 
 import onnx
 import torch

@@ -189,7 +189,7 @@ def keys_repeated(path):
     return False
 
 
-@pytest.mark.parametrize("exporter", ["auto", "torchscript"])  # (one translation serves both: _translations)
+@pytest.mark.parametrize("exporter", ["auto", "torchscript"])  # (one translation serves both: translations)
 @pytest.mark.parametrize("gqa", [False, True])
 @pytest.mark.parametrize("mask", ["causal", "additive", "bool", "bool_rows"])
 def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, gqa, exporter, tmp_path, monkeypatch):

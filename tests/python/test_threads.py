@@ -1,7 +1,7 @@
 """Two onnxtrain.Modules captured at once in two threads, then training at once, give what each gives alone (issue
 15, item 5). The captures end before the training starts: torch.export sets process-wide state while it traces
 (torch.compiler.is_exporting(), which PyTorch's optimizers read), so PyTorch code running in another thread during
-a capture may take other paths; onnxtrain's own modules wait for it (_capture_lock)."""
+a capture may take other paths; onnxtrain's own modules wait for it (capture_lock)."""
 
 import copy
 import threading

@@ -1,5 +1,5 @@
 """A module's fingerprint: everything its captured graph depends on but the values of its parameters and of the
-buffers the graph reads as inputs, as strings to hash (the capture cache's key, _capture_cache).
+buffers the graph reads as inputs, as strings to hash (the capture cache's key, capture_cache).
 
 - the code: the versions of the libraries that capture and of the packages the module's classes come from; the
   size and modification time of every loaded source file outside the Python installation (the project's own code,

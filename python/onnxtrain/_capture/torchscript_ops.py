@@ -1,4 +1,4 @@
-"""_translations' op set over a TorchScript graph context, so that the TorchScript-based exporter's symbolics call
+"""translations' op set over a TorchScript graph context, so that the TorchScript-based exporter's symbolics call
 the translations the torch.export paths call: op.Name(*inputs, **attributes) becomes g.op("Name", ...) with each
 attribute's type suffix, Python scalars and onnx_ir tensors become constants, and an op of several outputs returns
 them all. Inputs the translations read (their dtype, as an ir.DataType, and shape, ints or None) are wrapped as
@@ -10,7 +10,7 @@ import torch
 from torch.onnx import symbolic_helper as sh
 from torch.onnx._internal.torchscript_exporter import _type_utils
 
-from onnxtrain._aten_values import onnx_dtype
+from onnxtrain._capture.aten_values import onnx_dtype
 
 
 class Typed:

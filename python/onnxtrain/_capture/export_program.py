@@ -1,5 +1,5 @@
 """Capture through torch.export (the training-mode ATen graph, non-strict) and PyTorch's torch.export-based ONNX
-exporter, with onnxtrain's translations where its defaults do not train (_translations) and these fix-ups:
+exporter, with onnxtrain's translations where its defaults do not train (translations) and these fix-ups:
 parameters and buffers become graph inputs (the exporter makes them initializers), and each dynamic dim is named
 `<input>_dim<i>` as onnxtrain names them (the exporter names them by their sympy symbols)."""
 
@@ -14,9 +14,9 @@ import torch
 from onnxscript.rewriter.rules import common as rules
 from torch.fx.experimental import proxy_tensor
 
-from onnxtrain import _aten_to_onnx
-from onnxtrain._aten_values import Untranslatable
-from onnxtrain._translations import TABLE
+from onnxtrain._capture import aten_to_onnx
+from onnxtrain._capture.aten_values import Untranslatable
+from onnxtrain._capture.translations import TABLE
 
 logger = logging.getLogger("onnxtrain")
 
@@ -120,7 +120,7 @@ def _drop_tracing_leftovers():
 def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
     """The graph of `flat` called on `tensors` (named `names`), with parameters and buffers as inputs named
     module.<name>. Dims torch.export specializes (to a size the module requires, or 0 and 1) stay sizes. `direct`:
-    translated by _aten_to_onnx where it can be (else, and when not `direct`, by PyTorch's ONNX exporter)."""
+    translated by aten_to_onnx where it can be (else, and when not `direct`, by PyTorch's ONNX exporter)."""
     auto = torch.export.Dim.AUTO
     shapes = tuple({d: auto for d in dims} or None for dims in dynamic_dims)
     # (torch.export warns of each dim it specializes to 0 or 1: such dims stay sizes here by design)
@@ -129,9 +129,9 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
     specializing.setLevel(logging.ERROR)
     try:
         program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
-        if direct and opset == _aten_to_onnx.OPSET:
+        if direct and opset == aten_to_onnx.OPSET:
             try:
-                return _aten_to_onnx.translate(program, names)
+                return aten_to_onnx.translate(program, names)
             except Untranslatable as e:
                 logger.info("onnxtrain: %s: not translated directly (%s); PyTorch's ONNX exporter translates it",
                             type(getattr(flat, "module", flat)).__name__, e)

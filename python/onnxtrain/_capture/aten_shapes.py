@@ -1,5 +1,5 @@
 """Translations of ATen's shape, indexing and fill ops, and of arithmetic on sizes, into ONNX nodes for the direct
-capture (_aten_to_onnx), called as _aten_math's are. A size torch.export leaves symbolic is an int64 Value of shape
+capture (aten_to_onnx), called as aten_math's are. A size torch.export leaves symbolic is an int64 Value of shape
 [1]; one it knows stays an int."""
 
 import operator
@@ -8,8 +8,8 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from onnxtrain._aten_values import INT64, INT64_MAX, Untranslatable, cast, scalar_of, sizes, typed
-from onnxtrain._graph_builder import Value
+from onnxtrain._capture.aten_values import INT64, INT64_MAX, Untranslatable, cast, scalar_of, sizes, typed
+from onnxtrain._capture.graph_builder import Value
 
 aten = torch.ops.aten
 

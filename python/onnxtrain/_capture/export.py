@@ -1,5 +1,5 @@
-"""Export of a module's call to an ONNX graph (training or eval mode) through torch.export (_export_program) or,
-as a fallback, PyTorch's TorchScript-based exporter (_export_torchscript): dynamic dims named `<input>_dim<i>`,
+"""Export of a module's call to an ONNX graph (training or eval mode) through torch.export (export_program) or,
+as a fallback, PyTorch's TorchScript-based exporter (export_torchscript): dynamic dims named `<input>_dim<i>`,
 parameters and buffers as graph inputs named as the module names them (no weights in the graph), training
 BatchNorm's updated statistics as extra outputs."""
 
@@ -15,9 +15,10 @@ import onnx
 import torch
 from onnx import helper
 
-from onnxtrain import _capture_lock, _capture_process, _export_program, _export_torchscript
 from onnxtrain import _onnxtrain as C
-from onnxtrain._schema import UnsupportedType, flatten, unflatten
+from onnxtrain._capture import capture_lock, export_program, export_torchscript
+from onnxtrain._capture import capture_process as child
+from onnxtrain._capture.input_schema import UnsupportedType, flatten, unflatten
 
 OPSET = 18
 EXPORTERS = ("auto", "torch.export", "torch.onnx", "torchscript")
@@ -109,10 +110,10 @@ def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
     saved = {n: b.detach().clone() for n, b in module.named_buffers()}  # tracing must not move BatchNorm statistics
     # nor change any submodule's mode (the TorchScript-based exporter sets one mode on all, then another on all)
     modes = [(m, m.training) for m in module.modules()]
-    to_onnx = _export_torchscript.to_onnx if exporter == "torchscript" else functools.partial(
-        _export_program.to_onnx, direct=exporter != "torch.onnx")
+    to_onnx = export_torchscript.to_onnx if exporter == "torchscript" else functools.partial(
+        export_program.to_onnx, direct=exporter != "torch.onnx")
     try:  # tracing may run the module: it must not draw from PyTorch's generator either
-        with (_capture_lock.capturing(), torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
+        with (capture_lock.capturing(), torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()),
               warnings.catch_warnings(), _quiet()):
             warnings.simplefilter("ignore")
             # Traced on the inputs alone: their history (another graph's output, say) is not the module's.
@@ -156,9 +157,9 @@ def export(module, schema, tensors, names, training, dynamic_dims=None, exporter
     """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
     every tensor when None. `exporter` "auto" captures through torch.export and falls back to the TorchScript-based
     exporter, with a warning naming why, where torch.export cannot capture the module. `capture_process`: in a
-    forked child process where one may be (_capture_process)."""
-    if capture_process and _capture_process.usable():
-        return _capture_process.run(export, module, schema, tensors, names, training, dynamic_dims, exporter)
+    forked child process where one may be (capture_process)."""
+    if capture_process and child.usable():
+        return child.run(export, module, schema, tensors, names, training, dynamic_dims, exporter)
     if dynamic_dims is None:
         dynamic_dims = [range(t.dim()) for t in tensors]
     used = "torchscript" if exporter == "torchscript" else "torch.export"

@@ -1,9 +1,9 @@
-"""Translations of ATen's convolutions and pooling into ONNX nodes, for the direct capture (_aten_to_onnx): called as
-_aten_math's are, f(out, b, *args, **kwargs)."""
+"""Translations of ATen's convolutions and pooling into ONNX nodes, for the direct capture (aten_to_onnx): called as
+aten_math's are, f(out, b, *args, **kwargs)."""
 
 import torch
 
-from onnxtrain._aten_values import Untranslatable, floats_to
+from onnxtrain._capture.aten_values import Untranslatable, floats_to
 
 aten = torch.ops.aten
 

@@ -1,5 +1,5 @@
 """The direct capture: torch.export's training-mode ATen graph translated straight into an ONNX graph as onnxtrain
-reads it, each ATen op by its translation in _aten_math or _aten_shapes, without PyTorch's ONNX exporter (whose
+reads it, each ATen op by its translation in aten_math or aten_shapes, without PyTorch's ONNX exporter (whose
 decomposition traces the whole module a second time: 9 of the 21 s a 30-layer Llama took to capture; its
 translation and onnxscript's optimizer 6 more). onnxtrain's own passes fold, deduplicate and fuse what the graph holds.
 
@@ -17,13 +17,13 @@ import onnx
 import torch
 from onnx import helper
 
-from onnxtrain import _aten_convolutions, _aten_math, _aten_shapes
-from onnxtrain._aten_values import Untranslatable, onnx_dtype
-from onnxtrain._graph_builder import OPSET, GraphBuilder, Value
+from onnxtrain._capture import aten_convolutions, aten_math, aten_shapes
+from onnxtrain._capture.aten_values import Untranslatable, onnx_dtype
+from onnxtrain._capture.graph_builder import OPSET, GraphBuilder, Value
 
 _SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
             torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten.sym_constrain_range.default}
-TABLE = {**_aten_math.TABLE, **_aten_shapes.TABLE, **_aten_convolutions.TABLE}
+TABLE = {**aten_math.TABLE, **aten_shapes.TABLE, **aten_convolutions.TABLE}
 _INLINED = ("wrap_with_set_grad_enabled", "wrap_with_autocast")  # their subgraph, as the exporter inlines them
 
 

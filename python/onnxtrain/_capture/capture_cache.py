@@ -1,7 +1,7 @@
 """A disk cache of captured graphs: a second run of the same script loads the graph its first run captured instead
 of capturing it again (torch.export and the ONNX exporter: most of a large model's first step).
 
-An entry is keyed by everything the captured graph depends on (_fingerprint): the module's code, its state other
+An entry is keyed by everything the captured graph depends on (fingerprint): the module's code, its state other
 than parameter and buffer values, their names, shapes, dtypes and ties, the call's input schema and sizes, the
 capture's options, and the versions of the libraries that capture. Entries are written atomically and carry a
 checksum: an entry that does not check is captured again, never loaded. A folder that cannot be written warns once
@@ -22,9 +22,9 @@ import time
 import onnx
 import torch
 
-from onnxtrain import _fingerprint
-from onnxtrain._export import Exported
-from onnxtrain._schema import TensorSlot
+from onnxtrain._capture import fingerprint
+from onnxtrain._capture.export import Exported
+from onnxtrain._capture.input_schema import TensorSlot
 
 logger = logging.getLogger("onnxtrain")
 
@@ -52,8 +52,8 @@ def key(module, schema_key, tensors, training, dynamic_dims, exporter, opset, de
     """The key of the graph a capture of this call, on a device of `device_type`, would make, or None (with the reason
     logged) where the module's state cannot be fingerprinted."""
     try:
-        parts = _fingerprint.of_module(module)
-    except _fingerprint.Unfingerprintable as e:
+        parts = fingerprint.of_module(module)
+    except fingerprint.Unfingerprintable as e:
         logger.info("onnxtrain: %s is captured without the capture cache: %s", type(module).__name__, e)
         return None
     call = {

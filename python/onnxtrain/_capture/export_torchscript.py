@@ -6,9 +6,9 @@ import io
 import onnx
 import torch
 
-from onnxtrain import _symbolics
+from onnxtrain._capture import symbolics
 
-_symbolics.register()
+symbolics.register()
 
 
 def fix_scaled_dot_product_attention_casts(model):

@@ -1,10 +1,10 @@
 """Translations of ATen's arithmetic, activations, reductions, products and layers (linear, layer norm, dropout,
-softmax, attention, cross-entropy) into ONNX nodes, for the direct capture (_aten_to_onnx). Each is called as
+softmax, attention, cross-entropy) into ONNX nodes, for the direct capture (aten_to_onnx). Each is called as
 f(out, b, *args, **kwargs): `out` what is known of the op's value (dtype, shape, rank), `b` the GraphBuilder, then
 the ATen op's arguments with tensors as Values and sizes as ints or int64 Values of shape [1]. Nodes are written as
 PyTorch's exporter writes them after onnxscript's optimizer (rsqrt as Reciprocal(Sqrt), silu as x * Sigmoid(x),
 linear as MatMul by the transposed weight, scalars as constants of the computing dtype), which is what onnxtrain's
-fusions read; attention and cross-entropy are _translations' own, shared with the exporter."""
+fusions read; attention and cross-entropy are translations' own, shared with the exporter."""
 
 import math
 
@@ -12,9 +12,9 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from onnxtrain import _translations
-from onnxtrain._aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes
-from onnxtrain._graph_builder import Value
+from onnxtrain._capture import translations
+from onnxtrain._capture.aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes
+from onnxtrain._capture.graph_builder import Value
 
 aten = torch.ops.aten
 
@@ -200,13 +200,13 @@ def sdpa(out, b, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=
     q, k, v = floats_to(b, out.dtype, q, k, v)
     if attn_mask is not None and attn_mask.dtype in FLOATS:
         (attn_mask,) = floats_to(b, out.dtype, attn_mask)
-    return _translations.scaled_dot_product_attention(b, q, k, v, attn_mask, dropout_p, is_causal, scale,
+    return translations.scaled_dot_product_attention(b, q, k, v, attn_mask, dropout_p, is_causal, scale,
                                                       enable_gqa)
 
 
 def cross_entropy(out, b, x, target, weight=None, reduction=1, ignore_index=-100, label_smoothing=0.0):
     x, weight = floats_to(b, out.dtype, x, weight)
-    return _translations.cross_entropy_loss(b, x, target, weight, reduction, ignore_index, label_smoothing)
+    return translations.cross_entropy_loss(b, x, target, weight, reduction, ignore_index, label_smoothing)
 
 
 def where(out, b, cond, x, y):

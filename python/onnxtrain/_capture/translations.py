@@ -3,8 +3,8 @@ BatchNorm in training mode (the defaults normalize by the running statistics and
 cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as
 the flash attention fusion reads it: grouped-query attention broadcast rather than repeated, bool masks additive
 with fully masked rows giving 0 as PyTorch does, dropout applied). Each is written against an `op` in onnxscript's
-style: onnxscript's opset for the exporter (TABLE), a _graph_builder.GraphBuilder for onnxtrain's direct capture
-(_aten_math), _torchscript_ops.Ops for the TorchScript-based exporter (_symbolics)."""
+style: onnxscript's opset for the exporter (TABLE), a graph_builder.GraphBuilder for onnxtrain's direct capture
+(aten_math), torchscript_ops.Ops for the TorchScript-based exporter (symbolics)."""
 
 import inspect
 import math

@@ -6,8 +6,8 @@ scaled_dot_product_attention (grouped-query attention, dropout in training), eac
 import torch
 from torch.onnx import symbolic_helper as sh
 
-from onnxtrain import _translations
-from onnxtrain._torchscript_ops import Ops, Typed
+from onnxtrain._capture import translations
+from onnxtrain._capture.torchscript_ops import Ops, Typed
 
 OPSET = 18
 _NONE, _MEAN, _SUM = 0, 1, 2  # torch's reduction enum
@@ -118,7 +118,7 @@ def diff(g, x, n, dim, prepend, append):
 
 @sh.parse_args("v", "v", "v", "v", "f", "b", "v", "b")
 def scaled_dot_product_attention(g, q, k, v, mask, dropout_p, is_causal, scale, enable_gqa):
-    """_translations.scaled_dot_product_attention, which the torch.export paths call too, over this graph."""
+    """translations.scaled_dot_product_attention, which the torch.export paths call too, over this graph."""
     if any(sh._get_tensor_rank(x) is None for x in (q, k, v)):
         raise torch.onnx.errors.SymbolicValueError("onnxtrain: scaled_dot_product_attention: the operands' ranks "
                                                    "must be known", q)
@@ -130,7 +130,7 @@ def scaled_dot_product_attention(g, q, k, v, mask, dropout_p, is_causal, scale, 
     else:
         scale = None
     mask = None if sh._is_none(mask) else Typed(mask)
-    return _translations.scaled_dot_product_attention(Ops(g, OPSET), Typed(q), Typed(k), Typed(v), mask, dropout_p,
+    return translations.scaled_dot_product_attention(Ops(g, OPSET), Typed(q), Typed(k), Typed(v), mask, dropout_p,
                                                       is_causal, scale, enable_gqa)
 
 

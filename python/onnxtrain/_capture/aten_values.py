@@ -1,4 +1,4 @@
-"""What the direct capture's translations (_aten_math, _aten_shapes) share: values cast as PyTorch computes them
+"""What the direct capture's translations (aten_math, aten_shapes) share: values cast as PyTorch computes them
 (autocast's casts and type promotion, read from the graph's dtypes), sizes as int64 values, and the error that
 sends a graph to PyTorch's exporter."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from onnxtrain._graph_builder import Value
+from onnxtrain._capture.graph_builder import Value
 
 INT64 = ir.DataType.INT64
 FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE}
