@@ -1,7 +1,8 @@
 // Grouped attention fusion: a com.onnxtrain.FlashAttention whose keys and values are repeated per query head, as
 // models write grouped-query attention for exporters (transformers' repeat_kv: Reshape(Expand(Unsqueeze(K, 2)),
-// (B, H, T, d)), K holding H / g heads; the keys transposed after), reads K and V themselves with kv_groups=g: the
-// repeated copies, g times the size of K and V, are neither made nor stashed.
+// (B, H, T, d)), K holding H / g heads; the keys transposed after, cast before that under autocast: float32 keys
+// from the rotary embedding), reads K and V themselves with kv_groups=g: the repeated copies, g times the size of
+// K and V, are neither made nor stashed (the cast, if any, is of K).
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -37,10 +38,18 @@ class GroupedAttentionFusion : public Pass {
       ir::Node* t = made_by(f->input(1), "Transpose");
       if (!t || t->attr_ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) continue;
       int64_t gk = 0, gv = 0;
-      ir::Value *k = unrepeated(t->input(0), &gk), *v = unrepeated(f->input(2), &gv);
+      ir::Node* narrow = made_by(t->input(0), "Cast");
+      ir::Value *k = unrepeated(narrow ? narrow->input(0) : t->input(0), &gk), *v = unrepeated(f->input(2), &gv);
       if (!k || !v || gk != gv) continue;
+      const int64_t opset = g.opsets.count("") ? g.opsets.at("") : 13;
+      if (narrow) {
+        ir::Value* kc = g.add_value(g.unique_name(k->name + "_cast"));
+        add_fused(g, "", opset, "Cast", {k}, {kc}, g.unique_name(narrow->name + "_grouped"), narrow->backward,
+                  {{"to", narrow->attr_int("to", 0)}});
+        k = kc;
+      }
       ir::Value* kt = g.add_value(g.unique_name(k->name + "_transposed"));
-      add_fused(g, "", g.opsets.count("") ? g.opsets.at("") : 13, "Transpose", {k}, {kt},
+      add_fused(g, "", opset, "Transpose", {k}, {kt},
                 g.unique_name(t->name + "_grouped"), t->backward, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
       std::vector<ir::Value*> in = f->inputs;
       in[1] = kt, in[2] = v;

@@ -1,7 +1,9 @@
 // Rotary embedding fusion: X cos + rotate_half(X) sin, rotate_half(X) = Concat(Neg(X2), X1) of X's halves on the
 // last dim taken by Slices (how transformers writes apply_rotary_pos_emb and PyTorch's exporter exports it), the
 // products and the sum in either order, X, cos and sin of one float dtype, the values between read by nothing else,
-// becomes com.onnxtrain.RotaryEmbedding(X, cos, sin).
+// becomes com.onnxtrain.RotaryEmbedding(X, cos, sin). Under autocast (bf16 X, float32 cos and sin) the products
+// read X and rotate_half(X) up-cast alike: RotaryEmbedding(Cast(X), cos, sin), exact as the up-cast commutes with
+// the halves' slices, negation and concatenation.
 #include <cmath>
 
 #include "passes/pass.h"
@@ -12,6 +14,17 @@ namespace {
 // Input i of n: a constant of one element, or `missing` where the input is absent (NaN for anything else).
 double input_value(const ir::Node* n, size_t i, double missing) {
   return n->input(i) ? scalar_value(n->input(i)) : missing;
+}
+
+// The input of `mul` that is x, or with `widen`, x cast as widen casts; nullptr if none.
+ir::Value* x_read(const ir::Node* mul, const ir::Value* x, const ir::Node* widen) {
+  for (ir::Value* v : mul->inputs) {
+    if (!widen && v == x) return v;
+    const ir::Node* c = v ? v->producer : nullptr;
+    if (widen && c && c->op_type == "Cast" && c->input(0) == x && c->attr_int("to", 0) == widen->attr_int("to", 0))
+      return v;
+  }
+  return nullptr;
 }
 
 // Whether `slice` takes [begin, end) of x's last dim (of `width`), end at least `width` standing for "to the end".
@@ -48,17 +61,23 @@ class RotaryEmbeddingFusion : public Pass {
           !takes(lower, x, 0, half, width))
         continue;
       ir::Node* rotated = only_reader(g, cat->outputs[0]);
-      ir::Value* sin = rotated && rotated->op_type == "Mul" ? other_input(rotated, cat->outputs[0]) : nullptr;
+      ir::Node* widen = rotated && rotated->op_type == "Cast" ? rotated : nullptr;  // autocast's up-cast
+      if (widen) rotated = only_reader(g, widen->outputs[0]);
+      ir::Value* half_rotated = widen ? widen->outputs[0] : cat->outputs[0];
+      ir::Value* sin = rotated && rotated->op_type == "Mul" ? other_input(rotated, half_rotated) : nullptr;
       ir::Node* sum = sin ? only_reader(g, rotated->outputs[0]) : nullptr;
       ir::Value* other = sum && sum->op_type == "Add" ? other_input(sum, rotated->outputs[0]) : nullptr;
       ir::Node* scaled = other ? made_by(other, "Mul") : nullptr;
-      ir::Value* cos = scaled ? other_input(scaled, x) : nullptr;
-      if (!cos || cos == x || !sole_reader(g, other, sum) || cos->dtype != x->dtype || sin->dtype != x->dtype ||
-          !sum->outputs[0]->has_shape || sum->outputs[0]->shape != x->shape)
+      ir::Value* xin = scaled ? x_read(scaled, x, widen) : nullptr;
+      ir::Value* cos = xin ? other_input(scaled, xin) : nullptr;
+      if (!cos || cos == xin || !dtype_is_float(xin->dtype) || !sole_reader(g, other, sum) ||
+          cos->dtype != xin->dtype || sin->dtype != xin->dtype || !sum->outputs[0]->has_shape ||
+          sum->outputs[0]->shape != x->shape)
         continue;
-      add_fused(g, "com.onnxtrain", 1, "RotaryEmbedding", {x, cos, sin}, {sum->outputs[0]},
+      add_fused(g, "com.onnxtrain", 1, "RotaryEmbedding", {xin, cos, sin}, {sum->outputs[0]},
                 g.unique_name(sum->name + "_rotary"), sum->backward);
       gone.insert(gone.end(), {upper, lower, neg, cat, rotated, scaled, sum});
+      if (widen) gone.push_back(widen);
     }
     return remove_all(g, gone, true);
   }

@@ -234,23 +234,29 @@ class RepeatedKV(torch.nn.Module):
     def forward(self, x, keep):
         q = self.q(x).view(2, 12, 4, 8).transpose(1, 2)
         k, v = (t.transpose(1, 2) for t in self.kv(x).view(2, 12, 2, 2, 8).unbind(2))
+        k = k.float()  # (under autocast: float32 keys, as the rotary embedding leaves them, cast after repeat_kv)
         k, v = (t[:, :, None].expand(2, 2, 2, 12, 8).reshape(2, 4, 12, 8) for t in (k, v))
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
         return (y * torch.arange(8.0)).sum()
 
 
-def test_repeated_keys_and_values_are_read_once_per_group(tmp_path):
+@pytest.mark.parametrize("bf16", [False, True])
+def test_repeated_keys_and_values_are_read_once_per_group(bf16, tmp_path):
     torch.manual_seed(0)
     eager = RepeatedKV()
     ours = onnxtrain.Module(RepeatedKV(), onnxtrain.Options(save_onnx=str(tmp_path)))
     ours.load_state_dict(eager.state_dict())
     x, keep = torch.randn(2, 12, 16), torch.arange(12) < torch.tensor([[12], [9]])
-    got, want = ours(x, keep), eager(x, keep)
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        got, want = ours(x, keep), eager(x, keep)
     got.backward()
     want.backward()
     nodes = onnx.load(str(tmp_path / "RepeatedKV_train_optimized.onnx")).graph.node
     fused = [n for n in nodes if n.op_type == "FlashAttention"]
     assert [a.i for n in fused for a in n.attribute if a.name == "kv_groups"] == [2]
-    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    assert got.item() == pytest.approx(want.item(), rel=2e-2 if bf16 else 1e-5)
     for (n, p), q in zip(ours.named_parameters(), eager.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+        if bf16:
+            assert torch.nn.functional.cosine_similarity(p.grad.flatten(), q.grad.flatten(), dim=0) >= 0.999, n
+        else:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)

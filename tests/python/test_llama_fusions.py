@@ -47,9 +47,9 @@ class SwiGLUMLP(torch.nn.Module):  # LlamaMLP
 
 
 class Rotary(torch.nn.Module):  # LlamaAttention's queries and keys with transformers' apply_rotary_pos_emb
-    def __init__(self, d=24, heads=3):
+    def __init__(self, d=24, heads=3, float32_cos=False):
         super().__init__()
-        self.heads = heads
+        self.heads, self.float32_cos = heads, float32_cos
         self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d // heads, 2).float() / (d // heads)),
                              persistent=False)
@@ -63,7 +63,9 @@ class Rotary(torch.nn.Module):  # LlamaAttention's queries and keys with transfo
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
         q = self.q(x).view(b, t, self.heads, -1).transpose(1, 2)
         k = self.k(x).view(b, t, self.heads, -1).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos.to(q.dtype), sin.to(q.dtype))
+        if not self.float32_cos:  # (else as LlamaModel passes them under autocast: bf16 q and k, float32 cos and sin)
+            cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
         return (q * k.flip(-1)).float().sum() * 0.1 + q.float().square().mean()
 
 
@@ -108,7 +110,8 @@ def test_swiglu_is_fused_and_trains_as_eager(bf16, tmp_path):
     assert ops.count("SwiGLU") == 1 and ops.count("SwiGLUGrad") == 1 and "Sigmoid" not in ops, ops
 
 
+@pytest.mark.parametrize("float32_cos", [False, True])
 @pytest.mark.parametrize("bf16", [False, True])
-def test_rotary_embedding_is_fused_and_trains_as_eager(bf16, tmp_path):
-    ops = trained_ops(Rotary, bf16, tmp_path)
+def test_rotary_embedding_is_fused_and_trains_as_eager(bf16, float32_cos, tmp_path):
+    ops = trained_ops(lambda: Rotary(float32_cos=float32_cos), bf16, tmp_path)
     assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops, ops  # (queries and keys, forward and backward)
