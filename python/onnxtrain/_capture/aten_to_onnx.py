@@ -1,7 +1,8 @@
-"""The direct capture: torch.export's training-mode ATen graph translated straight into an ONNX graph as onnxtrain
-reads it, each ATen op by its translation in aten_math or aten_shapes, without PyTorch's ONNX exporter (whose
-decomposition traces the whole module a second time: 9 of the 21 s a 30-layer Llama took to capture; its
-translation and onnxscript's optimizer 6 more). onnxtrain's own passes fold, deduplicate and fuse what the graph holds.
+"""The direct capture: torch.export's training-mode ATen graph translated straight into an ONNX graph as onnxtrain reads
+it, each ATen op by its translation in aten_math, aten_shapes or aten_convolutions, without PyTorch's ONNX exporter
+(whose decomposition traces the whole module a second time: 9 of the 21 s a 30-layer Llama took to capture; its
+translation and onnxscript's optimizer 6 more). onnxtrain's own passes fold, deduplicate and fuse what the graph
+holds.
 
 The graph is as the exporter's: parameters and buffers are inputs named module.<name>, lifted constants
 initializers, the call's tensors inputs named as given with their dynamic dims named `<input>_dim<i>`. Autocast is

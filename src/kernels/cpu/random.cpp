@@ -26,24 +26,23 @@ float draw(const ops::RandomAttrs& a, uint64_t bits, float p) {
   return 0.f;
 }
 
+// out[i] drawn from element i's bits (and Bernoulli's probability p[i], read where it is).
+template <typename T, typename P>
+void fill(const ops::RandomAttrs& a, uint64_t seed, T* out, const P* p, int64_t n) {
+  parallel_for(n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = T(draw(a, counter_bits(seed, uint64_t(i)), p ? float(p[i]) : 0.f));
+  });
+}
+
 void random(const ops::RandomAttrs& a, KernelCtx& c) {
   Tensor& y = c.out(0);
-  uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  const Tensor* probabilities = a.kind == ops::RandomAttrs::kBernoulli ? &c.in(0) : nullptr;
-  std::vector<float> p;  // Bernoulli's probabilities in float
-  if (probabilities)
-    dispatch<kFloats>(probabilities->dtype(), c.node.where(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* x = probabilities->data<T>();
-      p.assign(size_t(probabilities->numel()), 0.f);
-      for (int64_t i = 0; i < probabilities->numel(); ++i) p[size_t(i)] = float(x[i]);
-    });
+  const uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
   dispatch<kAll>(y.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* out = y.data<T>();
-    parallel_for(y.numel(), 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        out[i] = T(draw(a, counter_bits(seed, uint64_t(i)), probabilities ? p[size_t(i)] : 0.f));
+    if (a.kind != ops::RandomAttrs::kBernoulli) return fill<T, float>(a, seed, y.data<T>(), nullptr, y.numel());
+    dispatch<kFloats>(c.in(0).dtype(), c.node.where(), [&](auto ptag) {
+      using P = typename decltype(ptag)::type;
+      fill(a, seed, y.data<T>(), c.in(0).data<P>(), y.numel());
     });
   });
 }
