@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import onnx
 import torch
 from onnx import TensorProto, helper
 

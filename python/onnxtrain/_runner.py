@@ -66,11 +66,11 @@ class Runner:
                 f.write(model_bytes)
         if training:
             self.wrt = [n for n in exported.state_names if n in params and params[n].requires_grad]
-            self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "",
-                                                  options.memory_opt_config, options.memory_budget, dims,
-                                                  options.memory_opt_level, keep_cache=options.keep_cache,
-                                                  release_cache_after=options.release_cache_after,
-                                                  applied_in_backward=set(applied), device=str(device))
+            session_options = C.SessionOptions(
+                device=str(device), keep_cache=options.keep_cache, release_cache_after=options.release_cache_after,
+                memory_level=options.memory_opt_level, memory_config=options.memory_opt_config,
+                memory_budget=options.memory_budget, memory_dims=dims, applied_in_backward=set(applied))
+            self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "", session_options)
             self.dims = dims
             # Recorded at the first training step, by rank 0 only (as the memory lines) when distributed.
             self.timeline_path = options.memory_timeline if memory_log._rank() == 0 else ""
@@ -86,7 +86,7 @@ class Runner:
             state = set(exported.state_names)
             self.gradient_order = [n for n in self.session.gradient_order if n in state]
         else:
-            self.session = C.Session.from_bytes(model_bytes, device=str(device))
+            self.session = C.Session.from_bytes(model_bytes, C.SessionOptions(device=str(device)))
             self.grad_outputs = set()
             self.optional_grad_outputs = set()
         if options.save_onnx:  # what onnxtrain runs: the training graph, after its passes

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "core/dim.h"
 
 namespace onnxtrain::memory {
 
@@ -20,7 +19,6 @@ std::string mib(int64_t bytes);
 struct Budget {
   double stash_fraction = 0;  // keep at most this fraction of the stash (0 < f <= 1), or
   int64_t peak_bytes = 0;     // fit the whole step's predicted peak in this many bytes
-  Bindings dims;              // the batch it is for
   bool empty() const { return stash_fraction == 0 && peak_bytes == 0; }
   std::string str() const;  // "50% of the stash", "6.00 GiB for the step's peak"
 };

@@ -90,7 +90,7 @@ void choose_for_budget(const ir::Graph& g, const std::vector<Candidate>& candida
   for (size_t k : c.chosen) p->pick[index[k]] = true;
   report->saved = c.saved + saved_anyway, report->met = c.met;
   std::ostringstream os;
-  os << "budget " << Budget{o.stash_fraction, 0, {}}.str() << ": of a " << mib(stash) << " stash, save " << mib(need)
+  os << "budget " << Budget{o.stash_fraction, 0}.str() << ": of a " << mib(stash) << " stash, save " << mib(need)
      << "; the plans chosen save " << mib(report->saved)
      << (c.met ? "" : " (missed by " + mib(need - saved_anyway - c.saved) + ")");
   report->budget = os.str();

@@ -7,6 +7,7 @@ void init_errors(pybind11::module_& m);
 void init_memory(pybind11::module_& m);
 void init_optim(pybind11::module_& m);
 void init_session(pybind11::module_& m);
+void init_session_options(pybind11::module_& m);
 void init_training(pybind11::module_& m);
 void init_tensor(pybind11::module_& m);
 

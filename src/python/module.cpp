@@ -8,6 +8,7 @@ PYBIND11_MODULE(_onnxtrain, m) {
   onnxtrain::python::init_errors(m);
   onnxtrain::python::init_tensor(m);
   onnxtrain::python::init_memory(m);
+  onnxtrain::python::init_session_options(m);
   onnxtrain::python::init_session(m);
   onnxtrain::python::init_training(m);
   onnxtrain::python::init_optim(m);

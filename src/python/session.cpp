@@ -12,11 +12,6 @@
 namespace py = pybind11;
 
 namespace onnxtrain::python {
-static SessionOptions on_device(const std::string& device) {
-  SessionOptions o;
-  o.device = parse_device(device);
-  return o;
-}
 
 void init_session(py::module_& m) {
   m.def("registered_ops", &ops::registered_ops, "Every op in onnxtrain's op table (domain.name for other domains).");
@@ -28,45 +23,20 @@ void init_session(py::module_& m) {
   py::class_<Session>(
       m, "Session",
       "Loads an ONNX model and runs it on named inputs (numpy arrays, torch tensors: anything with __dlpack__).")
-      .def(py::init([](const std::string& path, const std::string& device) {
-             return Session::load(path, on_device(device));
-           }),
-           py::arg("path"), py::arg("device") = "cpu",
-           "device: 'cpu', or 'cuda[:N]' (the inputs given on it, the outputs returned there)")
+      .def(py::init([](const std::string& path, const SessionOptions& o) { return Session::load(path, o); }),
+           py::arg("path"), py::arg("options") = SessionOptions())
       .def_static(
           "from_bytes",
-          [](py::bytes b, const std::string& device) { return Session::from_bytes(std::string(b), on_device(device)); },
-          py::arg("model"), py::arg("device") = "cpu")
+          [](py::bytes b, const SessionOptions& options) { return Session::from_bytes(std::string(b), options); },
+          py::arg("model"), py::arg("options") = SessionOptions())
       .def_static(
           "for_training",
-          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss,
-             const std::string& memory_config, const std::string& memory_budget, const Bindings& memory_dims,
-             int memory_level, double optimizer_state_factor, bool keep_cache, double release_cache_after,
-             const std::set<std::string>& applied_in_backward, const std::string& device) {
-            autodiff::TrainingSpec spec{wrt, loss};
-            SessionOptions options = on_device(device);
-            options.keep_cache = keep_cache;
-            options.release_cache_after = release_cache_after;
-            options.memory.level = memory_level;
-            options.memory.config = memory::parse_config(memory_config);
-            options.memory.budget = memory::parse_budget(memory_budget);
-            options.memory.dims = memory_dims;
-            options.memory.optimizer_state_factor = optimizer_state_factor;
-            options.memory.applied_in_backward = applied_in_backward;
-            return Session(ir::load_model_bytes(std::string(b)), spec, options);
+          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const SessionOptions& o) {
+            return Session(ir::load_model_bytes(std::string(b)), autodiff::TrainingSpec{wrt, loss}, o);
           },
-          py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("memory_config") = "",
-          py::arg("memory_budget") = "", py::arg("memory_dims") = Bindings{}, py::arg("memory_level") = 0,
-          py::arg("optimizer_state_factor") = 0.0, py::arg("keep_cache") = false, py::arg("release_cache_after") = 0.0,
-          py::arg("applied_in_backward") = std::set<std::string>{}, py::arg("device") = "cpu",
+          py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("options") = SessionOptions(),
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
-          "is empty, of the outputs whose gradients run_backward receives. memory_budget: '' none, a fraction of "
-          "the stash ('0.3') or a size for the step's peak ('6GiB'); optimizer_state_factor: optimizer state bytes "
-          "per parameter byte counted in predictions and budgets; keep_cache: the allocator keeps its free blocks "
-          "between steps; release_cache_after: otherwise, the seconds they may idle after a backward before they "
-          "go back to the system (0: at once); applied_in_backward: `wrt` entries whose gradients an optimizer "
-          "applies in backward (run_backward's on_gradient, at their handoff), freed then and not returned. "
-          "device: 'cpu' or 'cuda[:N]', where the inputs are given and the outputs and gradients returned.")
+          "is empty, of the outputs whose gradients run_backward receives.")
       .def_property_readonly("input_names", &Session::input_names)
       .def_property_readonly("output_names", &Session::output_names)
       .def_property_readonly("grad_names", &Session::grad_names)

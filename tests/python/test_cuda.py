@@ -1,7 +1,6 @@
 """The CUDA backend from Python: CUDA tensors cross by DLPack without copies, and a session on the GPU computes
 what the CPU kernels and PyTorch on CUDA compute. Skipped without a GPU or without CUDA in the build."""
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
@@ -43,7 +42,7 @@ def test_a_session_on_the_gpu_matches_the_cpu_and_pytorch():
     gen = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(32, 64, generator=gen), torch.randn(64, 48, generator=gen), torch.randn(48, generator=gen)
     on_cpu = onnxtrain.Session.from_bytes(mlp_model()).run({"x": x, "w": w, "b": b})["y"]
-    gpu = onnxtrain.Session.from_bytes(mlp_model(), device="cuda")
+    gpu = onnxtrain.Session.from_bytes(mlp_model(), onnxtrain.SessionOptions(device="cuda"))
     out = gpu.run({"x": x.cuda(), "w": w.cuda(), "b": b.cuda()})["y"]
     assert out.device == "cuda:0"
     got = torch.from_dlpack(out)
@@ -54,7 +53,7 @@ def test_a_session_on_the_gpu_matches_the_cpu_and_pytorch():
 
 
 def test_host_inputs_on_a_gpu_session_are_refused():
-    gpu = onnxtrain.Session.from_bytes(mlp_model(), device="cuda")
+    gpu = onnxtrain.Session.from_bytes(mlp_model(), onnxtrain.SessionOptions(device="cuda"))
     with pytest.raises(onnxtrain.InputError, match="cuda:0"):
         gpu.run({"x": torch.zeros(2, 64), "w": torch.zeros(64, 48).cuda(), "b": torch.zeros(48).cuda()})
 

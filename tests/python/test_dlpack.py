@@ -1,7 +1,6 @@
 """Tensors cross between PyTorch, numpy and onnxtrain by DLPack, without copies, in every dtype onnxtrain holds."""
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper

@@ -2,7 +2,6 @@
 same input, gives exactly what the two give apart (recompute must not change a bit of the gradients)."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

@@ -29,7 +29,8 @@ def gpt(request, tmp_path_factory):
                "peak budget": dict(memory_budget="500KiB", memory_dims={"batch": 4, "seq": 16}),
                "level 1": dict(memory_level=1, memory_dims={"batch": 4, "seq": 16}),
                "level 2": dict(memory_level=2)}[request.param]  # (level 2 without dims: each dim taken as 128)
-    session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss", **options)
+    options = onnxtrain.SessionOptions(**options)
+    session = onnxtrain.Session.for_training(model.SerializeToString(), wrt, "loss", options)
     return session, params
 
 

@@ -2,7 +2,6 @@
 parameter and input match eager for each (the ops PyTorch 1.13's exporter failed on included)."""
 
 import copy
-import math
 
 import pytest
 import torch

@@ -66,8 +66,8 @@ def test_gradients_read_the_forwards_draw_and_recompute_draws_it_again():
     np.testing.assert_array_equal(again["u"], out["u"])
     other, _ = plain.run_forward({"x": x, "w": w}, seed=4)
     assert not np.array_equal(other["u"], out["u"])
-    recomputed = onnxtrain.Session.for_training(noisy_model(), ["w"], "loss",
-                                                memory_config="RandomUniformLike+Mul+:1:-1")
+    options = onnxtrain.SessionOptions(memory_config="RandomUniformLike+Mul+:1:-1")
+    recomputed = onnxtrain.Session.for_training(noisy_model(), ["w"], "loss", options)
     assert "RandomUniformLike+Mul+ | " in recomputed.memory_report() and " ON (1/1)" in recomputed.memory_report()
     _, state = recomputed.run_forward({"x": x, "w": w}, seed=3)
     np.testing.assert_array_equal(recomputed.run_backward(state)["w"], grads["w"])

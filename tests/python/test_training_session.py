@@ -1,7 +1,6 @@
 """TrainingSession: training to a low loss, the loss curve of PyTorch's optimizers, gradient accumulation,
 checkpoints (round trip, a crash mid-save, corrupt files), learning-rate schedule and inference export."""
 
-import os
 import signal
 import subprocess
 import sys
