@@ -63,7 +63,7 @@ static Tensor pattern_like(const Tensor& like) {
 std::optional<std::map<std::string, Tensor>> small_inputs(const std::vector<ir::Value*>& inputs) {
   std::map<std::string, Tensor> feeds;
   for (const ir::Value* v : inputs) {
-    if (!v->has_shape || v->dtype == DType::kUndefined || v->dtype == DType::kString) return std::nullopt;
+    if (!v->has_shape || v->dtype == DType::kUndefined) return std::nullopt;
     std::vector<std::string> symbols;
     for (const Dim& d : v->shape) d.symbols(&symbols);
     Bindings twos;

@@ -128,6 +128,9 @@ class Session {
   std::vector<std::string> optional_output_grad_names() const;
   // Training: whether the loss (or the outputs) depends on each `wrt` input (else its gradient is zeros).
   const std::vector<bool>& grads_reached() const { return exe_.reached; }
+  // Training: forward outputs holding the updated running statistics of TrainingSpec::running_statistics,
+  // {output: input}; the caller writes each over its input after the step.
+  const std::map<std::string, std::string>& buffer_updates() const { return exe_.buffer_updates; }
   CachingAllocator& allocator() const { return *alloc_; }
   // Per-op-type time of every run since profiling was switched on.
   void set_profiling(bool on);

@@ -70,7 +70,11 @@ class Runner:
                 device=str(device), keep_cache=options.keep_cache, release_cache_after=options.release_cache_after,
                 memory_level=options.memory_opt_level, memory_config=options.memory_opt_config,
                 memory_budget=options.memory_budget, memory_dims=dims, applied_in_backward=set(applied))
-            self.session = C.Session.for_training(model_bytes, self.wrt + inputs_requiring_grad, "", session_options)
+            buffers = {n for n, _ in module.named_buffers()}
+            self.session = C.Session.for_training(
+                model_bytes, self.wrt + inputs_requiring_grad, "", session_options,
+                running_statistics={n for n in exported.state_names if n in buffers}, unbiased_running_var=True)
+            self.buffer_updates = self.session.buffer_updates  # {output: the buffer it overwrites after forward}
             self.dims = dims
             # Recorded at the first training step, by rank 0 only (as the memory lines) when distributed.
             self.timeline_path = options.memory_timeline if memory_log._rank() == 0 else ""
@@ -144,11 +148,11 @@ class Runner:
         return tuple(torch.from_dlpack(outs[n]) for n in self.output_names)
 
     def update_buffers(self, outs, tensors):
-        if not self.exported.buffer_updates:
+        if not self.buffer_updates:
             return
         held = dict(zip(self.feed_names, tensors))
         with torch.no_grad():
-            for out, buffer in self.exported.buffer_updates.items():
+            for out, buffer in self.buffer_updates.items():
                 held[buffer].copy_(torch.from_dlpack(outs[out]))
             for name, b in self.module.named_buffers():
                 if name.endswith("num_batches_tracked"):

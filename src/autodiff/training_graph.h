@@ -3,6 +3,7 @@
 // in reverse and calling each op's gradient rule.
 #pragma once
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,11 @@ struct TrainingSpec {
   // A scalar loss output to differentiate; when empty, every forward output that
   // depends on `wrt` gets a gradient input ("<output>_grad") fed to the backward part.
   std::string loss;
+  // Inputs holding running statistics (BatchNorm buffers) that a training step updates: runtime::compile_training
+  // makes their updated values forward outputs first (passes/running_statistics.h; Executable::buffer_updates),
+  // the running variance moving by the unbiased batch variance (PyTorch's) when `unbiased_running_var`.
+  std::set<std::string> running_statistics = {};
+  bool unbiased_running_var = false;
 };
 
 struct TrainingGraph {

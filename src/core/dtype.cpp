@@ -1,77 +1,46 @@
 #include "core/dtype.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
 namespace onnxtrain {
 
+const std::vector<DTypeInfo>& dtypes() {
+  // DLPack's codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4 (python/dlpack_bridge.cpp checks them), kDLBool 6.
+  static const std::vector<DTypeInfo> table = {
+      {DType::kFloat32, "float32", 4, true, 2},  {DType::kFloat64, "float64", 8, true, 2},
+      {DType::kFloat16, "float16", 2, true, 2},  {DType::kBFloat16, "bfloat16", 2, true, 4},
+      {DType::kInt64, "int64", 8, false, 0},     {DType::kInt32, "int32", 4, false, 0},
+      {DType::kInt8, "int8", 1, false, 0},       {DType::kUInt8, "uint8", 1, false, 1},
+      {DType::kBool, "bool", 1, false, 6},
+  };
+  return table;
+}
+
+// The table's entry for an ONNX code; null where onnxtrain holds none.
+static const DTypeInfo* info(int64_t code) {
+  static const std::array<const DTypeInfo*, 17> by_code = [] {
+    std::array<const DTypeInfo*, 17> a{};
+    for (const DTypeInfo& d : dtypes()) a[size_t(d.dtype)] = &d;
+    return a;
+  }();
+  return code >= 0 && code < int64_t(by_code.size()) ? by_code[size_t(code)] : nullptr;
+}
+
 size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      return 2;
-    case DType::kUInt8:
-    case DType::kInt8:
-    case DType::kBool:
-      return 1;
-    default:
-      return 0;
-  }
+  const DTypeInfo* d = info(int64_t(t));
+  return d ? d->size : 0;
 }
-
 std::string dtype_name(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat64:
-      return "float64";
-    case DType::kFloat16:
-      return "float16";
-    case DType::kBFloat16:
-      return "bfloat16";
-    case DType::kInt64:
-      return "int64";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt8:
-      return "int8";
-    case DType::kUInt8:
-      return "uint8";
-    case DType::kBool:
-      return "bool";
-    case DType::kString:
-      return "string";
-    default:
-      return "undefined";
-  }
+  const DTypeInfo* d = info(int64_t(t));
+  return d ? d->name : "undefined";
 }
-
 bool dtype_is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
+  const DTypeInfo* d = info(int64_t(t));
+  return d && d->is_float;
 }
-
-DType dtype_from_onnx(int32_t code) {
-  switch (code) {
-    case 1:
-    case 2:
-    case 3:
-    case 6:
-    case 7:
-    case 9:
-    case 10:
-    case 11:
-    case 16:
-      return DType(code);
-    default:
-      return DType::kUndefined;
-  }
-}
+DType dtype_from_onnx(int32_t code) { return info(code) ? DType(code) : DType::kUndefined; }
 
 float half_to_float(Half h) {
   uint32_t sign = uint32_t(h.bits & 0x8000) << 16, exp = (h.bits >> 10) & 0x1f, man = h.bits & 0x3ff;

@@ -1,9 +1,11 @@
-// Element types and their ONNX codes.
+// Element types: their ONNX codes, names, sizes and DLPack codes, in one table (dtypes()) that the bindings read
+// too (onnxtrain's DLPack bridge, the capture's PyTorch dtypes).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace onnxtrain {
 
@@ -15,16 +17,27 @@ enum class DType : int32_t {
   kInt8 = 3,
   kInt32 = 6,
   kInt64 = 7,
-  kString = 8,
   kBool = 9,
   kFloat16 = 10,
   kFloat64 = 11,
   kBFloat16 = 16,
 };
 
-size_t dtype_size(DType t);
-std::string dtype_name(DType t);
-bool dtype_is_float(DType t);  // float16/bfloat16/float32/float64
+// One dtype onnxtrain holds. `name` is PyTorch's and numpy's (torch.<name>), `dl_code` DLPack's DLDataTypeCode
+// (its bits are size * 8).
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+  bool is_float;
+  uint8_t dl_code;
+};
+// Every dtype onnxtrain holds.
+const std::vector<DTypeInfo>& dtypes();
+
+size_t dtype_size(DType t);      // 0 for kUndefined
+std::string dtype_name(DType t);  // "undefined" for kUndefined
+bool dtype_is_float(DType t);     // float16/bfloat16/float32/float64
 // Maps an ONNX code to a DType; kUndefined for codes onnxtrain does not hold.
 DType dtype_from_onnx(int32_t code);
 

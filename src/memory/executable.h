@@ -2,6 +2,7 @@
 // schedule, allocation plan), the executor runs its plan, memory::predict reads it, reports print it; nothing in
 // it calls back. It lives in memory (not runtime) because memory predicts from it and may not know runtime.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@ struct Executable {
   std::vector<ir::Value*> grads;         // per `wrt` entry: its gradient
   std::vector<std::string> wrt;
   std::vector<bool> reached;          // per `wrt` entry: whether the loss depends on it
+  // Forward outputs holding updated running statistics: {output: the input it replaces after the step}.
+  std::map<std::string, std::string> buffer_updates;
   // Per `wrt` entry: the step after which an optimizer applies its gradient in backward, which is then freed
   // (memory/gradient_handoff.h); -1 where it is returned at the end of backward.
   std::vector<int> handoff;

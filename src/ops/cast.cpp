@@ -18,7 +18,6 @@ class CastOp : public Op {
   bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     DType to = to_ == DType::kUndefined ? ctx.dtype(1) : to_;
-    if (ctx.dtype(0) == DType::kString || to == DType::kString) ctx.fail("string tensors are not supported");
     bool int_like = to == DType::kInt64 || to == DType::kInt32;
     ctx.set(0, to, ctx.shape(0), int_like ? ctx.propagated_opt(0) : std::nullopt);
   }

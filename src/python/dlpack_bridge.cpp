@@ -14,57 +14,20 @@ namespace {
 static_assert(int(DeviceType::kCpu) == kDLCPU && int(DeviceType::kCuda) == kDLCUDA &&
               int(DeviceType::kExtDev) == kDLExtDev);
 
-// DLPack 0.8 names it kDLBool; the 0.6 header Debian ships predates it, and PyTorch and numpy use the code.
-constexpr uint8_t kDLBoolCode = 6;
+// core/dtype.cpp's DLPack codes (and bool's 6, kDLBool from DLPack 0.8, which the 0.6 header Debian ships predates;
+// PyTorch and numpy use the code).
+static_assert(kDLInt == 0 && kDLUInt == 1 && kDLFloat == 2 && kDLBfloat == 4);
 
 DLDataType dl_dtype(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-      return {kDLFloat, 32, 1};
-    case DType::kFloat64:
-      return {kDLFloat, 64, 1};
-    case DType::kFloat16:
-      return {kDLFloat, 16, 1};
-    case DType::kBFloat16:
-      return {kDLBfloat, 16, 1};
-    case DType::kInt64:
-      return {kDLInt, 64, 1};
-    case DType::kInt32:
-      return {kDLInt, 32, 1};
-    case DType::kInt8:
-      return {kDLInt, 8, 1};
-    case DType::kUInt8:
-      return {kDLUInt, 8, 1};
-    case DType::kBool:
-      return {kDLBoolCode, 8, 1};
-    default:
-      throw Error("dtype " + dtype_name(t) + " has no DLPack equivalent");
-  }
+  for (const DTypeInfo& d : dtypes())
+    if (d.dtype == t) return {d.dl_code, uint8_t(d.size * 8), 1};
+  throw Error("dtype " + dtype_name(t) + " has no DLPack equivalent");
 }
 
 DType dtype_of(DLDataType d) {
   if (d.lanes != 1) throw InputError("DLPack tensors with " + std::to_string(d.lanes) + " lanes are not supported");
-  switch (d.code) {
-    case kDLFloat:
-      if (d.bits == 32) return DType::kFloat32;
-      if (d.bits == 64) return DType::kFloat64;
-      if (d.bits == 16) return DType::kFloat16;
-      break;
-    case kDLBfloat:
-      if (d.bits == 16) return DType::kBFloat16;
-      break;
-    case kDLInt:
-      if (d.bits == 64) return DType::kInt64;
-      if (d.bits == 32) return DType::kInt32;
-      if (d.bits == 8) return DType::kInt8;
-      break;
-    case kDLUInt:
-      if (d.bits == 8) return DType::kUInt8;
-      break;
-    case kDLBoolCode:
-      if (d.bits == 8) return DType::kBool;
-      break;
-  }
+  for (const DTypeInfo& t : dtypes())
+    if (t.dl_code == d.code && t.size * 8 == d.bits) return t.dtype;
   throw InputError("DLPack dtype (code " + std::to_string(d.code) + ", " + std::to_string(d.bits) +
                    " bits) is not supported");
 }
@@ -175,6 +138,14 @@ py::dict tensors_to_python(const std::map<std::string, Tensor>& m) {
 }
 
 void init_tensor(py::module_& m) {
+  m.def(
+      "dtypes",
+      [] {
+        std::vector<std::pair<std::string, int>> r;
+        for (const DTypeInfo& d : dtypes()) r.emplace_back(d.name, int(d.dtype));
+        return r;
+      },
+      "Every dtype onnxtrain holds: [(name, ONNX code)], the name PyTorch's and numpy's (torch.<name>).");
   py::class_<PyTensor>(m, "Tensor",
                        "A tensor of onnxtrain's, shared without copies through DLPack: torch.from_dlpack(t), "
                        "numpy.from_dlpack(t).")

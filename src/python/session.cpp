@@ -31,12 +31,19 @@ void init_session(py::module_& m) {
           py::arg("model"), py::arg("options") = SessionOptions())
       .def_static(
           "for_training",
-          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const SessionOptions& o) {
-            return Session(ir::load_model_bytes(std::string(b)), autodiff::TrainingSpec{wrt, loss}, o);
+          [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const SessionOptions& o,
+             const std::set<std::string>& running_statistics, bool unbiased_running_var) {
+            autodiff::TrainingSpec spec{wrt, loss, running_statistics, unbiased_running_var};
+            return Session(ir::load_model_bytes(std::string(b)), spec, o);
           },
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("options") = SessionOptions(),
+          py::arg("running_statistics") = std::set<std::string>{}, py::arg("unbiased_running_var") = false,
           "A session with the backward graph for gradients of `wrt`: of a scalar `loss` output, or, when it "
-          "is empty, of the outputs whose gradients run_backward receives.")
+          "is empty, of the outputs whose gradients run_backward receives. running_statistics: inputs holding "
+          "BatchNorm statistics a training step updates, whose updated values become outputs (buffer_updates); "
+          "unbiased_running_var: their variance moves by the unbiased batch variance (PyTorch's), not ONNX's.")
+      .def_property_readonly("buffer_updates", &Session::buffer_updates,
+                             "{forward output: the running_statistics input it replaces after a step}")
       .def_property_readonly("input_names", &Session::input_names)
       .def_property_readonly("output_names", &Session::output_names)
       .def_property_readonly("grad_names", &Session::grad_names)

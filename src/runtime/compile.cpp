@@ -4,6 +4,7 @@
 #include "memory/planning.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
+#include "passes/running_statistics.h"
 
 namespace onnxtrain::runtime {
 
@@ -26,6 +27,7 @@ memory::Executable compile_inference(std::unique_ptr<ir::Graph> graph, const Com
 memory::Executable compile_training(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec,
                                     const CompileOptions& o) {
   memory::Executable e;
+  e.buffer_updates = passes::expose_running_statistics(*graph, spec.running_statistics, spec.unbiased_running_var);
   e.forward_inputs = graph->inputs;
   for (auto& name : spec.wrt)
     if (ir::Value* v = graph->find(name)) v->trainable = true;

@@ -46,24 +46,13 @@ TrainingSession::TrainingSession(std::unique_ptr<ir::Graph> model, const std::st
     wrt.push_back(v->name);
   }
   g.initializers = keep;
-  // Training BatchNormalization writes its running statistics back into the buffers after each step.
-  for (auto& n : g.nodes()) {
-    if (n->op_type != "BatchNormalization" || !n->attr_int("training_mode", 0)) continue;
-    for (size_t i = 1; i <= 2; ++i) {
-      ir::Value* stat = n->input(2 + i);
-      if (!stat || !values_.count(stat->name)) continue;
-      if (n->outputs.size() <= i) n->outputs.resize(i + 1, nullptr);
-      if (!n->outputs[i]) {
-        n->outputs[i] = g.add_value(g.unique_name(n->name + "_running"));
-        n->outputs[i]->producer = n.get();
-      }
-      g.outputs.push_back(n->outputs[i]);
-      buffer_updates_[n->outputs[i]->name] = stat->name;
-    }
-  }
   // The optimizer's moments live here: AdamW keeps two per parameter, SGD with momentum one.
   options.memory.optimizer_state_factor = opt_.kind == "adamw" ? 2.0 : opt_.momentum != 0 ? 1.0 : 0.0;
-  session_ = std::make_unique<Session>(std::move(model), autodiff::TrainingSpec{wrt, loss}, options);
+  // Training BatchNormalization's running statistics (ONNX's: the population variance) are written back into
+  // their buffers after each step.
+  autodiff::TrainingSpec spec{wrt, loss, std::set<std::string>(wrt.begin(), wrt.end())};
+  session_ = std::make_unique<Session>(std::move(model), spec, options);
+  buffer_updates_ = session_->buffer_updates();
   const auto& reached = session_->grads_reached();
   for (size_t i = 0; i < wrt.size(); ++i) (reached[i] ? params_ : buffers_).push_back(wrt[i]);
 }

@@ -201,3 +201,28 @@ def test_exported_inference_model_matches_the_trained_module(tmp_path):
         want = module.model(idx).numpy()
     got = onnxtrain.Session(out).run({"idx": batch["idx"]})["logits"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_running_statistics_move_as_onnx_says(tmp_path):
+    """A training-mode BatchNormalization's running statistics are written back into its buffers after each step,
+    the variance moving by the batch's population variance (ONNX's; onnxtrain.Module moves it by PyTorch's
+    unbiased one)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    mean0, var0 = rng.standard_normal(3).astype(np.float32), rng.uniform(1, 2, 3).astype(np.float32)
+    inits = [numpy_helper.from_array(a, n) for a, n in [(np.ones(3, np.float32), "scale"),
+                                                          (np.zeros(3, np.float32), "bias"), (mean0, "mean"),
+                                                          (var0, "var")]]
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "m", "v"],
+                              training_mode=1, momentum=0.8),
+             helper.make_node("ReduceSumSquare", ["y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 5])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    path = tmp_path / "bn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), path)
+    session = onnxtrain.TrainingSession(str(path), "loss")
+    assert set(session.parameter_names) == {"bias", "scale"}  # (the statistics are buffers: no gradient)
+    x = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    session.train_step({"x": x})
+    np.testing.assert_allclose(session.parameter("mean"), 0.8 * mean0 + 0.2 * x.mean(axis=(0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(session.parameter("var"), 0.8 * var0 + 0.2 * x.var(axis=(0, 2)), rtol=1e-5)

@@ -6,14 +6,12 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from onnxtrain import _onnxtrain as C
 from onnxtrain._capture.graph_builder import Value
 
 INT64 = ir.DataType.INT64
 FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE}
-DTYPES = {torch.float32: ir.DataType.FLOAT, torch.float16: ir.DataType.FLOAT16, torch.bfloat16: ir.DataType.BFLOAT16,
-          torch.float64: ir.DataType.DOUBLE, torch.int64: ir.DataType.INT64, torch.int32: ir.DataType.INT32,
-          torch.int16: ir.DataType.INT16, torch.int8: ir.DataType.INT8, torch.uint8: ir.DataType.UINT8,
-          torch.bool: ir.DataType.BOOL}  # PyTorch's dtypes that ONNX holds
+DTYPES = {getattr(torch, name): ir.DataType(code) for name, code in C.dtypes()}  # PyTorch's that onnxtrain holds
 _TORCH = {v: k for k, v in DTYPES.items()}
 INT64_MAX = 2**63 - 1
 

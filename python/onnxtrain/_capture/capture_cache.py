@@ -28,7 +28,7 @@ from onnxtrain._capture.input_schema import TensorSlot
 
 logger = logging.getLogger("onnxtrain")
 
-FORMAT = 1
+FORMAT = 2
 _MAGIC = b"ONNXTRAIN-CAPTURE\n"
 _SUFFIX = ".capture"
 # Oldest entries (by last use) go once the folder holds more than this.
@@ -142,7 +142,7 @@ def load(folder, k):
             raise ValueError("it was written under another key")
         model = onnx.ModelProto.FromString(body[8 + header_size:])
         exported = Exported(model, header["input_names"], header["state_names"], header["output_names"],
-                            _schema_from_json(header["out_schema"]), header["buffer_updates"], header["exporter"])
+                            _schema_from_json(header["out_schema"]), header["exporter"])
     except LookupError as e:  # a class of the outputs not imported yet: captured again, the entry kept
         logger.info("onnxtrain: capture cache entry %s not used: %s", path, e)
         return None
@@ -167,7 +167,7 @@ def store(folder, k, exported):
     try:
         header = {"key": k, "format": FORMAT, "input_names": exported.input_names,
                   "state_names": exported.state_names, "output_names": exported.output_names,
-                  "out_schema": _schema_to_json(exported.out_schema), "buffer_updates": exported.buffer_updates,
+                  "out_schema": _schema_to_json(exported.out_schema),
                   "exporter": exported.exporter, "torch": torch.__version__, "written": time.time()}
     except TypeError as e:
         logger.info("onnxtrain: the graph is not stored in the capture cache: its outputs hold %s", e)

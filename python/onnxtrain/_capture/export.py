@@ -1,7 +1,6 @@
 """Export of a module's call to an ONNX graph (training or eval mode) through torch.export (export_program) or,
 as a fallback, PyTorch's TorchScript-based exporter (export_torchscript): dynamic dims named `<input>_dim<i>`,
-parameters and buffers as graph inputs named as the module names them (no weights in the graph), training
-BatchNorm's updated statistics as extra outputs."""
+parameters and buffers as graph inputs named as the module names them (no weights in the graph)."""
 
 import collections
 import contextlib
@@ -13,7 +12,6 @@ import warnings
 
 import onnx
 import torch
-from onnx import helper
 
 from onnxtrain import _onnxtrain as C
 from onnxtrain._capture import capture_lock, export_program, export_torchscript
@@ -32,7 +30,6 @@ class Exported:
     state_names: list     # parameters and buffers the graph reads, in graph-input order
     output_names: list    # the module's outputs, in order
     out_schema: object    # the structure of the module's outputs
-    buffer_updates: dict  # graph output -> buffer it overwrites after a training call
     exporter: str         # "torch.export" or "torchscript": the one that made the graph
 
 
@@ -132,27 +129,6 @@ def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
     return model, record
 
 
-def _training_batch_norms(model, buffers):
-    """Training BatchNorms that update a module's running statistics: their updated statistics become graph
-    outputs, returned as {output: buffer}."""
-    updates = {}
-    for node in model.graph.node:
-        training_bn = node.op_type == "BatchNormalization" and any(
-            a.name == "training_mode" and a.i == 1 for a in node.attribute)
-        if not training_bn or len(node.input) < 5 or node.input[3] not in buffers:
-            continue
-        # PyTorch updates running_var with the unbiased batch variance (an onnxtrain extension attribute).
-        node.attribute.append(helper.make_attribute("unbiased_running_var", 1))
-        while len(node.output) < 3:
-            node.output.append("")
-        for k, buffer in ((1, node.input[3]), (2, node.input[4])):
-            out = node.output[k] or f"{buffer}.updated"
-            node.output[k] = out
-            model.graph.output.append(helper.make_tensor_value_info(out, onnx.TensorProto.UNDEFINED, None))
-            updates[out] = buffer
-    return updates
-
-
 def export(module, schema, tensors, names, training, dynamic_dims=None, exporter="auto", capture_process=False):
     """`dynamic_dims`: per tensor, the dims that vary (the others are exported as the sizes given); every dim of
     every tensor when None. `exporter` "auto" captures through torch.export and falls back to the TorchScript-based
@@ -184,6 +160,5 @@ def export(module, schema, tensors, names, training, dynamic_dims=None, exporter
         node.input[:] = [rename.get(x, x) for x in node.input]
         node.output[:] = [rename.get(x, x) for x in node.output]
     state = [i.name for i in model.graph.input if i.name not in names]
-    updates = _training_batch_norms(model, {n for n, _ in module.named_buffers()})
-    outputs = [o.name for o in model.graph.output if o.name not in updates]
-    return Exported(model, list(names), state, outputs, record["out_schema"], updates, used)
+    outputs = [o.name for o in model.graph.output]
+    return Exported(model, list(names), state, outputs, record["out_schema"], used)
