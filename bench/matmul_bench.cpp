@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 
 using namespace onnxtrain;
 
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
   ir::Value *a = input("a"), *b = input("b"), *y = g->add_value("y");
   g->add_node("MatMul", {a, b}, {y})->opset = 20;
   g->outputs.push_back(y);
-  Session s(std::move(g));
+  Session s = inference_session(std::move(g));
   Tensor ta(DType::kFloat32, {n, n}), tb(DType::kFloat32, {n, n}), tc(DType::kFloat32, {n, n});
   for (int64_t i = 0; i < n * n; ++i) ta.data<float>()[i] = float(i % 7) * 0.1f, tb.data<float>()[i] = float(i % 5) * 0.1f;
   double ours = median_ms(reps, [&] { s.run({{"a", ta}, {"b", tb}}); });

@@ -1,5 +1,6 @@
 #include "fuzz/fuzz_support.h"
 
+#include <onnx/onnx_pb.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "memory/recompute.h"
 #include "onnxtrain/session.h"
 #include "onnxtrain/training_session.h"
+#include "runtime/session_impl.h"
 #include "tests/cpp/test_graphs.h"
 
 namespace onnxtrain::fuzz {
@@ -89,22 +91,22 @@ static void limit_host_memory() { CachingAllocator::global().set_limit(kAllocato
 void run_model(const std::string& bytes) {
   limit_host_memory();
   Session s = Session::from_bytes(bytes);
-  if (auto feeds = small_inputs(s.executable().forward_inputs)) s.run(*feeds);
+  if (auto feeds = small_inputs(s.impl().exe.forward_inputs)) s.run(*feeds);
 }
 
 void train_model(const std::string& bytes) {
   limit_host_memory();
   auto graph = ir::load_model_bytes(bytes);
-  autodiff::TrainingSpec spec;
+  TrainingSpec spec;
   for (const ir::Value* v : graph->inputs)
     if (dtype_is_float(v->dtype)) spec.wrt.push_back(v->name);
   for (const ir::Value* v : graph->initializers)
     if (dtype_is_float(v->dtype)) spec.wrt.push_back(v->name);
   if (spec.wrt.empty()) return;
   SessionOptions options;
-  options.memory.level = int(bytes.size() % 3);
-  Session s(std::move(graph), spec, options);
-  auto feeds = small_inputs(s.executable().forward_inputs);
+  options.memory_level = int(bytes.size() % 3);
+  Session s = training_session(std::move(graph), spec, options);
+  auto feeds = small_inputs(s.impl().exe.forward_inputs);
   if (!feeds) return;
   auto [outputs, state] = s.run_forward(*feeds);
   std::map<std::string, Tensor> output_grads;
@@ -121,7 +123,9 @@ std::unique_ptr<TrainingSession> mlp_session(const std::string& kind) {
   OptimizerOptions opt;
   opt.kind = kind;
   opt.momentum = 0.9;
-  auto s = std::make_unique<TrainingSession>(std::move(g), loss->name, opt);
+  onnx::ModelProto model;
+  ir::export_model(*g, &model);
+  auto s = std::make_unique<TrainingSession>(TrainingSession::from_bytes(model.SerializeAsString(), loss->name, opt));
   s->train_step({{"x", test_graphs::pattern_tensor({4, 8})}});
   s->optimizer_step();
   return s;
@@ -162,7 +166,7 @@ void parse_memory_settings(const std::string& text) {
   };
   each([&] { memory::parse_config(text); });
   each([&] { memory::parse_budget(text); });
-  each([&] { memory::parse_size(text, "size"); });
+  each([&] { parse_size(text, "size"); });
 }
 
 }  // namespace onnxtrain::fuzz

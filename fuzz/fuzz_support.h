@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "ir/graph.h"
 #include "onnxtrain/error.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::fuzz {
 

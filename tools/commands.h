@@ -2,7 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
-#include "core/dim.h"
+#include "onnxtrain/bindings.h"
 #include "onnxtrain/session.h"
 
 namespace onnxtrain::cli {

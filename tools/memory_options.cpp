@@ -15,10 +15,10 @@ void add_memory_options(CLI::App* cmd, MemoryArgs& a) {
 
 SessionOptions session_options(const MemoryArgs& a, const Bindings& dims) {
   SessionOptions o;
-  o.memory.config = memory::parse_config(a.config);
-  o.memory.level = a.level;
-  o.memory.budget = memory::parse_budget(a.budget);
-  o.memory.dims = dims;
+  o.memory_config = a.config;
+  o.memory_level = a.level;
+  o.memory_budget = a.budget;
+  o.memory_dims = dims;
   return o;
 }
 

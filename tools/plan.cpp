@@ -6,8 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ir/onnx_io.h"
-#include "memory/budget.h"
+#include "onnxtrain/files.h"
 #include "onnxtrain/training_session.h"
 #include "tools/commands.h"
 
@@ -22,7 +21,7 @@ struct PlanArgs {
 };
 
 TrainingSession make_session(const PlanArgs& a, const MemoryArgs& memory, const Bindings& dims) {
-  return TrainingSession(ir::load_model_file(a.model), a.loss, OptimizerOptions{}, session_options(memory, dims));
+  return TrainingSession::load(a.model, a.loss, OptimizerOptions{}, session_options(memory, dims));
 }
 
 // Draws the predicted timeline JSON at `json_path` into `png` with the Python package (matplotlib).
@@ -48,7 +47,7 @@ void draw(const std::string& json_path, const std::string& png) {
 
 void plan(const PlanArgs& a) {
   if (!a.limit.empty() && a.max_dim.empty()) throw InputError("--limit needs --max-dim SYM: the dim to fit under it");
-  int64_t limit = a.limit.empty() ? 0 : memory::parse_size(a.limit, "--limit");
+  int64_t limit = a.limit.empty() ? 0 : parse_size(a.limit, "--limit");
   Bindings dims = parse_dims(a.dims);
   TrainingSession s = make_session(a, a.memory, dims);
   const Session& session = s.session();
@@ -65,10 +64,10 @@ void plan(const PlanArgs& a) {
     }
     std::printf(" these options: %lld\n", (long long)session.largest_fitting(a.max_dim, rest, limit));
   }
-  if (!a.json.empty()) ir::write_file_atomic(a.json, session.memory_report_text(dims, true));
+  if (!a.json.empty()) write_file_atomic(a.json, session.memory_report_text(dims, true));
   if (!a.plot.empty()) {
     std::string json_path = a.plot.substr(0, a.plot.rfind('.')) + ".json";
-    ir::write_file_atomic(json_path, session.memory_timeline(dims));
+    write_file_atomic(json_path, session.memory_timeline(dims));
     draw(json_path, a.plot);
     std::printf("predicted timeline: %s (data: %s)\n", a.plot.c_str(), json_path.c_str());
   }

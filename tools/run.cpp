@@ -1,10 +1,8 @@
 // `onnxtrain run MODEL --input name=file.pb ...`: runs a model on TensorProto files.
-#include <onnx/onnx_pb.h>
-
 #include <filesystem>
 #include <iostream>
 
-#include "ir/onnx_io.h"
+#include "onnxtrain/files.h"
 #include "onnxtrain/session.h"
 #include "tools/commands.h"
 
@@ -43,7 +41,7 @@ void add_run(CLI::App& app) {
       } else {
         throw InputError("--input '" + spec + "': the model has only " + std::to_string(names.size()) + " inputs");
       }
-      feeds[name] = ir::load_tensor_file(file);
+      feeds[name] = load_tensor(file);
     }
     auto outs = s.run(feeds);
     if (!a->out_dir.empty()) std::filesystem::create_directories(a->out_dir);
@@ -52,9 +50,7 @@ void add_run(CLI::App& app) {
       if (a->out_dir.empty()) {
         print_tensor(name, outs.at(name));
       } else {
-        onnx::TensorProto p;
-        ir::tensor_to_proto(outs.at(name), name, &p);
-        ir::write_file_atomic(a->out_dir + "/output_" + std::to_string(k) + ".pb", p.SerializeAsString());
+        save_tensor(outs.at(name), name, a->out_dir + "/output_" + std::to_string(k) + ".pb");
       }
       ++k;
     }

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <random>
 
-#include "ir/onnx_io.h"
+#include "onnxtrain/memory_stats.h"
 #include "onnxtrain/training_session.h"
 #include "tools/commands.h"
 
@@ -59,32 +59,32 @@ std::pair<int64_t, int64_t> parse_range(const std::string& text) {
 }
 
 // A random batch for the model's inputs: normal floats, integers uniform in [lo, hi).
-std::map<std::string, Tensor> synthetic_batch(const std::vector<ir::Value*>& inputs, const Bindings& dims,
+std::map<std::string, Tensor> synthetic_batch(const TrainingSession& s, const Bindings& dims,
                                               std::pair<int64_t, int64_t> range, std::mt19937_64& rng) {
   std::map<std::string, Tensor> batch;
-  for (const ir::Value* v : inputs) {
-    auto shape = eval_shape(v->shape, dims);
-    if (!shape) {
-      std::vector<std::string> syms;
-      for (auto& d : v->shape) d.symbols(&syms);
-      std::string names;
-      for (auto& s : syms) names += (names.empty() ? "" : ", ") + s;
-      throw InputError("input '" + v->name + "' " + v->type_str() + ": give its dims with --dims (" + names + ")");
+  for (const std::string& name : s.input_names()) {
+    std::vector<int64_t> shape;
+    try {
+      shape = s.session().input_dims(name, dims);
+    } catch (const InputError& e) {
+      throw InputError(std::string(e.what()) + ": give it with --dims");
     }
-    Tensor t(v->dtype, *shape);
+    const DType dtype = s.session().input_dtype(name);
+    Tensor t(dtype, shape);
     std::normal_distribution<double> normal;
     std::uniform_int_distribution<int64_t> uniform(range.first, range.second - 1);
     for (int64_t i = 0; i < t.numel(); ++i) {
-      switch (v->dtype) {
+      switch (dtype) {
         case DType::kFloat32: t.data<float>()[i] = float(normal(rng)); break;
         case DType::kFloat64: t.data<double>()[i] = normal(rng); break;
         case DType::kInt64: t.data<int64_t>()[i] = uniform(rng); break;
         case DType::kInt32: t.data<int32_t>()[i] = int32_t(uniform(rng)); break;
         case DType::kBool: t.data<bool>()[i] = uniform(rng) % 2; break;
-        default: throw UnsupportedError("input '" + v->name + "': synthetic " + dtype_name(v->dtype) + " data is not supported");
+        default:
+          throw UnsupportedError("input '" + name + "': synthetic " + dtype_name(dtype) + " data is not supported");
       }
     }
-    batch[v->name] = t;
+    batch[name] = t;
   }
   return batch;
 }
@@ -96,30 +96,26 @@ void train(const TrainArgs& a) {
   if (!(a.lr > 0)) throw InputError("--lr must be positive, got " + std::to_string(a.lr));
   Bindings dims = parse_dims(a.dims);
   auto range = parse_range(a.int_range);
-  auto model = ir::load_model_file(a.model);
-  std::vector<ir::Value*> user_inputs = model->inputs;
   OptimizerOptions opt;
   opt.kind = a.optimizer;
   opt.lr = a.lr;
-  TrainingSession s(std::move(model), a.loss, opt, session_options(a.memory, dims));
+  TrainingSession s = TrainingSession::load(a.model, a.loss, opt, session_options(a.memory, dims));
   if (a.memory.level || !a.memory.budget.empty() || !a.memory.config.empty())
     std::printf("%s", s.session().memory_report_text(dims).c_str());
   std::mt19937_64 rng(a.seed);
-  // The user's inputs live on in the session's graph (its parameters were added after them).
-  std::map<std::string, Tensor> batch = synthetic_batch(user_inputs, dims, range, rng);
+  std::map<std::string, Tensor> batch = synthetic_batch(s, dims, range, rng);
   std::printf("training %s: %zu parameters, optimizer %s, lr %g\n", a.model.c_str(), s.parameter_names().size(),
               a.optimizer.c_str(), a.lr);
   std::printf("%6s %12s %10s %14s %14s %12s %12s\n", "step", "loss", "ms", "allocated MiB", "peak MiB", "cached MiB",
               "stash MiB");
-  auto& alloc = CachingAllocator::global();
   for (int64_t step = 1; step <= a.steps; ++step) {
-    alloc.reset_peaks();
+    reset_peak_stats();
     auto t0 = std::chrono::steady_clock::now();
     double loss = s.train_step(batch);
     s.optimizer_step();
     s.lazy_reset_grad();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    MemoryStats st = alloc.stats();
+    MemoryStats st = memory_stats();
     std::printf("%6lld %12.6f %10.2f %14.2f %14.2f %12.2f %12.2f\n", (long long)step, loss, ms, mib(st.allocated),
                 mib(st.peak_allocated), mib(st.cached), mib(s.last_stash_bytes()));
   }

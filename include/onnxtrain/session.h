@@ -1,6 +1,8 @@
 // onnxtrain::Session: load an ONNX model and run it on named inputs; built for
 // training, it runs the forward part and the backward part separately, the
-// stash of each forward call held by a RunState.
+// stash of each forward call held by a RunState. The public API: this header and
+// those it includes are all a C++ user compiles against (the compiled graph, its
+// plans and the executor stay behind Session::Impl, runtime/session_impl.h).
 #pragma once
 #include <functional>
 #include <map>
@@ -10,60 +12,75 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/training_graph.h"
-#include "core/allocator.h"
-#include "core/dim.h"
-#include "core/tensor.h"
-#include "ir/graph.h"
-#include "memory/executable.h"
-#include "memory/predict.h"
+#include "onnxtrain/bindings.h"
+#include "onnxtrain/device.h"
 #include "onnxtrain/error.h"
-#include "runtime/compile.h"
-#include "runtime/executor.h"
-#include "runtime/memory_recorder.h"
+#include "onnxtrain/memory_prediction.h"
+#include "onnxtrain/tensor.h"
+#include "onnxtrain/training_spec.h"
 
 namespace onnxtrain {
 
-// How the graph is compiled (runtime::CompileOptions: passes, the memory optimizer's settings, parsed and checked
-// where they come in: bindings, CLI), and how it runs.
-struct SessionOptions : runtime::CompileOptions {
+class CachingAllocator;
+
+// How the graph is compiled and how it runs. The memory optimizer's settings are checked (ConfigError) when a
+// training session is built.
+struct SessionOptions {
+  Device device = kCpu;                   // where the inputs are given and the outputs returned
   uint64_t seed = 0;                      // for random ops; each forward call draws the next
-  CachingAllocator* allocator = nullptr;  // the device's allocator when null
+  CachingAllocator* allocator = nullptr;  // the device's allocator when null (its device then decides `device`)
   // Whether the allocator keeps its free blocks between steps; by default each run() and run_backward() ends by
   // returning them to the system, at once or, with release_cache_after seconds, once nothing has been allocated
-  // for that long (CachingAllocator::trim_when_idle).
+  // for that long.
   bool keep_cache = false;
   double release_cache_after = 0;
+  bool allow_inplace = true;  // let outputs reuse dying inputs' buffers
+  bool optimize = true;       // run the graph passes (constant folding, CSE, dead code, fusions)
+  // Training: the memory optimizer. memory_level as ONNX Runtime's (0; 1 layer-wise recompute; 2 with compromised
+  // plans); memory_config its recompute plans ("ClusterId:Strategy:Count,...", or a JSON file of them);
+  // memory_budget "" (none), a fraction of the stash to keep ("0.3") or a size for the step's peak ("6GiB");
+  // memory_dims the batch budgets and reports are sized for.
+  int memory_level = 0;
+  std::string memory_config;
+  std::string memory_budget;
+  Bindings memory_dims;
+  double optimizer_state_factor = 0;  // optimizer state bytes per parameter byte, in predictions and budgets
+  // `wrt` entries whose gradients the caller's optimizer applies inside backward (run_backward's on_gradient, at
+  // their handoff): freed then, and not returned.
+  std::set<std::string> applied_in_backward;
 };
 
 // What one forward call leaves for its backward call: the stashed activations
 // (and references to the inputs and parameters backward reads). Dropping it frees them.
 class RunState {
  public:
+  struct Impl;
+  explicit RunState(std::unique_ptr<Impl> impl);
+  ~RunState();
   // Bytes of the activations it holds (each storage counted once).
   int64_t stash_bytes() const;
   // Each stashed activation: value name -> bytes (a view and its base both listed).
   std::map<std::string, int64_t> stash_values() const;
-  uint64_t seed() const { return seed_; }
+  uint64_t seed() const;
+  Impl& impl() { return *impl_; }
 
  private:
-  friend class Session;
-  runtime::Env env_;
-  uint64_t seed_ = 0;
-  Bindings dims_;  // the forward call's dims by symbol
-  bool consumed_ = false;
+  std::unique_ptr<Impl> impl_;
 };
 
-using memory::MemoryPrediction;
+// Time spent per op type since profiling was switched on.
+struct OpProfile {
+  double ms = 0;
+  int64_t calls = 0;
+};
 
 class Session {
  public:
-  // Inference: the model as it is.
-  explicit Session(std::unique_ptr<ir::Graph> graph, SessionOptions options = {});
-  // Training: the model's forward graph plus the backward graph for `spec`.
-  Session(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec, SessionOptions options = {});
   static Session load(const std::string& path, SessionOptions options = {});
   static Session from_bytes(const std::string& bytes, SessionOptions options = {});
+  // Training: the model's forward graph plus the backward graph for `spec`.
+  static Session load(const std::string& path, const TrainingSpec& spec, SessionOptions options = {});
+  static Session from_bytes(const std::string& bytes, const TrainingSpec& spec, SessionOptions options = {});
 
   // Runs every node; every graph input must be given. Returns the graph outputs by name.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& feeds);
@@ -93,7 +110,7 @@ class Session {
   Bindings bind_inputs(const std::map<std::string, std::vector<int64_t>>& dims,
                        const std::map<std::string, DType>& dtypes = {}, bool forward_only = false) const;
   // Peak bytes the allocator will reach above its level before the run.
-  std::optional<int64_t> predicted_peak(const Bindings& dims) const { return exe_.plan.predicted_peak(dims); }
+  std::optional<int64_t> predicted_peak(const Bindings& dims) const;
   // Training: the step's memory broken down, with the recompute plans or (`without_plans`) as if none were
   // applied; throws ConfigError when a size needs dims not given.
   MemoryPrediction predict_memory(const Bindings& dims, bool without_plans = false) const;
@@ -111,48 +128,38 @@ class Session {
   // Training: the largest value of `symbol` (other dims as given) whose whole step (parameters, optimizer
   // state, peak) fits in `limit` bytes; 0 when even 1 does not fit.
   int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit) const;
+  // Saves the graph it runs (training: forward and backward, after the passes) as an ONNX model, atomically.
+  void save(const std::string& path) const;
 
-  // What it runs: the compiled graph, its schedule and allocation plan, the recompute report.
-  const memory::Executable& executable() const { return exe_; }
-  const ir::Graph& graph() const { return *exe_.graph; }
-  const memory::AllocationPlan& plan() const { return exe_.plan; }
-  // Training: every recompute candidate cluster, and which the memory config applied.
-  const memory::RecomputeReport& memory_report() const { return exe_.report; }
-  bool is_training() const { return exe_.training; }
-  size_t boundary() const { return exe_.boundary; }
+  bool is_training() const;
   std::vector<std::string> input_names() const;        // forward inputs
+  // A forward input's dtype, and its dims for these symbol values (an InputError naming those `dims` lacks).
+  DType input_dtype(const std::string& name) const;
+  std::vector<int64_t> input_dims(const std::string& name, const Bindings& dims) const;
   std::vector<std::string> output_names() const;       // forward outputs
   std::vector<std::string> grad_names() const;         // training: the `wrt` inputs, in order
   std::vector<std::string> output_grad_names() const;  // output-gradient mode: forward outputs that take a gradient
   // Those of output_grad_names() whose gradient run_backward may be given none of (read as zeros, at no cost).
   std::vector<std::string> optional_output_grad_names() const;
   // Training: whether the loss (or the outputs) depends on each `wrt` input (else its gradient is zeros).
-  const std::vector<bool>& grads_reached() const { return exe_.reached; }
+  const std::vector<bool>& grads_reached() const;
   // Training: forward outputs holding the updated running statistics of TrainingSpec::running_statistics,
   // {output: input}; the caller writes each over its input after the step.
-  const std::map<std::string, std::string>& buffer_updates() const { return exe_.buffer_updates; }
-  CachingAllocator& allocator() const { return *alloc_; }
-  // Per-op-type time of every run since profiling was switched on.
+  const std::map<std::string, std::string>& buffer_updates() const;
+  // Per-op-type time of every run since profiling was switched on (empty when it is off).
   void set_profiling(bool on);
-  const runtime::Profile* profile() const { return profile_.get(); }
+  std::map<std::string, OpProfile> profile() const;
+
+  // What it runs (the compiled graph, its plans), for onnxtrain's own code: runtime/session_impl.h.
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+  const Impl& impl() const { return *impl_; }
 
  private:
-  Session(memory::Executable exe, SessionOptions options);
-  // Puts the feeds and the initializers into env; the call's dims by symbol.
-  Bindings feed(runtime::Env& env, const std::map<std::string, Tensor>& feeds, bool forward_only) const;
-  void end_of_step();  // trims the allocator unless told to keep its cache
-  bool output_grad_may_be_unset(const ir::Value* gin) const;
-  uint64_t next_seed() { return options_.seed + 0x5851F42D4C957F2Dull * run_count_++; }
-
-  memory::Executable exe_;
-  // Per step, the `wrt` gradients a backward step makes final; last, one more entry: those no step makes.
-  std::vector<std::vector<size_t>> gradients_by_step_;
-  SessionOptions options_;
-  CachingAllocator* alloc_;
-  std::map<const ir::Value*, Tensor> device_initializers_;  // on another device than the host: their copies there
-  uint64_t run_count_ = 0;
-  std::unique_ptr<runtime::Profile> profile_;
-  std::unique_ptr<runtime::MemoryRecorder> recorder_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace onnxtrain

@@ -34,10 +34,10 @@ class TrainingSession {
  public:
   // `loss` names the model's scalar loss output. Every float initializer becomes a
   // parameter (or, when no gradient reaches it, a buffer such as BatchNorm statistics).
-  TrainingSession(std::unique_ptr<ir::Graph> model, const std::string& loss, OptimizerOptions optimizer = {},
-                  SessionOptions options = {});
   static TrainingSession load(const std::string& path, const std::string& loss, OptimizerOptions optimizer = {},
                               SessionOptions options = {});
+  static TrainingSession from_bytes(const std::string& bytes, const std::string& loss,
+                                    OptimizerOptions optimizer = {}, SessionOptions options = {});
 
   // Forward and backward on one batch; returns the loss. Gradients add up until
   // lazy_reset_grad (gradient accumulation over micro-batches).
@@ -68,6 +68,8 @@ class TrainingSession {
   int64_t last_stash_bytes() const { return last_stash_; }
 
  private:
+  struct Model;  // the loaded graph (runtime/training_session.cpp)
+  TrainingSession(Model model, const std::string& loss, OptimizerOptions optimizer, SessionOptions options);
   std::map<std::string, Tensor> feeds(const std::map<std::string, Tensor>& inputs) const;
 
   std::string model_bytes_;  // the original model, for export

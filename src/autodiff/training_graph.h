@@ -8,21 +8,9 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "onnxtrain/training_spec.h"
 
 namespace onnxtrain::autodiff {
-
-struct TrainingSpec {
-  // Graph inputs or initializers that need gradients (parameters, inputs that require grad).
-  std::vector<std::string> wrt;
-  // A scalar loss output to differentiate; when empty, every forward output that
-  // depends on `wrt` gets a gradient input ("<output>_grad") fed to the backward part.
-  std::string loss;
-  // Inputs holding running statistics (BatchNorm buffers) that a training step updates: runtime::compile_training
-  // makes their updated values forward outputs first (passes/running_statistics.h; Executable::buffer_updates),
-  // the running variance moving by the unbiased batch variance (PyTorch's) when `unbiased_running_var`.
-  std::set<std::string> running_statistics = {};
-  bool unbiased_running_var = false;
-};
 
 struct TrainingGraph {
   std::unique_ptr<ir::Graph> graph;

@@ -265,4 +265,9 @@ CachingAllocator& CachingAllocator::of(Device device) {
   return *(devices()[device] = std::make_unique<CachingAllocator>(device, memory));
 }
 
+MemoryStats memory_stats(Device device) { return CachingAllocator::of(device).stats(); }
+void reset_peak_stats(Device device) { CachingAllocator::of(device).reset_peaks(); }
+void set_memory_limit(int64_t bytes, Device device) { CachingAllocator::of(device).set_limit(bytes); }
+void empty_cache(Device device) { CachingAllocator::of(device).empty_cache(); }
+
 }  // namespace onnxtrain

@@ -21,21 +21,10 @@
 #include <optional>
 #include <thread>
 
-#include "core/device.h"
+#include "onnxtrain/device.h"
+#include "onnxtrain/memory_stats.h"
 
 namespace onnxtrain {
-
-struct MemoryStats {
-  int64_t allocated = 0;  // bytes handed out and not yet freed (requests, rounded)
-  int64_t peak_allocated = 0;
-  int64_t cached = 0;  // bytes reserved from the system, in use or not
-  int64_t peak_cached = 0;
-  int64_t inactive = 0;  // cached - allocated: reserved but not handed out
-  int64_t peak_inactive = 0;
-  int64_t num_allocs = 0;  // allocations served since creation
-  int64_t num_frees = 0;
-  int64_t limit = 0;  // 0: no limit
-};
 
 class CachingAllocator {
  public:

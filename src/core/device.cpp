@@ -1,4 +1,4 @@
-#include "core/device.h"
+#include "onnxtrain/device.h"
 
 #include <sys/mman.h>
 

@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "onnxtrain/bindings.h"
+
 namespace onnxtrain {
 
 class Dim;
-using Bindings = std::map<std::string, int64_t>;
 
 class Dim {
  public:

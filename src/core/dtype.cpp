@@ -1,4 +1,4 @@
-#include "core/dtype.h"
+#include "onnxtrain/dtype.h"
 
 #include <array>
 #include <cmath>

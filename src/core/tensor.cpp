@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include "onnxtrain/tensor.h"
 
 #include <cassert>
 #include <cstring>

@@ -6,7 +6,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/tensor.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::ir {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/dim.h"
-#include "core/tensor.h"
 #include "ir/attribute.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::ops {
 class Op;

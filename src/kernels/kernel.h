@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
 #include "core/dim.h"
-#include "core/tensor.h"
 #include "ir/graph.h"
+#include "onnxtrain/device.h"
+#include "onnxtrain/tensor.h"
 #include "ops/op.h"
 
 namespace onnxtrain {

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::kernels {
 

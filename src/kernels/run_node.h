@@ -6,10 +6,10 @@
 #include <functional>
 #include <vector>
 
-#include "core/device.h"
 #include "core/dim.h"
-#include "core/tensor.h"
 #include "ir/graph.h"
+#include "onnxtrain/device.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain {
 class CachingAllocator;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
 #include "core/dim.h"
 #include "ir/graph.h"
+#include "onnxtrain/device.h"
 
 namespace onnxtrain::memory {
 

@@ -7,7 +7,7 @@
 
 #include "onnxtrain/error.h"
 
-namespace onnxtrain::memory {
+namespace onnxtrain {
 
 static bool parse_number(const std::string& text, double* out) {
   try {
@@ -35,6 +35,10 @@ int64_t parse_size(const std::string& text, const std::string& what) {
     return int64_t(v);
   throw InputError(what + ": '" + text + "' is not a size such as 6GiB, 512MiB, 100KiB or a number of bytes");
 }
+
+}  // namespace onnxtrain
+
+namespace onnxtrain::memory {
 
 std::string mib(int64_t bytes) {
   char buf[32];

@@ -7,12 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "onnxtrain/memory_prediction.h"
+
 
 namespace onnxtrain::memory {
 
-// A size in binary units ("6GiB", "512MiB", "100KiB", "123B") or a plain number of bytes.
-// `what` names the setting in the InputError a malformed size raises.
-int64_t parse_size(const std::string& text, const std::string& what);
 // "12.34 MiB": how reports print sizes.
 std::string mib(int64_t bytes);
 

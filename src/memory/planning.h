@@ -2,9 +2,9 @@
 // step's peak met by planning candidate graphs), the schedule and the allocation plan. runtime::compile_* call it
 // once the passes and autodiff are done.
 #pragma once
-#include "core/device.h"
 #include "memory/executable.h"
 #include "memory/options.h"
+#include "onnxtrain/device.h"
 
 namespace onnxtrain::memory {
 

@@ -139,7 +139,12 @@ std::string report_text(const Executable& e, const Bindings& dims, bool as_json)
   return r;
 }
 
+}  // namespace onnxtrain::memory
+
+namespace onnxtrain {
+
 std::string MemoryPrediction::str() const {
+  using memory::mib;
   auto part = [&](const char* c) { return at_peak.count(c) ? at_peak.at(c) : int64_t(0); };
   return "step peak " + mib(total()) + " = parameters " + mib(parameters) + " + optimizer state " +
          mib(optimizer_state) + " + " + mib(peak) + " during the step (at its highest: stash " + mib(part("stash")) +
@@ -148,4 +153,4 @@ std::string MemoryPrediction::str() const {
          "; the whole stash " + mib(stash) + ")";
 }
 
-}  // namespace onnxtrain::memory
+}  // namespace onnxtrain

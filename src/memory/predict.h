@@ -9,20 +9,9 @@
 
 #include "core/dim.h"
 #include "memory/executable.h"
+#include "onnxtrain/memory_prediction.h"
 
 namespace onnxtrain::memory {
-
-// A training step's predicted memory for concrete dims, in bytes.
-struct MemoryPrediction {
-  int64_t parameters = 0;       // the `wrt` inputs (held by their owner)
-  int64_t optimizer_state = 0;  // parameters times Executable::optimizer_state_factor
-  int64_t gradients = 0;        // the gradients one step returns
-  int64_t stash = 0;            // activations kept from the forward part for the backward part
-  int64_t peak = 0;             // the allocator's peak above its level before the step (activations, stash, gradients)
-  std::map<std::string, int64_t> at_peak;  // `peak` by category: stash, gradient, recompute, transient, scratch
-  int64_t total() const { return parameters + optimizer_state + peak; }  // the whole step's peak
-  std::string str() const;
-};
 
 // Throws ConfigError when a size needs dims not given.
 MemoryPrediction predict(const Executable& e, const Bindings& dims);

@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "core/tensor.h"
 #include "onnxtrain/error.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::ops {
 

@@ -2,8 +2,8 @@
 #pragma once
 #include <string>
 
-#include "core/dtype.h"
 #include "ir/graph.h"
+#include "onnxtrain/dtype.h"
 
 namespace onnxtrain::ops {
 

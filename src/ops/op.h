@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/dim.h"
-#include "core/tensor.h"
 #include "ir/graph.h"
 #include "onnxtrain/error.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::ops {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "onnxtrain/dtype.h"
 
 namespace onnxtrain::ops {
 

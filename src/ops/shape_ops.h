@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/tensor.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::ops {
 

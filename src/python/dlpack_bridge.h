@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "core/tensor.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::python {
 

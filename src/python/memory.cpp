@@ -1,6 +1,6 @@
 // Allocator statistics and limits.
-#include "core/allocator.h"
 #include "memory/budget.h"
+#include "onnxtrain/memory_stats.h"
 #include "python/init.h"
 
 namespace py = pybind11;
@@ -11,7 +11,7 @@ void init_memory(py::module_& m) {
   m.def(
       "allocator_stats",
       [](const std::string& device) {
-        MemoryStats s = CachingAllocator::of(parse_device(device)).stats();
+        MemoryStats s = memory_stats(parse_device(device));
         py::dict d;
         d["allocated"] = s.allocated;
         d["peak_allocated"] = s.peak_allocated;
@@ -26,14 +26,14 @@ void init_memory(py::module_& m) {
       },
       py::arg("device") = "cpu", "Statistics of onnxtrain's caching allocator of `device`, in bytes.");
   m.def(
-      "reset_peak_stats", [](const std::string& device) { CachingAllocator::of(parse_device(device)).reset_peaks(); },
+      "reset_peak_stats", [](const std::string& device) { reset_peak_stats(parse_device(device)); },
       py::arg("device") = "cpu", "Sets every peak of `device`'s allocator to its current value.");
-  m.def("set_memory_limit", [](int64_t bytes) { CachingAllocator::global().set_limit(bytes); }, py::arg("bytes"),
+  m.def("set_memory_limit", [](int64_t bytes) { set_memory_limit(bytes); }, py::arg("bytes"),
         "Allocations past this many allocated bytes raise OutOfMemoryError; 0 removes the limit.");
   m.def(
       "check_memory_budget", [](const std::string& text) { memory::parse_budget(text); }, py::arg("text"),
       "Raises ConfigError unless `text` is a memory budget: a fraction of the stash ('0.3') or a size ('6GiB').");
-  m.def("empty_cache", [] { CachingAllocator::global().empty_cache(); }, "Returns unused cached blocks to the system.");
+  m.def("empty_cache", [] { empty_cache(); }, "Returns unused cached blocks to the system.");
 }
 
 }  // namespace onnxtrain::python

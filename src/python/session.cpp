@@ -1,13 +1,11 @@
 // Session: tensors in and out without copies (DLPack: numpy arrays, torch tensors, onnxtrain.Tensor).
-#include "onnxtrain/session.h"
-
 #include <pybind11/stl.h>
 
-#include "ir/onnx_io.h"
 #include "memory/layers.h"
 #include "ops/op.h"
 #include "python/dlpack_bridge.h"
 #include "python/init.h"
+#include "runtime/session_impl.h"
 
 namespace py = pybind11;
 
@@ -33,8 +31,8 @@ void init_session(py::module_& m) {
           "for_training",
           [](py::bytes b, const std::vector<std::string>& wrt, const std::string& loss, const SessionOptions& o,
              const std::set<std::string>& running_statistics, bool unbiased_running_var) {
-            autodiff::TrainingSpec spec{wrt, loss, running_statistics, unbiased_running_var};
-            return Session(ir::load_model_bytes(std::string(b)), spec, o);
+            TrainingSpec spec{wrt, loss, running_statistics, unbiased_running_var};
+            return Session::from_bytes(std::string(b), spec, o);
           },
           py::arg("model"), py::arg("wrt"), py::arg("loss") = "", py::arg("options") = SessionOptions(),
           py::arg("running_statistics") = std::set<std::string>{}, py::arg("unbiased_running_var") = false,
@@ -109,7 +107,7 @@ void init_session(py::module_& m) {
           py::arg("input_dims"),
           "Peak bytes a run with these input dims adds to the allocator (None if data-dependent).")
       .def(
-          "plan", [](const Session& s) { return s.plan().str(); }, "The allocation plan, one line per step.")
+          "plan", [](const Session& s) { return s.impl().exe.plan.str(); }, "The allocation plan, one line per step.")
       .def(
           "predict_memory",
           [](const Session& s, const Bindings& dims, bool without_plans) {
@@ -129,7 +127,7 @@ void init_session(py::module_& m) {
           "(the allocator's, during the step), at_peak (the peak by category: stash, gradient, recompute, "
           "transient) and total (the whole step); without_plans: as if no recompute plan were applied.")
       .def(
-          "transformer_layers", [](const Session& s) { return memory::detect_layers(s.graph()).count(); },
+          "transformer_layers", [](const Session& s) { return memory::detect_layers(s.impl().graph()).count(); },
           "How many transformer layers the memory optimizer detects in the forward graph.")
       .def("memory_timeline", &Session::memory_timeline, py::arg("dims"),
            "The predicted allocation timeline of one run for these dims, as JSON (see onnxtrain.timeline).")
@@ -147,8 +145,7 @@ void init_session(py::module_& m) {
           "Recompute clusters of a training session (frequency, status, bytes saved, flops, config entry), then "
           "the predicted step peak without and with the plans (for `dims`).")
       .def(
-          "save", [](const Session& s, const std::string& path) { ir::save_model_file(s.graph(), path); },
-          py::arg("path"),
+          "save", &Session::save, py::arg("path"),
           "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
       .def("set_profiling", &Session::set_profiling, py::arg("on"),
            "Switches per-op-type timing on (resetting it) or off.")
@@ -156,9 +153,7 @@ void init_session(py::module_& m) {
           "profile",
           [](const Session& s) {
             py::dict d;
-            if (!s.profile()) return d;
-            for (auto& [op, ms] : s.profile()->ms_by_op)
-              d[py::str(op)] = py::make_tuple(ms, s.profile()->calls_by_op.at(op));
+            for (auto& [op, p] : s.profile()) d[py::str(op)] = py::make_tuple(p.ms, p.calls);
             return d;
           },
           "{op type: (milliseconds, calls)} since profiling was switched on.")
@@ -166,7 +161,7 @@ void init_session(py::module_& m) {
           "input_types",
           [](const Session& s) {
             py::dict d;
-            for (auto* v : s.graph().inputs) d[py::str(v->name)] = v->type_str();
+            for (auto* v : s.impl().graph().inputs) d[py::str(v->name)] = v->type_str();
             return d;
           },
           "Each input's dtype and symbolic shape.");

@@ -1,10 +1,9 @@
 // SessionOptions: how a Session compiles its graph and runs, one object for Session, from_bytes and for_training.
-// The memory optimizer's config and budget are given as text (ONNX Runtime's grammar, "0.3", "6GiB"), checked when
-// set, and read back in canonical form.
+// The memory optimizer's config and budget are checked when set (a rejected value changes nothing).
 #include <pybind11/stl.h>
 
-#include <cstdio>
-
+#include "memory/budget.h"
+#include "memory/recompute.h"
 #include "onnxtrain/session.h"
 #include "python/init.h"
 
@@ -13,23 +12,15 @@ namespace py = pybind11;
 namespace onnxtrain::python {
 namespace {
 
-std::string config_text(const SessionOptions& o) {
-  std::string r;
-  for (const auto& e : o.memory.config)
-    r += (r.empty() ? "" : ",") + e.cluster + ":" + std::to_string(e.strategy) + ":" + std::to_string(e.count);
-  return r;
+void set_config(SessionOptions& o, const std::string& text) {
+  memory::parse_config(text);
+  o.memory_config = text;
 }
 
-std::string budget_text(const SessionOptions& o) {
-  const memory::Budget& b = o.memory.budget;
-  if (b.peak_bytes) return std::to_string(b.peak_bytes) + "B";
-  if (b.stash_fraction == 0) return "";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", b.stash_fraction);
-  return buf;
+void set_budget(SessionOptions& o, const std::string& text) {
+  memory::parse_budget(text);
+  o.memory_budget = text;
 }
-
-void set_budget(SessionOptions& o, const std::string& text) { o.memory.budget = memory::parse_budget(text); }
 
 }  // namespace
 
@@ -57,12 +48,12 @@ void init_session_options(py::module_& m) {
              o.release_cache_after = release_cache_after;
              o.allow_inplace = allow_inplace;
              o.optimize = optimize;
-             o.memory.level = memory_level;
-             o.memory.config = memory::parse_config(memory_config);
+             o.memory_level = memory_level;
+             set_config(o, memory_config);
              set_budget(o, memory_budget);
-             o.memory.dims = memory_dims;
-             o.memory.optimizer_state_factor = optimizer_state_factor;
-             o.memory.applied_in_backward = applied_in_backward;
+             o.memory_dims = memory_dims;
+             o.optimizer_state_factor = optimizer_state_factor;
+             o.applied_in_backward = applied_in_backward;
              return o;
            }),
            py::kw_only(), py::arg("device") = "cpu", py::arg("seed") = 0, py::arg("keep_cache") = false,
@@ -78,24 +69,17 @@ void init_session_options(py::module_& m) {
       .def_readwrite("release_cache_after", &SessionOptions::release_cache_after)
       .def_readwrite("allow_inplace", &SessionOptions::allow_inplace)
       .def_readwrite("optimize", &SessionOptions::optimize)
+      .def_readwrite("memory_level", &SessionOptions::memory_level)
       .def_property(
-          "memory_level", [](const SessionOptions& o) { return o.memory.level; },
-          [](SessionOptions& o, int level) { o.memory.level = level; })
-      .def_property("memory_config", &config_text,
-                    [](SessionOptions& o, const std::string& t) { o.memory.config = memory::parse_config(t); })
-      .def_property("memory_budget", &budget_text, &set_budget)
+          "memory_config", [](const SessionOptions& o) { return o.memory_config; }, &set_config)
       .def_property(
-          "memory_dims", [](const SessionOptions& o) { return o.memory.dims; },
-          [](SessionOptions& o, const Bindings& d) { o.memory.dims = d; })
-      .def_property(
-          "optimizer_state_factor", [](const SessionOptions& o) { return o.memory.optimizer_state_factor; },
-          [](SessionOptions& o, double f) { o.memory.optimizer_state_factor = f; })
-      .def_property(
-          "applied_in_backward", [](const SessionOptions& o) { return o.memory.applied_in_backward; },
-          [](SessionOptions& o, const std::set<std::string>& s) { o.memory.applied_in_backward = s; })
+          "memory_budget", [](const SessionOptions& o) { return o.memory_budget; }, &set_budget)
+      .def_readwrite("memory_dims", &SessionOptions::memory_dims)
+      .def_readwrite("optimizer_state_factor", &SessionOptions::optimizer_state_factor)
+      .def_readwrite("applied_in_backward", &SessionOptions::applied_in_backward)
       .def("__repr__", [](const SessionOptions& o) {
-        return "SessionOptions(device='" + o.device.str() + "', memory_level=" + std::to_string(o.memory.level) +
-               ", memory_config='" + config_text(o) + "', memory_budget='" + budget_text(o) + "')";
+        return "SessionOptions(device='" + o.device.str() + "', memory_level=" + std::to_string(o.memory_level) +
+               ", memory_config='" + o.memory_config + "', memory_budget='" + o.memory_budget + "')";
       });
 }
 

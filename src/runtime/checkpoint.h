@@ -3,7 +3,7 @@
 #include <map>
 #include <string>
 
-#include "core/tensor.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::runtime {
 

@@ -24,7 +24,7 @@ memory::Executable compile_inference(std::unique_ptr<ir::Graph> graph, const Com
   return e;
 }
 
-memory::Executable compile_training(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec,
+memory::Executable compile_training(std::unique_ptr<ir::Graph> graph, const TrainingSpec& spec,
                                     const CompileOptions& o) {
   memory::Executable e;
   e.buffer_updates = passes::expose_running_statistics(*graph, spec.running_statistics, spec.unbiased_running_var);

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "autodiff/training_graph.h"
-#include "core/device.h"
 #include "memory/executable.h"
 #include "memory/options.h"
+#include "onnxtrain/device.h"
 
 namespace onnxtrain::runtime {
 
@@ -21,7 +21,7 @@ struct CompileOptions {
 // Inference: the graph as it is (after the passes).
 memory::Executable compile_inference(std::unique_ptr<ir::Graph> graph, const CompileOptions& options);
 // Training: the forward graph, differentiated for `spec`, with the memory optimizer's plans.
-memory::Executable compile_training(std::unique_ptr<ir::Graph> graph, const autodiff::TrainingSpec& spec,
+memory::Executable compile_training(std::unique_ptr<ir::Graph> graph, const TrainingSpec& spec,
                                     const CompileOptions& options);
 
 }  // namespace onnxtrain::runtime

@@ -6,8 +6,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/tensor.h"
 #include "memory/allocation_plan.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain {
 class CachingAllocator;

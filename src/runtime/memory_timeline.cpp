@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 
 namespace onnxtrain {
 
@@ -26,22 +26,22 @@ static nlohmann::json rows(const memory::AllocationPlan& plan,
 std::string Session::memory_timeline(const Bindings& dims) const {
   MemoryPrediction p = predict_memory(dims);
   return nlohmann::json{{"source", "predicted"},
-                        {"steps", rows(exe_.plan, memory::live_by_category(exe_, dims))},
+                        {"steps", rows(impl_->exe.plan, memory::live_by_category(impl_->exe, dims))},
                         {"parameters", p.parameters},
                         {"predicted_peak", p.peak},
-                        {"boundary", exe_.boundary}}
+                        {"boundary", impl_->exe.boundary}}
       .dump();
 }
 
 void Session::start_memory_recording() {
-  recorder_.reset();  // a new recording of this session
-  recorder_ = std::make_unique<runtime::MemoryRecorder>(*alloc_);
+  impl_->recorder.reset();  // a new recording of this session
+  impl_->recorder = std::make_unique<runtime::MemoryRecorder>(*impl_->alloc);
 }
 
 std::string Session::stop_memory_recording(const Bindings& dims) {
-  if (!recorder_) throw Error("stop_memory_recording: recording was not started");
-  std::unique_ptr<runtime::MemoryRecorder> rec = std::move(recorder_);
-  auto buffers = memory::buffer_categories(exe_);
+  if (!impl_->recorder) throw Error("stop_memory_recording: recording was not started");
+  std::unique_ptr<runtime::MemoryRecorder> rec = std::move(impl_->recorder);
+  auto buffers = memory::buffer_categories(impl_->exe);
   auto category = [&](const ir::Value* v) -> std::string {  // unlabeled blocks are kernel scratch
     if (!v) return "scratch";
     auto it = buffers.find(v);
@@ -60,7 +60,7 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
   }
   // Each step's bytes by category at its highest point (events come in step order within one training step).
   std::map<std::string, int64_t> live;
-  std::vector<std::map<std::string, int64_t>> at_peak(exe_.plan.steps().size());
+  std::vector<std::map<std::string, int64_t>> at_peak(impl_->exe.plan.steps().size());
   size_t i = 0;
   now = 0;
   for (size_t s = 0; s < at_peak.size(); ++s) {
@@ -74,11 +74,11 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
   }
   MemoryPrediction p = predict_memory(dims);
   return nlohmann::json{{"source", "measured"},
-                        {"steps", rows(exe_.plan, at_peak)},
+                        {"steps", rows(impl_->exe.plan, at_peak)},
                         {"parameters", p.parameters},
                         {"predicted_peak", p.peak},
                         {"measured_peak", peak},
-                        {"boundary", exe_.boundary},
+                        {"boundary", impl_->exe.boundary},
                         {"events", events}}
       .dump();
 }

@@ -12,6 +12,7 @@
 #include "kernels/parameter_update.h"
 #include "passes/pass.h"
 #include "runtime/checkpoint.h"
+#include "runtime/session_impl.h"
 
 namespace onnxtrain {
 
@@ -22,9 +23,13 @@ double LrSchedule::factor(int64_t step) const {
   return 1.0 - t * (1.0 - final_fraction);
 }
 
-TrainingSession::TrainingSession(std::unique_ptr<ir::Graph> model, const std::string& loss, OptimizerOptions optimizer,
-                                 SessionOptions options)
+struct TrainingSession::Model {
+  std::unique_ptr<ir::Graph> graph;
+};
+
+TrainingSession::TrainingSession(Model m, const std::string& loss, OptimizerOptions optimizer, SessionOptions options)
     : loss_(loss), opt_(optimizer) {
+  std::unique_ptr<ir::Graph> model = std::move(m.graph);
   if (opt_.kind != "adamw" && opt_.kind != "sgd")
     throw InputError("optimizer '" + opt_.kind + "' is not supported (adamw, sgd)");
   onnx::ModelProto proto;
@@ -47,11 +52,11 @@ TrainingSession::TrainingSession(std::unique_ptr<ir::Graph> model, const std::st
   }
   g.initializers = keep;
   // The optimizer's moments live here: AdamW keeps two per parameter, SGD with momentum one.
-  options.memory.optimizer_state_factor = opt_.kind == "adamw" ? 2.0 : opt_.momentum != 0 ? 1.0 : 0.0;
+  options.optimizer_state_factor = opt_.kind == "adamw" ? 2.0 : opt_.momentum != 0 ? 1.0 : 0.0;
   // Training BatchNormalization's running statistics (ONNX's: the population variance) are written back into
   // their buffers after each step.
-  autodiff::TrainingSpec spec{wrt, loss, std::set<std::string>(wrt.begin(), wrt.end())};
-  session_ = std::make_unique<Session>(std::move(model), spec, options);
+  TrainingSpec spec{wrt, loss, std::set<std::string>(wrt.begin(), wrt.end())};
+  session_ = std::make_unique<Session>(training_session(std::move(model), spec, options));
   buffer_updates_ = session_->buffer_updates();
   const auto& reached = session_->grads_reached();
   for (size_t i = 0; i < wrt.size(); ++i) (reached[i] ? params_ : buffers_).push_back(wrt[i]);
@@ -59,7 +64,12 @@ TrainingSession::TrainingSession(std::unique_ptr<ir::Graph> model, const std::st
 
 TrainingSession TrainingSession::load(const std::string& path, const std::string& loss, OptimizerOptions optimizer,
                                       SessionOptions options) {
-  return TrainingSession(ir::load_model_file(path), loss, optimizer, options);
+  return TrainingSession(Model{ir::load_model_file(path)}, loss, optimizer, std::move(options));
+}
+
+TrainingSession TrainingSession::from_bytes(const std::string& bytes, const std::string& loss,
+                                            OptimizerOptions optimizer, SessionOptions options) {
+  return TrainingSession(Model{ir::load_model_bytes(bytes)}, loss, optimizer, std::move(options));
 }
 
 std::map<std::string, Tensor> TrainingSession::feeds(const std::map<std::string, Tensor>& inputs) const {

@@ -29,7 +29,7 @@ std::unique_ptr<ir::Graph> gelu_chain(int depth) {
 
 memory::Executable compile(const memory::Budget& budget, const std::string& config = "") {
   auto g = gelu_chain(6);
-  autodiff::TrainingSpec spec{{"w0", "w1", "w2", "w3", "w4", "w5"}, g->outputs[0]->name};
+  TrainingSpec spec{{"w0", "w1", "w2", "w3", "w4", "w5"}, g->outputs[0]->name};
   runtime::CompileOptions o;
   o.memory.budget = budget;
   o.memory.config = memory::parse_config(config);
@@ -45,7 +45,7 @@ TEST(Compile, TheExecutableIsDataThatPredictionsRead) {
   ASSERT_TRUE(e.without_plans);
   EXPECT_EQ(e.schedule.size(), e.plan.steps().size());
   for (size_t s = 0; s < e.schedule.size(); ++s) EXPECT_EQ(s >= e.boundary, e.schedule[s]->backward);
-  memory::MemoryPrediction p = memory::predict(e, {{"batch", 256}});
+  MemoryPrediction p = memory::predict(e, {{"batch", 256}});
   EXPECT_EQ(p.peak, *e.plan.predicted_peak({{"batch", 256}}));
   EXPECT_EQ(p.parameters, 6 * 64 * 64 * 4);
   // No plans asked for, but those taken at every level: the five Gelu outputs read in backward (by the next

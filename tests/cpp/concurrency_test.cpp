@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -33,7 +34,7 @@ Trained train(Session& s, int steps) {
   return r;
 }
 
-Session training_session() { return Session(test_graphs::mlp_graph(), autodiff::TrainingSpec{{"w1", "b1", "w2"}, ""}); }
+Session training_session() { return training_session(test_graphs::mlp_graph(), TrainingSpec{{"w1", "b1", "w2"}, ""}); }
 
 void expect_same(const Trained& a, const Trained& b) {
   ASSERT_EQ(a.grads.size(), b.grads.size());

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 namespace onnxtrain {
@@ -72,7 +73,7 @@ std::map<std::string, Tensor> run_one(Device device, const std::string& op, cons
   for (ir::Value* v : out) g->outputs.push_back(v);
   SessionOptions options;
   options.device = device;
-  Session s(std::move(g), options);
+  Session s = inference_session(std::move(g), options);
   auto r = s.run(feeds);
   for (auto& [name, t] : r) {
     EXPECT_TRUE(t.device() == device) << op << " output " << name << " on " << t.device().str();
@@ -267,7 +268,7 @@ TEST(Cuda, DropoutDrawsTheCpusMask) {
 std::vector<float> train(Device device) {
   SessionOptions options;
   options.device = device;
-  Session s(test_graphs::mlp_with_loss(), autodiff::TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
+  Session s = training_session(test_graphs::mlp_with_loss(), TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
   std::map<std::string, Tensor> params = {{"w1", test_graphs::pattern_tensor({8, 16})},
                                           {"b1", test_graphs::pattern_tensor({16})},
                                           {"w2", test_graphs::pattern_tensor({16, 4})}};

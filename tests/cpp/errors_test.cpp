@@ -7,6 +7,7 @@
 
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -60,13 +61,13 @@ TEST(Errors, UnsupportedOpNamesOpDomainOpsetAndNode) {
   g->nodes()[2]->domain = "com.example";
   g->nodes()[2]->opset = 3;
   std::string node = g->nodes()[2]->name;
-  auto m = error_of<UnsupportedError>([&] { Session s(std::move(g)); });
+  auto m = error_of<UnsupportedError>([&] { Session s = inference_session(std::move(g)); });
   EXPECT_TRUE(has(m, "com.example.FancyRelu (opset 3)")) << m;
   EXPECT_TRUE(has(m, "node '" + node + "'")) << m;
 }
 
 TEST(Errors, WrongInputNameDtypeAndRank) {
-  Session s(test_graphs::mlp_graph());
+  Session s = inference_session(test_graphs::mlp_graph());
   auto m = error_of<InputError>([&] { s.run({{"y", test_graphs::pattern_tensor({2, 8})}}); });
   EXPECT_TRUE(has(m, "input 'y' is not an input of the model (inputs: x)")) << m;
   m = error_of<InputError>([&] { s.run({}); });
@@ -87,7 +88,7 @@ TEST(Errors, ShapeMismatchAtRunTimeNamesNodeAndShapes) {
   ir::Value* y = test_graphs::add_input(*g, "y", DType::kFloat32, {Dim::symbol("b"), Dim(4)});
   g->outputs.push_back(test_graphs::add_op(*g, "Add", {x, y}));
   std::string node = g->nodes()[0]->name;
-  Session s(std::move(g));
+  Session s = inference_session(std::move(g));
   auto m = error_of<ShapeError>([&] {
     s.run({{"x", test_graphs::pattern_tensor({3, 4})}, {"y", test_graphs::pattern_tensor({5, 4})}});
   });
@@ -98,6 +99,6 @@ TEST(Errors, ShapeMismatchAtRunTimeNamesNodeAndShapes) {
 TEST(Errors, BadAttributeKindIsAModelError) {
   auto g = test_graphs::mlp_graph();
   g->nodes().back()->attrs["axis"] = std::string("last");
-  auto m = error_of<ModelError>([&] { Session s(std::move(g)); });
+  auto m = error_of<ModelError>([&] { Session s = inference_session(std::move(g)); });
   EXPECT_TRUE(has(m, "attribute 'axis' is string, expected int")) << m;
 }

@@ -6,8 +6,9 @@
 
 #include "memory/allocation_plan.h"
 #include "memory/gradient_handoff.h"
-#include "ops/bind.h"
 #include "onnxtrain/session.h"
+#include "ops/bind.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -73,9 +74,9 @@ TEST(GradientHandoff, AnUpdateAtTheHandoffChangesNoOtherGradientAndTheGradientGo
   CachingAllocator alloc;
   SessionOptions plain, applied;
   plain.allocator = applied.allocator = &alloc;
-  applied.memory.applied_in_backward = {"w"};
-  Session ref(viewed_weight_graph(), autodiff::TrainingSpec{{"x", "w"}, ""}, plain);
-  Session s(viewed_weight_graph(), autodiff::TrainingSpec{{"x", "w"}, ""}, applied);
+  applied.applied_in_backward = {"w"};
+  Session ref = training_session(viewed_weight_graph(), TrainingSpec{{"x", "w"}, ""}, plain);
+  Session s = training_session(viewed_weight_graph(), TrainingSpec{{"x", "w"}, ""}, applied);
   const std::string y = s.output_names().at(0);
   Tensor x = pattern_tensor({5, 8}), w = pattern_tensor({32}), dy = pattern_tensor({5, 4});
   auto [out0, state0] = ref.run_forward({{"x", x}, {"w", copy_of(w)}});

@@ -8,6 +8,7 @@
 #include "onnxtrain/session.h"
 #include "ops/bind.h"
 #include "passes/pass.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -27,7 +28,8 @@ size_t count(const ir::Graph& g, const std::string& op) {
 void expect_same_results(std::unique_ptr<ir::Graph> (*make)()) {
   SessionOptions plain;
   plain.optimize = false;
-  Session a(make(), plain), b(make());
+  Session a = inference_session(make(), plain);
+  Session b = inference_session(make());
   Tensor x = test_graphs::pattern_tensor({3, 4});
   auto ya = a.run({{"x", x}}), yb = b.run({{"x", x}});
   for (auto& [name, t] : ya) {
@@ -167,7 +169,8 @@ TEST(Passes, GeluFusionAndIdentityElimination) {
   EXPECT_EQ(g->nodes().size(), 2u);  // Gelu, Tanh
   SessionOptions plain;
   plain.optimize = false;
-  Session a(erf_gelu(), plain), b(erf_gelu());
+  Session a = inference_session(erf_gelu(), plain);
+  Session b = inference_session(erf_gelu());
   Tensor x = test_graphs::pattern_tensor({3, 4});
   Tensor ya = a.run({{"x", x}}).begin()->second, yb = b.run({{"x", x}}).begin()->second;
   for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(ya.data<float>()[i], yb.data<float>()[i], 1e-6);
@@ -272,7 +275,8 @@ TEST(Passes, AttentionSoftmaxFusionTakesTheScoresProductIn) {
   EXPECT_EQ(count(*g, "MatMul") + count(*g, "MaskedSoftmax"), 0u);
   SessionOptions plain;
   plain.optimize = false;
-  Session a(product_scores(), plain), b(product_scores());
+  Session a = inference_session(product_scores(), plain);
+  Session b = inference_session(product_scores());
   Tensor x = test_graphs::pattern_tensor({3, 4});
   Tensor ya = a.run({{"x", x}}).begin()->second, yb = b.run({{"x", x}}).begin()->second;
   ASSERT_EQ(ya.dims(), yb.dims());

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -9,7 +10,7 @@ TEST(AllocationPlan, PredictedPeakEqualsMeasuredPeak) {
   CachingAllocator alloc;
   SessionOptions opts;
   opts.allocator = &alloc;
-  Session s(test_graphs::mlp_graph(), opts);
+  Session s = inference_session(test_graphs::mlp_graph(), opts);
   for (int64_t batch : {1, 7, 64}) {
     auto predicted = s.predicted_peak({{"batch", batch}});
     ASSERT_TRUE(predicted.has_value());
@@ -21,8 +22,8 @@ TEST(AllocationPlan, PredictedPeakEqualsMeasuredPeak) {
 }
 
 TEST(AllocationPlan, ReusesDyingInputsInPlaceAndPrintsItself) {
-  Session s(test_graphs::mlp_graph());
-  std::string plan = s.plan().str();
+  Session s = inference_session(test_graphs::mlp_graph());
+  std::string plan = s.impl().exe.plan.str();
   EXPECT_NE(plan.find("in place of"), std::string::npos) << plan;  // Add and Relu reuse the MatMul output
   EXPECT_NE(plan.find("alloc"), std::string::npos);
   EXPECT_NE(plan.find("alloc v_0 (128*batch bytes)"), std::string::npos) << plan;  // sizes stay symbolic
@@ -31,10 +32,11 @@ TEST(AllocationPlan, ReusesDyingInputsInPlaceAndPrintsItself) {
 TEST(AllocationPlan, InPlaceOffKeepsResultsIdentical) {
   SessionOptions off;
   off.allow_inplace = false;
-  Session a(test_graphs::mlp_graph()), b(test_graphs::mlp_graph(), off);
+  Session a = inference_session(test_graphs::mlp_graph());
+  Session b = inference_session(test_graphs::mlp_graph(), off);
   Tensor x = test_graphs::pattern_tensor({5, 8});
   Tensor ya = a.run({{"x", x}}).begin()->second, yb = b.run({{"x", x}}).begin()->second;
   ASSERT_EQ(ya.dims(), yb.dims());
   for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_EQ(ya.data<float>()[i], yb.data<float>()[i]);
-  EXPECT_EQ(b.plan().str().find("in place of"), std::string::npos);
+  EXPECT_EQ(b.impl().exe.plan.str().find("in place of"), std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -37,16 +38,16 @@ std::map<std::string, Tensor> grads(Session& s) {
 TEST(Recompute, GeluIsRecomputedWithItsGradientAndItsReaderRewired) {
   auto make = [](const std::string& config) {
     SessionOptions o;
-    o.memory.config = memory::parse_config(config);
+    o.memory_config = config;
     auto g = gelu_mlp();
     std::string loss = g->outputs[0]->name;
-    return Session(std::move(g), autodiff::TrainingSpec{{"w1", "w2"}, loss}, o);
+    return training_session(std::move(g), TrainingSpec{{"w1", "w2"}, loss}, o);
   };
   Session plain = make(""), planned = make("Gelu+:1:-1");
   // The clone and the gradient, which reads the same MatMul output, became one GeluAndGrad.
   const ir::Node* clone = nullptr;
   size_t backward_gelus = 0;
-  for (auto& n : planned.graph().nodes()) {
+  for (auto& n : planned.impl().graph().nodes()) {
     if (n->op_type == "GeluAndGrad" && n->backward) clone = n.get();
     backward_gelus += n->backward && (n->op_type == "Gelu" || n->op_type == "GeluGrad");
   }
@@ -59,14 +60,14 @@ TEST(Recompute, GeluIsRecomputedWithItsGradientAndItsReaderRewired) {
   ASSERT_FALSE(clone->outputs[1]->consumers.empty());  // the recomputed Gelu output
   for (const ir::Node* c : clone->outputs[1]->consumers) EXPECT_TRUE(c->backward);
   size_t forward_gelu_backward_readers = 0;
-  for (auto& n : planned.graph().nodes())
+  for (auto& n : planned.impl().graph().nodes())
     if (n->op_type == "Gelu" && !n->backward)
       for (const ir::Node* c : n->outputs[0]->consumers) forward_gelu_backward_readers += c->backward;
   EXPECT_EQ(forward_gelu_backward_readers, 0u);
   auto a = grads(plain), b = grads(planned);
   for (auto& [name, t] : a)
     for (int64_t i = 0; i < t.numel(); ++i) EXPECT_EQ(t.data<float>()[i], b.at(name).data<float>()[i]) << name;
-  EXPECT_EQ(planned.memory_report().clusters.size(), plain.memory_report().clusters.size());
+  EXPECT_EQ(planned.impl().exe.report.clusters.size(), plain.impl().exe.report.clusters.size());
 }
 
 TEST(Recompute, TheNodeCapBoundsCandidates) {
@@ -79,16 +80,16 @@ TEST(Recompute, TheNodeCapBoundsCandidates) {
   ir::Value* h = add_op(*g, "Gelu", {add_op(*g, "Add", {add_op(*g, "MatMul", {x, w1}), b})});
   ir::Value* loss = add_op(*g, "ReduceSum", {h}, {{"keepdims", int64_t(0)}});
   g->outputs.push_back(loss);
-  Session s(std::move(g), autodiff::TrainingSpec{{"w1", "b"}, loss->name});
+  Session s = training_session(std::move(g), TrainingSpec{{"w1", "b"}, loss->name});
   auto clusters = [&](size_t cap) {
     std::vector<std::string> r;
-    for (auto& c : memory::find_candidates(s.graph(), cap)) r.push_back(c.cluster);
+    for (auto& c : memory::find_candidates(s.impl().graph(), cap)) r.push_back(c.cluster);
     return r;
   };
   auto wide = clusters(12), narrow = clusters(1);
   EXPECT_NE(std::find(wide.begin(), wide.end(), "MatMul+Add+"), wide.end());
   EXPECT_EQ(std::find(narrow.begin(), narrow.end(), "MatMul+Add+"), narrow.end());
-  for (auto& c : memory::find_candidates(s.graph(), 1)) EXPECT_EQ(c.nodes.size(), 1u);
+  for (auto& c : memory::find_candidates(s.impl().graph(), 1)) EXPECT_EQ(c.nodes.size(), 1u);
 }
 
 TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
@@ -112,25 +113,25 @@ TEST(Recompute, ACompromiseStashesTheHalfPrecisionInputOfAnUpCast) {
     ir::Value* loss = add_op(*g, "ReduceSum", {add_op(*g, "Mul", {wide, w})}, {{"keepdims", int64_t(0)}});
     g->outputs.push_back(loss);
     SessionOptions o;
-    o.memory.config = memory::parse_config(config);
-    return Session(std::move(g), autodiff::TrainingSpec{{"w"}, loss->name}, o);
+    o.memory_config = config;
+    return training_session(std::move(g), TrainingSpec{{"w"}, loss->name}, o);
   };
   Session plain = make("Cast+:0:0"), strategy1 = make("Cast+:1:-1"), compromised = make("Cast+:2:-1"),
           by_default = make("");
-  auto candidates = memory::find_candidates(plain.graph());
+  auto candidates = memory::find_candidates(plain.impl().graph());
   auto c = std::find_if(candidates.begin(), candidates.end(), [](auto& x) { return x.compromise; });
   ASSERT_NE(c, candidates.end());
   ASSERT_EQ(c->kept.size(), 1u);  // the float16 input of the up-cast, stashed instead
   EXPECT_EQ(c->kept[0]->dtype, DType::kFloat16);
   const memory::ClusterReport* row = nullptr;
-  for (auto& r : compromised.memory_report().clusters)
+  for (auto& r : compromised.impl().exe.report.clusters)
     if (r.cluster == "Cast+") row = &r;
   ASSERT_NE(row, nullptr);
   EXPECT_TRUE(row->compromise);
   EXPECT_EQ(row->config(), "Cast+:2:-1");
   EXPECT_EQ(row->bytes, Dim::symbol("batch") * Dim(16));  // 32 bytes a row stashed in float32, 16 in float16
   EXPECT_EQ(row->applied, 1);
-  for (auto& r : strategy1.memory_report().clusters) EXPECT_EQ(r.applied, 0) << r.cluster;  // strategy 1: plain only
+  for (auto& r : strategy1.impl().exe.report.clusters) EXPECT_EQ(r.applied, 0) << r.cluster;  // strategy 1: plain only
   auto step = [](Session& s, int64_t* stash) {
     auto [out, state] =
         s.run_forward({{"x", test_graphs::pattern_tensor({5, 8})}, {"w", test_graphs::pattern_tensor({8})}});
@@ -161,13 +162,13 @@ TEST(Recompute, CountNTakesTheFirstNInForwardOrderAndTheLastDuplicateWins) {
     ir::Value* loss = add_op(*g, "ReduceSum", {h}, {{"keepdims", int64_t(0)}});
     g->outputs.push_back(loss);
     SessionOptions o;
-    o.memory.config = memory::parse_config(config);
-    return Session(std::move(g), autodiff::TrainingSpec{wrt, loss->name}, o);
+    o.memory_config = config;
+    return training_session(std::move(g), TrainingSpec{wrt, loss->name}, o);
   };
   // Which forward Gelu nodes (in forward order) lost their backward readers to a clone.
   auto recomputed = [](const Session& s) {
     std::vector<bool> r;
-    for (auto& n : s.graph().nodes())
+    for (auto& n : s.impl().graph().nodes())
       if (n->op_type == "Gelu" && !n->backward) {
         bool read = false;
         for (const ir::Node* c : n->outputs[0]->consumers) read = read || c->backward;
@@ -180,7 +181,7 @@ TEST(Recompute, CountNTakesTheFirstNInForwardOrderAndTheLastDuplicateWins) {
   EXPECT_EQ(recomputed(make("Gelu+:1:-1,Gelu+:0:0")), (std::vector<bool>{false, false, false}));
   EXPECT_EQ(recomputed(make("Gelu+:0:0, Gelu+:1:1")), (std::vector<bool>{true, false, false}));
   Session more = make("Gelu+:1:5");
-  const auto& rows = more.memory_report().clusters;
+  const auto& rows = more.impl().exe.report.clusters;
   auto it = std::find_if(rows.begin(), rows.end(), [](auto& r) { return r.cluster == "Gelu+"; });
   ASSERT_NE(it, rows.end());
   const memory::ClusterReport& row = *it;

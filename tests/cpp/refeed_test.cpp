@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 using namespace onnxtrain;
@@ -13,7 +14,7 @@ using namespace onnxtrain::test_graphs;
 
 namespace {
 
-Session viewed_weight_session() { return Session(viewed_weight_graph(), autodiff::TrainingSpec{{"x", "w"}, ""}); }
+Session viewed_weight_session() { return training_session(viewed_weight_graph(), TrainingSpec{{"x", "w"}, ""}); }
 
 Tensor copy_of(const Tensor& t) {
   Tensor c(t.dtype(), t.dims());

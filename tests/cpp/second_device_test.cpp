@@ -11,6 +11,7 @@
 #include "core/allocator.h"
 #include "kernels/kernel.h"
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "test_graphs.h"
 
 namespace onnxtrain {
@@ -88,7 +89,7 @@ Tensor on(Device device, const Tensor& host) { return host.clone(&CachingAllocat
 std::vector<float> train(Device device, int64_t* host_allocs) {
   SessionOptions options;
   options.device = device;
-  Session s(mlp_with_loss(), autodiff::TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
+  Session s = training_session(mlp_with_loss(), TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
   std::map<std::string, Tensor> params = {{"w1", on(device, test_graphs::pattern_tensor({8, 16}))},
                                           {"b1", on(device, test_graphs::pattern_tensor({16}))},
                                           {"w2", on(device, test_graphs::pattern_tensor({16, 4}))}};
@@ -149,7 +150,7 @@ TEST(SecondDevice, AShapeFromDataIsCopiedToTheHost) {
   g->outputs.push_back(y);
   SessionOptions options;
   options.device = kTestDevice;
-  Session s(std::move(g), options);
+  Session s = inference_session(std::move(g), options);
   Tensor dims(DType::kInt64, {2});
   dims.data<int64_t>()[0] = 3, dims.data<int64_t>()[1] = 4;
   const int before = test_memory().to_host;
@@ -161,7 +162,7 @@ TEST(SecondDevice, AShapeFromDataIsCopiedToTheHost) {
 TEST(SecondDevice, InputsOnAnotherDeviceAreRefused) {
   SessionOptions options;
   options.device = kTestDevice;
-  Session s(mlp_with_loss(), autodiff::TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
+  Session s = training_session(mlp_with_loss(), TrainingSpec{{"w1", "b1", "w2"}, "loss"}, options);
   std::map<std::string, Tensor> feeds = {{"x", test_graphs::pattern_tensor({2, 8})},
                                          {"t", test_graphs::pattern_tensor({2, 4})},
                                          {"w1", test_graphs::pattern_tensor({8, 16})},

@@ -65,7 +65,7 @@ def test_train_prints_falling_loss_and_memory(mlp):
     (["--dims", "batch=zero"], "--dims: 'batch=zero' is not NAME=POSITIVE_INTEGER"),
     (["--dims", "batch=4", "--steps", "0"], "--steps must be positive"),
     (["--dims", "batch=4", "--int-range", "5,1"], "--int-range: '5,1' is not LOW,HIGH"),
-    (["--steps", "2"], "give its dims with --dims (batch)"),
+    (["--steps", "2"], "needs the size of batch: give it with --dims"),
     (["--dims", "batch=4", "--optimizer", "lamb"], "lamb not in {adamw,sgd}"),
 ])
 def test_train_rejects_bad_options_clearly(mlp, args, message):

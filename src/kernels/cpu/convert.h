@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/dtype.h"
+#include "onnxtrain/dtype.h"
 
 namespace onnxtrain::kernels {
 

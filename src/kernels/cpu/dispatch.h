@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include "core/dtype.h"
+#include "onnxtrain/dtype.h"
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::kernels {

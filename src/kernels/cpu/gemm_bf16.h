@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "onnxtrain/dtype.h"
 
 namespace onnxtrain::kernels {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/dtype.h"
+#include "onnxtrain/dtype.h"
 
 namespace onnxtrain::kernels::cuda {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
+#include "onnxtrain/device.h"
+#include "onnxtrain/dtype.h"
 
 namespace onnxtrain {
 

@@ -13,8 +13,9 @@
 #include "core/allocator.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
+#include "runtime/session_impl.h"
 #include "tools/commands.h"
-#include "tools/node_test.h"
+#include "tools/conformance/node_test.h"
 
 namespace fs = std::filesystem;
 
@@ -54,7 +55,7 @@ Result run_test(const fs::path& dir) {
   for (auto* v : graph->outputs) output_names.push_back(v->name);
   std::unique_ptr<Session> session;
   try {
-    session = std::make_unique<Session>(std::move(graph));
+    session = std::make_unique<Session>(inference_session(std::move(graph)));
   } catch (const UnsupportedError& e) {
     return {Outcome::kSkip, e.what()};
   }
@@ -65,7 +66,7 @@ Result run_test(const fs::path& dir) {
     std::map<std::string, Tensor> feeds;
     Result read = read_inputs(set, input_names, &feeds);
     if (read.outcome != Outcome::kPass) return read;
-    if (uses_numpy_dropout(session->graph(), feeds))
+    if (uses_numpy_dropout(session->impl().graph(), feeds))
       return {Outcome::kSkip, "expected values come from NumPy's random generator"};
     std::map<std::string, Tensor> outs;
     try {

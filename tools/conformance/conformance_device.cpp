@@ -7,7 +7,8 @@
 #include "core/allocator.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
-#include "tools/node_test.h"
+#include "runtime/session_impl.h"
+#include "tools/conformance/node_test.h"
 
 namespace fs = std::filesystem;
 
@@ -31,8 +32,8 @@ Result run_test_on(const fs::path& dir, Device device) {
   options.device = device;
   std::unique_ptr<Session> cpu_run, device_run;
   try {
-    cpu_run = std::make_unique<Session>(std::move(on_cpu));
-    device_run = std::make_unique<Session>(std::move(on_device), options);
+    cpu_run = std::make_unique<Session>(inference_session(std::move(on_cpu)));
+    device_run = std::make_unique<Session>(inference_session(std::move(on_device), options));
   } catch (const UnsupportedError& e) {
     return {Outcome::kSkip, e.what()};
   } catch (const Error& e) {

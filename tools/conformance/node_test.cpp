@@ -1,4 +1,4 @@
-#include "tools/node_test.h"
+#include "tools/conformance/node_test.h"
 
 #include <onnx/onnx_pb.h>
 

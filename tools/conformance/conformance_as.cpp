@@ -8,7 +8,8 @@
 
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
-#include "tools/node_test.h"
+#include "runtime/session_impl.h"
+#include "tools/conformance/node_test.h"
 
 namespace fs = std::filesystem;
 
@@ -87,8 +88,8 @@ Result run_test_as(const fs::path& dir, DType as) {
   for (ir::Value* v : low->outputs) output_names.push_back(v->name);
   std::unique_ptr<Session> low_run, wide_run;
   try {
-    wide_run = std::make_unique<Session>(std::move(wide));
-    low_run = std::make_unique<Session>(std::move(low));
+    wide_run = std::make_unique<Session>(inference_session(std::move(wide)));
+    low_run = std::make_unique<Session>(inference_session(std::move(low)));
   } catch (const UnsupportedError& e) {
     return {Outcome::kSkip, e.what()};
   } catch (const Error& e) {
@@ -101,7 +102,7 @@ Result run_test_as(const fs::path& dir, DType as) {
     Result read = read_inputs(set, input_names, &feeds);
     if (read.outcome != Outcome::kPass) return read;
     for (auto& [name, t] : feeds) {
-      if (low_run->graph().find(name)->dtype != as) {
+      if (low_run->impl().graph().find(name)->dtype != as) {
         low_feeds[name] = wide_feeds[name] = t;
         continue;
       }
