@@ -84,6 +84,11 @@ class InferCtx {
   // A new symbol for a dim that depends on data; the run-time pass never needs it.
   Dim fresh(const std::string& hint);
   bool at_runtime() const { return graph_ == nullptr; }
+  // The tensors of another run of the node with the same dtypes and dims (and host values) as those it was given:
+  // a result kept between runs (kernels::NodeCache) reads the run's own (kernels read host inputs' data here).
+  void rebind_tensors(const std::vector<const Tensor*>& tensors) {
+    for (size_t i = 0; i < in_.size() && i < tensors.size(); ++i) in_[i].tensor = tensors[i];
+  }
   [[noreturn]] void fail(const std::string& msg) const;
   // Before a run, an output whose rank or sizes depend on data that is not known
   // yet: the outputs stay unknown until run time. At run time it is an error.

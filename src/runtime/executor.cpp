@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "kernels/run_node.h"
 #include "onnxtrain/error.h"
 #include "runtime/memory_recorder.h"
 
@@ -16,8 +15,7 @@ static uint64_t random_key(const ir::Node& n) {
   return h;
 }
 
-static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, CachingAllocator* alloc, uint64_t seed,
-                     const Bindings& dims, MemoryRecorder* recorder) {
+static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, const Execution& x) {
   const memory::StepPlan& step = plan.steps()[s];
   const ir::Node& n = *step.node;
   std::vector<const Tensor*> ins;
@@ -35,29 +33,28 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, Cac
     ins.push_back(&it->second);
   }
   kernels::RunArgs args;
-  args.device = alloc->device();
-  args.alloc = alloc;
-  args.seed = seed ^ random_key(n);
-  args.dims = &dims;
+  args.device = x.alloc->device();
+  args.alloc = x.alloc;
+  args.seed = x.seed ^ random_key(n);
+  args.dims = x.dims;
+  args.cache = x.caches ? &x.caches[s] : nullptr;
   for (const ir::Value* v : n.outputs) {
     const memory::ValuePlan* vp = v ? &plan.value(v) : nullptr;
     args.reuse.push_back(vp && vp->kind == memory::AllocKind::kInPlace ? &env.at(vp->source) : nullptr);
   }
-  if (recorder) args.on_new_buffer = [&](size_t i, const Tensor& t) { recorder->label(t.raw(), n.outputs[i]); };
+  if (x.recorder) args.on_new_buffer = [&](size_t i, const Tensor& t) { x.recorder->label(t.raw(), n.outputs[i]); };
   std::vector<Tensor> outs = kernels::run_node(n, ins, args);
   for (size_t i = 0; i < n.outputs.size(); ++i)
     if (n.outputs[i]) env[n.outputs[i]] = std::move(outs[i]);
 }
 
-void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, const Bindings& dims, Profile* profile, MemoryRecorder* recorder,
-             const std::function<void(size_t)>& after_step) {
+void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, const Execution& x) {
   for (size_t s = begin; s < end; ++s) {
     try {
       auto t0 = std::chrono::steady_clock::now();
-      if (recorder) recorder->at_step(s);
-      run_step(plan, s, env, alloc, seed, dims, recorder);
-      if (profile) {
+      if (x.recorder) x.recorder->at_step(s);
+      run_step(plan, s, env, x);
+      if (Profile* profile = x.profile) {
         const std::string& op = plan.steps()[s].node->op_type;
         profile->ms_by_op[op] +=
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -68,7 +65,7 @@ void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& 
     } catch (const std::exception& e) {
       throw Error(plan.steps()[s].node->where() + ": " + e.what());
     }
-    if (after_step) after_step(s);
+    if (x.after_step) x.after_step(s);
     for (const ir::Value* v : plan.steps()[s].release) env.erase(v);
   }
 }

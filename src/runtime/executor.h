@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/run_node.h"
 #include "memory/allocation_plan.h"
 #include "onnxtrain/tensor.h"
 
@@ -27,10 +28,20 @@ struct Profile {
 
 class MemoryRecorder;
 
-// `dims`: the call's dims by symbol (kernels::RunArgs::dims). `after_step` (optional): called with each step's index
-// once it has run, before the values it releases go.
-void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, CachingAllocator* alloc,
-             uint64_t seed, const Bindings& dims, Profile* profile = nullptr, MemoryRecorder* recorder = nullptr,
-             const std::function<void(size_t)>& after_step = nullptr);
+// How one execute() call runs: on `alloc`'s device, random ops drawing from `seed`, with the call's `dims` by symbol
+// (kernels::RunArgs::dims); optionally timed per op type (`profile`), recorded (`recorder`), told after each step
+// (`after_step`: its index once it has run, before the values it releases go), and with `caches`, one
+// kernels::NodeCache per plan step kept between calls.
+struct Execution {
+  CachingAllocator* alloc = nullptr;
+  uint64_t seed = 0;
+  const Bindings* dims = nullptr;
+  Profile* profile = nullptr;
+  MemoryRecorder* recorder = nullptr;
+  std::function<void(size_t)> after_step;
+  kernels::NodeCache* caches = nullptr;
+};
+
+void execute(const memory::AllocationPlan& plan, size_t begin, size_t end, Env& env, const Execution& x);
 
 }  // namespace onnxtrain::runtime

@@ -60,9 +60,18 @@ Session::Impl::Impl(memory::Executable e, SessionOptions o)
     : exe(std::move(e)),
       gradients_by_step(onnxtrain::gradients_by_step(exe)),
       options(std::move(o)),
-      alloc(options.allocator ? options.allocator : &CachingAllocator::of(options.device)) {
+      alloc(options.allocator ? options.allocator : &CachingAllocator::of(options.device)),
+      node_caches(exe.plan.steps().size()) {
   if (!(alloc->device() == kCpu))
     for (const ir::Value* v : exe.graph->initializers) device_initializers[v] = v->initializer->clone(alloc);
+}
+
+void Session::Impl::execute(size_t begin, size_t end, runtime::Env& env, uint64_t seed, const Bindings& dims,
+                            std::function<void(size_t)> after_step) {
+  std::unique_lock<std::mutex> caching(caches_mu, std::try_to_lock);
+  runtime::Execution x{alloc, seed, &dims, profile.get(), recorder.get(), std::move(after_step),
+                       caching.owns_lock() ? node_caches.data() : nullptr};
+  runtime::execute(exe.plan, begin, end, env, x);
 }
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -274,8 +283,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   {
     runtime::Env env;
     const Bindings dims = p.feed(*this, env, feeds, false);
-    runtime::execute(exe.plan, 0, exe.plan.steps().size(), env, p.alloc, p.next_seed(), dims, p.profile.get(),
-                     p.recorder.get());
+    p.execute(0, exe.plan.steps().size(), env, p.next_seed(), dims);
     for (const ir::Value* v : exe.graph->outputs) out[v->name] = env.at(v);
   }
   p.end_of_step();
@@ -296,8 +304,7 @@ std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> Session::run
   RunState::Impl& st = state->impl();
   st.seed = seed ? *seed : p.next_seed();
   st.dims = p.feed(*this, st.env, feeds, true);
-  runtime::execute(exe.plan, 0, exe.boundary, st.env, p.alloc, st.seed, st.dims, p.profile.get(),
-                   p.recorder.get());
+  p.execute(0, exe.boundary, st.env, st.seed, st.dims);
   std::map<std::string, Tensor> out;
   for (const ir::Value* v : exe.forward_outputs) {
     out[v->name] = st.env.at(v);
@@ -359,8 +366,7 @@ std::map<std::string, Tensor> Session::run_backward(RunState& state, const std::
     after_step = [&](size_t step) {
       for (size_t i : p.gradients_by_step[step]) on_gradient(exe.wrt[i], st.env.at(exe.grads[i]));
     };
-  runtime::execute(exe.plan, exe.boundary, exe.plan.steps().size(), st.env, p.alloc, st.seed, st.dims,
-                   p.profile.get(), p.recorder.get(), after_step);
+  p.execute(exe.boundary, exe.plan.steps().size(), st.env, st.seed, st.dims, after_step);
   if (on_gradient)  // (gradients no backward step makes: an input's, or an output gradient's passed through)
     for (size_t i : p.gradients_by_step.back()) on_gradient(exe.wrt[i], st.env.at(exe.grads[i]));
   std::map<std::string, Tensor> grads;  // (but those applied in backward, freed already)
