@@ -26,6 +26,7 @@ from onnxtrain._onnxtrain import (
 from onnxtrain._capture.capture_cache import clear as clear_capture_cache
 from onnxtrain.memory_log import log_memory_usage, memory_stats
 from onnxtrain.memory_log import subscribe as subscribe_memory_stats
+from onnxtrain import _python_op  # noqa: F401 (sets the calls custom autograd Functions run through)
 from onnxtrain import optim
 from onnxtrain.module import Module
 from onnxtrain.options import Options

@@ -10,6 +10,7 @@ tensors; the wrapper reads those from the tensors' shapes instead, so one export
 
 import torch
 
+from onnxtrain import _onnxtrain as C
 from onnxtrain.module import Module
 from onnxtrain.options import Options
 
@@ -57,6 +58,12 @@ class _Graph(torch.nn.Module):
 def backend(gm, example_inputs, options=None):
     """The torch.compile backend: `gm` and its example inputs from TorchDynamo; returns the callable it runs."""
     options = Options(**(options or {}))
+    functions = [n for n in gm.graph.nodes if getattr(n.target, "__name__", "") == "autograd_function_apply"]
+    if functions and options.fallback != "torch":
+        raise C.UnsupportedError(
+            "onnxtrain: a custom torch.autograd.Function in a torch.compile graph (TorchDynamo traced it into "
+            f"{functions[0].name}): wrap the model in onnxtrain.Module instead, which runs such Functions in the "
+            "graph, or pass options={'fallback': 'torch'}")
     module = Module(_Graph(gm), options)
     positions = module.module.tensor_positions
 

@@ -111,6 +111,13 @@ int64_t largest_fitting(const Executable& e, const std::string& symbol, Bindings
   return lo;
 }
 
+// Calls of custom autograd Functions (com.onnxtrain.PythonOp): what each keeps for backward lives in PyTorch.
+static int64_t outside_the_plan(const Executable& e) {
+  int64_t n = 0;
+  for (const ir::Node* node : e.schedule) n += node->op_type == "PythonOp" && node->domain == "com.onnxtrain";
+  return n;
+}
+
 std::string report_text(const Executable& e, const Bindings& dims, bool as_json) {
   std::optional<MemoryPrediction> before, after;
   try {
@@ -132,10 +139,14 @@ std::string report_text(const Executable& e, const Bindings& dims, bool as_json)
     };
     j["predicted_before"] = obj(before);
     j["predicted_after"] = obj(after);
+    j["custom_function_calls_outside_the_plan"] = outside_the_plan(e);
     return j.dump(2);
   }
   std::string r = e.report.str(dims);
   if (before) r += "predicted without plans: " + before->str() + "\npredicted with plans:    " + after->str() + "\n";
+  if (int64_t calls = outside_the_plan(e))
+    r += "outside the plan: " + std::to_string(calls) + " call(s) of custom autograd Functions keep copies of their "
+         "inputs and what they save for backward in PyTorch's memory\n";
   return r;
 }
 

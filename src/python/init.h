@@ -6,6 +6,7 @@ namespace onnxtrain::python {
 void init_errors(pybind11::module_& m);
 void init_memory(pybind11::module_& m);
 void init_optim(pybind11::module_& m);
+void init_python_op(pybind11::module_& m);
 void init_session(pybind11::module_& m);
 void init_session_options(pybind11::module_& m);
 void init_training(pybind11::module_& m);

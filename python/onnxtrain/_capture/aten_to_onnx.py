@@ -12,13 +12,15 @@ floating inputs cast to it (what autocast's casts and PyTorch's type promotion d
 A graph holding anything not translated here (an op without a translation, a buffer the call updates, a data
 type ONNX lacks) raises Untranslatable, and the exporter captures it instead."""
 
+import json
 import operator
 
 import onnx
 import torch
 from onnx import helper
 
-from onnxtrain._capture import aten_convolutions, aten_math, aten_shapes
+from onnxtrain import _onnxtrain as C
+from onnxtrain._capture import aten_convolutions, aten_math, aten_shapes, custom_functions
 from onnxtrain._capture.aten_values import Untranslatable, onnx_dtype
 from onnxtrain._capture.graph_builder import OPSET, GraphBuilder, Value
 
@@ -103,6 +105,8 @@ class _Walk:
             return tuple(_Walk(self.b).run(sub.graph, args)) if not isinstance(sub, Value) else None
         if target is operator.getitem:
             return self.arg(node.args[0])[node.args[1]]
+        if target is torch.ops.onnxtrain.python_op.default:
+            return self.python_op(node)
         updated = None
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             target, updated = self.functional(node), node.args[0]
@@ -114,6 +118,28 @@ class _Walk:
         if updated is not None:
             self.env[updated] = out  # (its later readers read the updated value)
         return _typed(out, node.meta.get("val"))
+
+    def python_op(self, node):
+        """A custom autograd Function's call (custom_functions): com.onnxtrain.PythonOp, each result shaped as one of
+        its tensors (the graph knows its shapes before it runs)."""
+        tensors, key = node.args[0], node.args[1]
+        vals, results = [t.meta["val"] for t in tensors], node.meta["val"]
+        like = []
+        for r in results:
+            same = [i for i, v in enumerate(vals) if [str(d) for d in v.shape] == [str(d) for d in r.shape]]
+            if not same:
+                raise C.UnsupportedError(
+                    f"custom torch.autograd.Function {json.loads(key)['function']}: a result of shape "
+                    f"{tuple(r.shape)} is shaped as none of its tensor arguments; onnxtrain runs such Functions "
+                    "only where each result has the shape of an argument")
+            like.append(same[0])
+        outs = [Value(self.b.fresh(node.name), onnx_dtype(r.dtype), _static(r.shape)) for r in results]
+        context = self.b.fresh(f"{node.name}_context")
+        self.b.nodes.append(helper.make_node(
+            "PythonOp", [self.arg(t).name for t in tensors], [o.name for o in outs] + [context],
+            domain=custom_functions.DOMAIN, key=key, output_like=like,
+            output_dtypes=[int(onnx_dtype(r.dtype)) for r in results]))
+        return outs
 
     def functional(self, node):
         """The functional form of an in-place update (ReLU(inplace=True), x.floor_()) of an activation that nothing
@@ -205,4 +231,7 @@ def translate(program, names):
         outputs.append(helper.make_tensor_value_info(name, int(out.dtype), None))
     graph = helper.make_graph(b.finish([o.name for o in outputs]), "main_graph",
                               [_input_info(v, val, dims) for v, val in infos], outputs, initializer=b.initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="onnxtrain")
+    opsets = [helper.make_opsetid("", OPSET)]
+    if any(n.domain == custom_functions.DOMAIN for n in graph.node):
+        opsets.append(helper.make_opsetid(custom_functions.DOMAIN, 1))
+    return helper.make_model(graph, opset_imports=opsets, producer_name="onnxtrain")

@@ -14,7 +14,7 @@ import onnx
 import torch
 
 from onnxtrain import _onnxtrain as C
-from onnxtrain._capture import capture_lock, export_program, export_torchscript
+from onnxtrain._capture import capture_lock, custom_functions, export_program, export_torchscript
 from onnxtrain._capture import capture_process as child
 from onnxtrain._capture.input_schema import UnsupportedType, flatten, unflatten
 
@@ -64,12 +64,13 @@ class _Flat(torch.nn.Module):
             self.record["out_schema"] = flatten(self.module(*args, **kwargs), "output", outs, names, "output")
         except UnsupportedType as e:  # (no other exporter would do better: not a reason to fall back)
             raise C.UnsupportedError(str(e)) from None
-        self.record["custom_functions"] = custom_functions(outs)
+        self.record["custom_functions"] = _functions_called(outs)
         return tuple(outs)
 
 
-def custom_functions(outputs):
-    """Names of the custom torch.autograd.Functions the outputs' autograd graph went through."""
+def _functions_called(outputs):
+    """Names of the custom torch.autograd.Functions the outputs' autograd graph went through (PyTorch's own, such
+    as the autograd of the custom op that holds the user's Functions in a captured graph, aside)."""
     seen, found, todo = set(), [], [t.grad_fn for t in outputs if t.grad_fn is not None]
     while todo:
         node = todo.pop()
@@ -77,7 +78,7 @@ def custom_functions(outputs):
             continue
         seen.add(node)
         cls = getattr(node, "_forward_cls", None)
-        if cls is not None and cls.__name__ not in found:
+        if cls is not None and cls.__module__.split(".")[0] != "torch" and cls.__name__ not in found:
             found.append(cls.__name__)
         todo.extend(n for n, _ in node.next_functions)
     return found
@@ -115,7 +116,10 @@ def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
             warnings.simplefilter("ignore")
             # Traced on the inputs alone: their history (another graph's output, say) is not the module's.
             leaves = tuple(t.detach().requires_grad_(t.requires_grad) for t in tensors)
-            model = to_onnx(flat, leaves, names, dynamic_dims, training, OPSET)
+            # (torch.export's graph holds the user's autograd Functions as calls of their own: com.onnxtrain.PythonOp)
+            functions = custom_functions.captured() if exporter != "torchscript" else contextlib.nullcontext()
+            with functions:
+                model = to_onnx(flat, leaves, names, dynamic_dims, training, OPSET)
     finally:
         with torch.no_grad():
             for n, b in module.named_buffers():

@@ -14,6 +14,7 @@ import torch
 from onnxscript.rewriter.rules import common as rules
 from torch.fx.experimental import proxy_tensor
 
+from onnxtrain import _onnxtrain as C
 from onnxtrain._capture import aten_to_onnx
 from onnxtrain._capture.aten_values import Untranslatable
 from onnxtrain._capture.translations import TABLE
@@ -132,6 +133,8 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
         if direct and opset == aten_to_onnx.OPSET:
             try:
                 return aten_to_onnx.translate(program, names)
+            except C.Error:  # (what onnxtrain cannot run, however captured)
+                raise
             except Untranslatable as e:
                 logger.info("onnxtrain: %s: not translated directly (%s); PyTorch's ONNX exporter translates it",
                             type(getattr(flat, "module", flat)).__name__, e)

@@ -133,6 +133,8 @@ class GraphBuilder:
         """The nodes with the optional outputs nobody reads dropped (trailing ones; inner ones renamed empty)."""
         read = {n for node in self.nodes for n in node.input} | set(outputs)
         for node in self.nodes:
+            if not onnx.defs.has(node.op_type, node.domain):  # (onnxtrain's own ops: every output is read)
+                continue
             schema = onnx.defs.get_schema(node.op_type, OPSET, node.domain)
             for i in range(len(node.output)):
                 optional = i < len(schema.outputs) and \
