@@ -8,6 +8,8 @@ Dynamic sizes: a graph compiled for symbolic sizes (torch.compile(..., dynamic=T
 or PyTorch's automatic dynamic shapes after a size changed) takes each size symbol as an int argument beside the
 tensors; the wrapper reads those from the tensors' shapes instead, so one export serves every size."""
 
+import hashlib
+
 import torch
 
 from onnxtrain import _onnxtrain as C
@@ -29,6 +31,53 @@ def _size_sources(examples):
             raise NotImplementedError(f"onnxtrain: a graph takes the size {a.node.expr}, which no input tensor has")
         sources.append(found[0])
     return sources
+
+
+def _function_of(fwd, bwd, non_differentiable):
+    """A torch.autograd.Function of this module running TorchDynamo's subgraphs of one (its forward returns the
+    outputs and the values its backward reads), named by their code: the same in every process that compiles the
+    model, so that the capture's key (custom_functions) finds it again."""
+    name = "_function_" + hashlib.sha1(f"{fwd.code}{bwd.code}{non_differentiable}".encode()).hexdigest()[:16]
+    if name not in globals():
+        def forward(ctx, *args):
+            output, saved = torch.fx.Interpreter(fwd).run(*args)
+            ctx.saved = tuple(saved)
+            outs = output if isinstance(output, (tuple, list)) else (output,)
+            ctx.mark_non_differentiable(*(o for i, o in enumerate(outs) if i in non_differentiable))
+            return output
+
+        def backward(ctx, *grads):
+            return torch.fx.Interpreter(bwd).run(*grads, *ctx.saved)
+
+        globals()[name] = type(name, (torch.autograd.Function,), {
+            "forward": staticmethod(forward), "backward": staticmethod(backward), "__module__": __name__,
+            "__qualname__": name})
+    return name
+
+
+def _apply(name, *args):
+    """A call of the Function `name` (_function_of), looked up when the graph runs (where the capture intercepts
+    Functions' calls)."""
+    return globals()[name].apply(*args)
+
+
+def _functions_as_calls(gm):
+    """Each custom autograd Function TorchDynamo traced into the graph (autograd_function_apply, its forward and
+    backward as subgraphs) made a call of a Function again, which onnxtrain.Module's capture holds as
+    com.onnxtrain.PythonOp: its own backward runs in backward."""
+    for node in list(gm.graph.nodes):
+        if getattr(node.target, "__name__", "") != "autograd_function_apply":
+            continue
+        if node.kwargs.get("dirty_idx"):
+            raise C.UnsupportedError(f"onnxtrain: a custom autograd Function that marks an input dirty ({node.name})")
+        fwd, bwd = (getattr(gm, a.target) for a in node.args[:2])
+        name = _function_of(fwd, bwd, list(node.kwargs.get("non_differentiable_idx", ())))
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(_apply, (name, *node.args[2:]))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
+        gm.graph.erase_node(node)
+    gm.recompile()
 
 
 class _Graph(torch.nn.Module):
@@ -58,12 +107,7 @@ class _Graph(torch.nn.Module):
 def backend(gm, example_inputs, options=None):
     """The torch.compile backend: `gm` and its example inputs from TorchDynamo; returns the callable it runs."""
     options = Options(**(options or {}))
-    functions = [n for n in gm.graph.nodes if getattr(n.target, "__name__", "") == "autograd_function_apply"]
-    if functions and options.fallback != "torch":
-        raise C.UnsupportedError(
-            "onnxtrain: a custom torch.autograd.Function in a torch.compile graph (TorchDynamo traced it into "
-            f"{functions[0].name}): wrap the model in onnxtrain.Module instead, which runs such Functions in the "
-            "graph, or pass options={'fallback': 'torch'}")
+    _functions_as_calls(gm)
     module = Module(_Graph(gm), options)
     positions = module.module.tensor_positions
 

@@ -1,8 +1,9 @@
 """Custom torch.autograd.Functions inside a wrapped module run in PyTorch, called from onnxtrain's graph at their
 place (com.onnxtrain.PythonOp): forward in forward, their own backward in backward. Loss and every gradient as
-eager's (1e-5 of the largest): a straight-through rounding, a gradient scaling with a non-tensor argument, a
-Function of two tensors with two results that saves tensors for its backward, and the scaling inside a
-transformers Llama's MLP; a Function whose result is shaped as none of its arguments is refused by name."""
+eager's (1e-5 of the largest), through onnxtrain.Module and torch.compile: a straight-through rounding, a gradient
+scaling with a non-tensor argument, a Function of two tensors with two results that saves tensors for its
+backward, and the scaling inside a transformers Llama's MLP; a Function whose result is shaped as none of its
+arguments is refused by name."""
 
 import copy
 
@@ -83,6 +84,7 @@ def assert_like_eager(eager, ours, inputs, loss_of, tol=1e-5):
     grads = {n: p.grad for n, p in eager.named_parameters()}
     largest = max(g.abs().max() for g in grads.values())
     for n, p in ours.named_parameters():
+        n = n.removeprefix("_orig_mod.")  # (torch.compile's wrapper)
         assert p.grad is not None, n
         assert (p.grad - grads[n]).abs().max() <= tol * largest, n
 
@@ -101,7 +103,8 @@ def test_a_function_in_an_mlp_trains_as_in_eager(function):
         assert_like_eager(eager, ours, (torch.randn(6, 8),), lambda y: (y ** 2).mean())
 
 
-def test_the_scaling_inside_a_llama_mlp_trains_as_in_eager():
+@pytest.mark.parametrize("door", ["module", "compile"])
+def test_the_scaling_inside_a_llama_mlp_trains_as_in_eager(door):
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama import modeling_llama
 
@@ -118,7 +121,8 @@ def test_the_scaling_inside_a_llama_mlp_trains_as_in_eager():
         mlp = ScaledMLP(config)
         mlp.load_state_dict(layer.mlp.state_dict())
         layer.mlp = mlp
-    ours = onnxtrain.Module(copy.deepcopy(eager))
+    ours = onnxtrain.Module(copy.deepcopy(eager)) if door == "module" else torch.compile(
+        copy.deepcopy(eager), backend="onnxtrain")
     ids = torch.randint(0, 64, (2, 12))
     assert_like_eager(eager, ours, (ids,), lambda out: out.logits.float().pow(2).mean())
 
@@ -139,10 +143,12 @@ def test_the_memory_report_says_what_lives_outside_the_plan():
     assert "outside the plan: 1 call(s) of custom autograd Functions" in ours.memory_report()
 
 
-def test_the_torch_compile_door_says_to_use_the_module():
-    compiled = torch.compile(MLP("round"), backend="onnxtrain")
-    with pytest.raises(Exception, match="wrap the model in onnxtrain.Module"):
-        compiled(torch.randn(6, 8))
+@pytest.mark.parametrize("function", ["round", "scale", "two"])
+def test_a_function_through_torch_compile_trains_as_in_eager(function):
+    torch.manual_seed(0)
+    eager = MLP(function)
+    ours = torch.compile(copy.deepcopy(eager), backend="onnxtrain")
+    assert_like_eager(eager, ours, (torch.randn(6, 8),), lambda y: (y ** 2).mean())
 
 
 def test_a_capture_in_this_process_leaves_autograd_functions_as_they_were():
