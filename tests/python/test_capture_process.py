@@ -74,16 +74,16 @@ def test_errors_keep_their_type_and_log_records_reach_the_parent():
     body = """
         class Exp(torch.autograd.Function):
             @staticmethod
-            def forward(ctx, x):
+            def forward(ctx, x, options):
                 return x.exp()
 
             @staticmethod
             def backward(ctx, g):
-                return g
+                return g, None
 
-        class Custom(Net):
+        class Custom(Net):  # (a Function taking an argument the graph cannot hold: refused in the child)
             def forward(self, x):
-                return Exp.apply(self.fc(x))
+                return Exp.apply(self.fc(x), {"not": "json-able in a key"})
 
         try:
             step(onnxtrain.Module(Custom()))

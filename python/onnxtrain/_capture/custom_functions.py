@@ -14,6 +14,8 @@ import threading
 
 import torch
 
+from onnxtrain import _onnxtrain as C
+
 DOMAIN = "com.onnxtrain"
 _ORIGINAL_APPLY = torch.autograd.Function.apply  # (bound to Function: its __func__ is called with the class)
 _OWN_APPLY = vars(torch.autograd.Function).get("apply")  # the descriptor to put back (None: Function inherits it)
@@ -88,7 +90,10 @@ def _(tensors, key):
 def _captured_apply(cls, *args, **kwargs):
     if kwargs or cls.__module__.startswith("torch.") or getattr(_state, "inside", False):
         return _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
-    key, tensors = key_of(cls, args)
+    try:
+        key, tensors = key_of(cls, args)
+    except Unsupported as e:
+        raise C.UnsupportedError(f"custom torch.autograd.Function {cls.__qualname__}: {e}") from None
     _state.inside = True  # (the fake implementation runs the Function itself)
     try:
         outs = python_op(tensors, key)
