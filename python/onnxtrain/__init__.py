@@ -24,6 +24,7 @@ from onnxtrain._onnxtrain import (
 )
 
 from onnxtrain._capture.capture_cache import clear as clear_capture_cache
+from onnxtrain._capture.experts import use_dense_experts
 from onnxtrain.memory_log import log_memory_usage, memory_stats
 from onnxtrain.memory_log import subscribe as subscribe_memory_stats
 from onnxtrain import _python_op  # noqa: F401 (sets the calls custom autograd Functions run through)
@@ -59,4 +60,5 @@ __all__ = [
     "reset_peak_stats",
     "set_memory_limit",
     "subscribe_memory_stats",
+    "use_dense_experts",
 ]

@@ -180,6 +180,13 @@ class IdentityOp : public Op {
   void grad(GradCtx& g) const override { g.set_dx(0, g.dy(0)); }
 };
 
+// com.onnxtrain.StopGradient: its input, through which no gradient flows (PyTorch's detach); a view.
+class StopGradientOp : public IdentityOp {
+ public:
+  using IdentityOp::IdentityOp;
+  bool differentiable_output(size_t) const override { return false; }
+};
+
 // IsNaN and IsInf: float in, bool out.
 class IsNaNOp : public OpWith<IsInfAttrs> {
  public:
@@ -193,6 +200,7 @@ const bool kRegistered = register_ops({
     {"com.onnxtrain", "GeluGrad", factory<GeluGradOp>()},
     {"com.onnxtrain", "GeluAndGrad", factory<GeluAndGradOp>()},
     {"", "Identity", factory<IdentityOp>()},
+    {"com.onnxtrain", "StopGradient", factory<StopGradientOp>()},
     {"", "IsNaN", factory<IsNaNOp>()},
     {"", "IsInf", factory<IsNaNOp>()},
 });

@@ -153,3 +153,24 @@ def test_what_is_not_translated_goes_to_the_exporter_saying_why(caplog):
     assert any("not translated directly" in r.getMessage() for r in caplog.records)
     assert _capture_of(ours).producer_name != "onnxtrain"
     torch.testing.assert_close(got, eager(x))
+
+
+def test_an_embeddings_padding_row_gets_no_gradient():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4, padding_idx=2)
+
+        def forward(self, ids):
+            return self.emb(ids).pow(2).sum()
+
+    torch.manual_seed(0)
+    eager = Net()
+    ours = onnxtrain.Module(Net())
+    ours.load_state_dict(eager.state_dict())
+    ids = torch.tensor([[2, 5, 2, 7], [1, 2, 3, 9]])
+    eager(ids).backward()
+    ours(ids).backward()
+    grad = dict(ours.named_parameters())["emb.weight"].grad
+    assert grad[2].abs().max() == 0
+    torch.testing.assert_close(grad, eager.emb.weight.grad)

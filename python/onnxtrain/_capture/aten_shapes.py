@@ -202,7 +202,24 @@ def _symbolic(onnx_op, python):
     return translate
 
 
+def topk(out, b, x, k, dim=-1, largest=True, sorted=True):
+    """TopK: the k largest (or smallest) along `dim`, and their indices."""
+    values, indices = b.TopK(x, b.ints([k]), axis=dim, largest=int(largest), sorted=int(sorted))
+    return values, indices
+
+
+def scatter(out, b, x, dim, index, src):
+    """ScatterElements: x with src written at index along dim."""
+    return b.ScatterElements(x, index, src, axis=dim)
+
+
+def t(out, b, x):
+    """A matrix transposed (a vector as it is)."""
+    return transpose(out, b, x, 0, 1) if out.rank == 2 else b.Identity(x)
+
+
 TABLE = {
+    aten.topk.default: topk, aten.scatter.src: scatter, aten.t.default: t,
     aten.cat.default: cat, aten.split.Tensor: split, aten.split_with_sizes.default: split, aten.chunk.default: chunk,
     aten.expand.default: expand, aten.expand_as.default: expand_as, aten.flatten.using_ints: flatten,
     aten.reshape.default: reshape, aten.view.default: reshape,

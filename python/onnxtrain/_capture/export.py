@@ -14,7 +14,7 @@ import onnx
 import torch
 
 from onnxtrain import _onnxtrain as C
-from onnxtrain._capture import capture_lock, custom_functions, export_program, export_torchscript
+from onnxtrain._capture import capture_lock, custom_functions, experts, export_program, export_torchscript
 from onnxtrain._capture import capture_process as child
 from onnxtrain._capture.input_schema import UnsupportedType, flatten, unflatten
 
@@ -118,7 +118,7 @@ def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
             leaves = tuple(t.detach().requires_grad_(t.requires_grad) for t in tensors)
             # (torch.export's graph holds the user's autograd Functions as calls of their own: com.onnxtrain.PythonOp)
             functions = custom_functions.captured() if exporter != "torchscript" else contextlib.nullcontext()
-            with functions:
+            with functions, experts.dense(module):
                 model = to_onnx(flat, leaves, names, dynamic_dims, training, OPSET)
     finally:
         with torch.no_grad():
@@ -128,8 +128,9 @@ def _capture(exporter, module, schema, tensors, names, training, dynamic_dims):
             m.training = training
     if record["custom_functions"]:
         raise C.UnsupportedError(
-            f"custom torch.autograd.Function {', '.join(record['custom_functions'])}: onnxtrain differentiates the "
-            "exported graph itself and would ignore its backward; run it outside the wrapped module or use fallback")
+            f"custom torch.autograd.Function {', '.join(record['custom_functions'])}: PyTorch's TorchScript-based "
+            "exporter, which captured this module, cannot hold it (onnxtrain runs such Functions in graphs "
+            "torch.export captures)")
     return model, record
 
 

@@ -91,11 +91,11 @@ class GraphBuilder:
             inputs, attributes = (source,), {"perm": perm}
         if op_type == "Reshape" and attributes.get("allowzero") == 1 and inputs[0].name in self._reshaped:
             inputs = (self._reshaped[inputs[0].name], *inputs[1:])  # a reshape of a reshape: one
-        schema = onnx.defs.get_schema(op_type, OPSET, _domain)
+        schema = onnx.defs.get_schema(op_type, OPSET, _domain) if onnx.defs.has(op_type, _domain) else None
         names = [self._input(x) for x in inputs]
         while names and names[-1] == "":
             names.pop()
-        count = _outputs or len(schema.outputs)
+        count = _outputs or (len(schema.outputs) if schema else 1)  # (onnxtrain's own ops: one unless told)
         outs = [self.fresh(self.hint or op_type.lower()) for _ in range(count)]
         attrs = {}
         for key, value in attributes.items():
@@ -103,7 +103,7 @@ class GraphBuilder:
                 continue
             if isinstance(value, ir.TensorProtocol):
                 value = ir.serde.serialize_tensor(value)
-            kind = schema.attributes[key].type if key in schema.attributes else None
+            kind = schema.attributes[key].type if schema and key in schema.attributes else None
             attrs[key] = _ATTRIBUTE_TYPES.get(kind, lambda v: v)(value)
         self.nodes.append(helper.make_node(op_type, names, outs, domain=_domain or None, **attrs))
         values = tuple(Value(n) for n in outs)
