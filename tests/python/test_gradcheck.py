@@ -250,6 +250,9 @@ NOT_DIFFERENTIABLE = {
     "com.onnxtrain.LayerNormalizationGrad": "itself a gradient op (checked through LayerNormalization)",
     "com.onnxtrain.GeluAndGrad": "made in backward only (equal to Gelu and GeluGrad: test_gelu_and_grad.py)",
     **{f"ai.onnx.preview.training.{op}": "an optimizer update" for op in ["Adam", "Adagrad", "Momentum"]},
+    "com.onnxtrain.PythonOp": "a custom autograd Function: its own backward (test_python_op.py, against eager)",
+    "com.onnxtrain.PythonOpGrad": "itself a gradient op (of PythonOp)",
+    "com.onnxtrain.StopGradient": "no gradient by definition (PyTorch's detach; test_direct_capture.py)",
 }
 
 
