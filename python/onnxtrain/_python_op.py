@@ -14,20 +14,16 @@ _kept = {}  # handle -> (the call's inputs, its results)
 _handles = itertools.count(1)
 
 
-def _results(result):
-    return list(result) if isinstance(result, (tuple, list)) else [result]
-
-
 def _forward(key, inputs, outputs, keep):
     cls, arguments = custom_functions.resolve(key)
     xs = [torch.from_dlpack(t) for t in inputs]
     if keep:  # (copies: what the Function saves must outlive onnxtrain's buffers)
         xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in xs]
         with torch.enable_grad():
-            results = _results(custom_functions.apply_original(cls, *arguments(xs)))
+            results = custom_functions.as_list(custom_functions.apply_original(cls, *arguments(xs)))
     else:
         with torch.no_grad():
-            results = _results(custom_functions.apply_original(cls, *arguments(xs)))
+            results = custom_functions.as_list(custom_functions.apply_original(cls, *arguments(xs)))
     for out, r in zip(outputs, results, strict=True):
         if out is not None:
             torch.from_dlpack(out).copy_(r)

@@ -20,6 +20,7 @@ DOMAIN = "com.onnxtrain"
 _ORIGINAL_APPLY = torch.autograd.Function.apply  # (bound to Function: its __func__ is called with the class)
 _OWN_APPLY = vars(torch.autograd.Function).get("apply")  # the descriptor to put back (None: Function inherits it)
 _state = threading.local()
+_returns_tuple = {}  # key -> whether the Function returns a tuple (found by the fake run, which PyTorch may cache)
 
 
 class Unsupported(Exception):
@@ -64,7 +65,8 @@ def apply_original(cls, *args):
     return _ORIGINAL_APPLY.__func__(cls, *args)
 
 
-def _as_list(result):
+def as_list(result):
+    """A Function's result as a list of its tensors."""
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
@@ -72,7 +74,7 @@ def _as_list(result):
 def python_op(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     cls, arguments = resolve(key)
     with torch.no_grad():
-        return [r.clone() for r in _as_list(apply_original(cls, *arguments(tensors)))]
+        return [r.clone() for r in as_list(apply_original(cls, *arguments(tensors)))]
 
 
 @python_op.register_fake
@@ -80,10 +82,11 @@ def _(tensors, key):
     cls, arguments = resolve(key)
     with torch.no_grad():
         result = apply_original(cls, *arguments(tensors))
-    _state.returned_tuple = isinstance(result, (tuple, list))
-    results = _as_list(result)
+    _returns_tuple[key] = isinstance(result, (tuple, list))
+    results = as_list(result)
     if not all(isinstance(r, torch.Tensor) for r in results):
-        raise Unsupported(f"{key}: returns something that is not a tensor")
+        raise C.UnsupportedError(f"custom torch.autograd.Function {cls.__qualname__}: returns something that is not "
+                                 "a tensor")
     return [r.clone() for r in results]
 
 
@@ -99,7 +102,7 @@ def _captured_apply(cls, *args, **kwargs):
         outs = python_op(tensors, key)
     finally:
         _state.inside = False
-    return tuple(outs) if getattr(_state, "returned_tuple", False) else outs[0]
+    return tuple(outs) if _returns_tuple[key] else outs[0]
 
 
 @contextlib.contextmanager

@@ -77,7 +77,7 @@ def dense(module):
     changed = []
     for model in _models(module):
         current = model.get_experts_implementation()
-        if all(v in _STATIC for v in current.values() if v is not None):
+        if current.get("") in _STATIC:
             continue
         register()
         model.set_experts_implementation(DENSE)
