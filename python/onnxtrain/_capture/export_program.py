@@ -12,7 +12,9 @@ import onnxscript.optimizer
 import onnxscript.rewriter
 import torch
 from onnxscript.rewriter.rules import common as rules
+from torch._decomp.decompositions_for_rng import PhiloxStateTracker
 from torch.fx.experimental import proxy_tensor
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from onnxtrain import _onnxtrain as C
 from onnxtrain._capture import aten_to_onnx
@@ -111,11 +113,26 @@ def _optimize(model):
 
 
 def _drop_tracing_leftovers():
-    """What tracing leaves in process-wide caches until the next trace: PyTorch's map from fake tensors to the
-    last traced graph's nodes (which holds that graph, its fake tensors and its symbolic shapes), and the source
-    lines read for the nodes' stack traces. About 10 MiB for a 6-layer GPT."""
+    """What tracing and exporting leave in process-wide places until the next time: PyTorch's map from fake tensors
+    to the last traced graph's nodes (which holds that graph, its fake tensors and its symbolic shapes), the source
+    lines read for the nodes' stack traces, the RNG state tracker's last states, the caches ShapeEnv's methods keep
+    (keyed by the ShapeEnv itself), and each onnxscript rewrite rule's last match (the ONNX graph it matched, whose
+    metadata holds the traced FX nodes). About 10 MiB for a 6-layer GPT."""
     getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", {}).clear()
     linecache.clearcache()
+    PhiloxStateTracker.reset()
+    for method in vars(ShapeEnv).values():
+        if hasattr(method, "cache_clear"):
+            method.cache_clear()
+    _forget_matches()
+
+
+def _forget_matches():
+    for rule in onnxscript.rewriter._DEFAULT_REWRITE_RULES:
+        matcher = getattr(rule, "_matcher", None)
+        for state in ("_graph", "_current_node", "_tracer", "_match"):
+            if hasattr(matcher, state):
+                setattr(matcher, state, None)
 
 
 def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
@@ -153,6 +170,7 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
     # onnxscript's optimizer once the weights are inputs (before, it folds transposes into them): splits into
     # Split rather than sequences, constants folded
     model = onnx_ir.to_proto(_optimize(exported.model))
+    _forget_matches()
     _name_inputs(model, names)
     _name_dims(model, set(names))
     return model
