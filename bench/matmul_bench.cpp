@@ -43,14 +43,18 @@ int main(int argc, char** argv) {
   g->outputs.push_back(y);
   Session s = inference_session(std::move(g));
   Tensor ta(DType::kFloat32, {n, n}), tb(DType::kFloat32, {n, n}), tc(DType::kFloat32, {n, n});
-  for (int64_t i = 0; i < n * n; ++i) ta.data<float>()[i] = float(i % 7) * 0.1f, tb.data<float>()[i] = float(i % 5) * 0.1f;
+  for (int64_t i = 0; i < n * n; ++i) {
+    ta.data<float>()[i] = float(i % 7) * 0.1f;
+    tb.data<float>()[i] = float(i % 5) * 0.1f;
+  }
   double ours = median_ms(reps, [&] { s.run({{"a", ta}, {"b", tb}}); });
   double blas = median_ms(reps, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, ta.data<float>(), int(n),
                 tb.data<float>(), int(n), 0.0f, tc.data<float>(), int(n));
   });
   double gflop = 2.0 * double(n) * double(n) * double(n) / 1e9;
-  std::printf("MatMul %lldx%lldx%lld, median of %d runs, %d OpenBLAS threads\n", (long long)n, (long long)n, (long long)n,
+  std::printf("MatMul %lldx%lldx%lld, median of %d runs, %d OpenBLAS threads\n", (long long)n, (long long)n,
+              (long long)n,
               reps, openblas_get_num_threads());
   std::printf("%-28s %10s %10s\n", "", "ms", "GFLOP/s");
   std::printf("%-28s %10.2f %10.1f\n", "onnxtrain Session (MatMul)", ours, gflop / ours * 1e3);

@@ -41,7 +41,8 @@ void draw(const std::string& json_path, const std::string& png) {
   if (posix_spawnp(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0 || waitpid(pid, &status, 0) < 0 ||
       !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw Error("--plot: '" + exe + " -m onnxtrain.timeline' could not draw " + png +
-                " (it needs the onnxtrain Python package and matplotlib; set ONNXTRAIN_PYTHON to choose the interpreter); "
+                " (it needs the onnxtrain Python package and matplotlib; set ONNXTRAIN_PYTHON to choose the "
+                "interpreter); "
                 "the timeline's data is in " + json_path);
 }
 
@@ -60,7 +61,8 @@ void plan(const PlanArgs& a) {
     for (int level = 0; level <= 2; ++level) {
       MemoryArgs m;
       m.level = level;
-      std::printf(" level %d: %lld;", level, (long long)make_session(a, m, dims).session().largest_fitting(a.max_dim, rest, limit));
+      const int64_t fits = make_session(a, m, dims).session().largest_fitting(a.max_dim, rest, limit);
+      std::printf(" level %d: %lld;", level, (long long)fits);
     }
     std::printf(" these options: %lld\n", (long long)session.largest_fitting(a.max_dim, rest, limit));
   }

@@ -33,7 +33,8 @@ Bindings parse_dims(const std::string& text) {
     try {
       size_t used = 0;
       value = eq == std::string::npos ? 0 : std::stoll(item.substr(eq + 1), &used);
-      if (eq == std::string::npos || eq == 0 || used != item.size() - eq - 1 || value <= 0) throw std::invalid_argument("");
+      if (eq == std::string::npos || eq == 0 || used != item.size() - eq - 1 || value <= 0)
+        throw std::invalid_argument("");
     } catch (const std::exception&) {
       throw InputError("--dims: '" + item + "' is not NAME=POSITIVE_INTEGER");
     }

@@ -57,7 +57,8 @@ class TrainingSession {
   // Parameters, optimizer state and step, in the format of docs/checkpoint.md, written atomically.
   void save_checkpoint(const std::string& path) const;
   void load_checkpoint(const std::string& path);
-  // The model with the current parameters, for inference (only what `outputs` need; all outputs but the loss by default).
+  // The model with the current parameters, for inference (only what `outputs` need; all outputs but the loss by
+  // default).
   void export_model_for_inferencing(const std::string& path, std::vector<std::string> outputs = {}) const;
 
   std::vector<std::string> parameter_names() const { return params_; }

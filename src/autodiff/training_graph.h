@@ -18,7 +18,8 @@ struct TrainingGraph {
   std::vector<ir::Value*> forward_outputs;
   std::vector<ir::Value*> output_grads;   // per forward output: its gradient input, or nullptr
   std::vector<ir::Value*> grads;          // per `wrt` entry: the gradient (a graph output)
-  std::vector<bool> reached;              // per `wrt` entry: whether the loss depends on it (else its gradient is zeros)
+  // per `wrt` entry: whether the loss depends on it (else its gradient is zeros)
+  std::vector<bool> reached;
 };
 
 TrainingGraph build_training_graph(std::unique_ptr<ir::Graph> forward, const TrainingSpec& spec);

@@ -14,8 +14,10 @@ def model(dtype):
     nodes = [helper.make_node("Gelu", ["x"], ["y_apart"]),
              helper.make_node("GeluGrad", ["dy", "x"], ["dx_apart"], domain="com.onnxtrain"),
              helper.make_node("GeluAndGrad", ["dy", "x"], ["dx", "y"], domain="com.onnxtrain")]
-    graph = helper.make_graph(nodes, "gelu_and_grad", [io("x"), io("dy")], [io(n) for n in ["y_apart", "dx_apart", "y", "dx"]])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("com.onnxtrain", 1)])
+    outputs = [io(n) for n in ["y_apart", "dx_apart", "y", "dx"]]
+    graph = helper.make_graph(nodes, "gelu_and_grad", [io("x"), io("dy")], outputs)
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.onnxtrain", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
