@@ -75,6 +75,8 @@ static void rewrite(ir::Graph& g, const std::vector<Candidate>& candidates, cons
   if (done.nodes.empty()) return;
   g.sort_nodes();  // the node list stays topologically sorted for the passes
   passes::gelu_recompute_fusion()->apply(g);
+  // what only backward read and is now recomputed there leaves forward, and each clone forms only what is read
+  passes::dead_code()->apply(g);
 }
 
 RecomputeReport apply_recompute(ir::Graph& g, const RecomputeOptions& o) {

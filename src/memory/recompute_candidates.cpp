@@ -60,6 +60,19 @@ static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std:
   return true;
 }
 
+// `n` as its recompute clone runs: without the outputs its op may omit (Op::omittable_output) that neither are the
+// target nor feed the plan's other nodes (the dead_code pass leaves them out of the clone).
+static ir::Node as_cloned(const ir::Node& n, const ir::Value* target, const std::set<const ir::Node*>& chosen) {
+  ir::Node clone = n;
+  for (size_t i = 0; i < clone.outputs.size(); ++i) {
+    const ir::Value* v = clone.outputs[i];
+    if (!v || v == target || !n.op->omittable_output(i)) continue;
+    if (std::none_of(v->consumers.begin(), v->consumers.end(), [&](const ir::Node* c) { return chosen.count(c); }))
+      clone.outputs[i] = nullptr;
+  }
+  return clone;
+}
+
 std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
   std::vector<Candidate> out;
   for (const ir::Value* target : stashed_values(g)) {
@@ -87,10 +100,11 @@ std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
     Dim moved(0);
     for (const ir::Node* n : c.nodes) {
       c.cluster += n->op_type + "+";
-      c.flops = c.flops + n->op->flops(*n);
-      for (const ir::Value* v : n->inputs)
+      const ir::Node clone = as_cloned(*n, target, chosen);
+      c.flops = c.flops + n->op->flops(clone);
+      for (const ir::Value* v : clone.inputs)
         if (v) moved = moved + v->bytes();
-      for (const ir::Value* v : n->outputs)
+      for (const ir::Value* v : clone.outputs)
         if (v) moved = moved + v->bytes();
     }
     c.cost = c.flops + moved * Dim(kBytesCost);

@@ -1,7 +1,8 @@
 // The schedule: the one place that decides the order a (training) graph runs in. The forward part first, in the
 // graph's order with every node after its producers, each Shape/Size of a forward value right after that value is
 // made (so that backward keeps a few integers, not the value); then the backward part, each node after its
-// producers, so that a recompute clone runs just before its first reader and no earlier. Autodiff, the passes
+// producers, a node that reads only what forward left (a recompute clone), and the nodes reading its output but for
+// what forward left and the caller's gradients, just before their first reader and no earlier. Autodiff, the passes
 // and the memory optimizer add nodes; none of them orders the run.
 #pragma once
 #include <cstddef>

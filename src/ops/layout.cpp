@@ -143,6 +143,7 @@ class ExpandOp : public Op {
 class TileOp : public Op {
  public:
   uint64_t host_inputs() const override { return input_bits({1}); }
+  bool recomputable() const override { return true; }
   explicit TileOp(const ir::Node&) {}
   void infer(InferCtx& ctx) const override {
     auto* v = ctx.value(1);
@@ -174,6 +175,7 @@ PadAttrs pad_attrs(const ir::Node& n) {
 class PadOp : public OpWith<PadAttrs> {
  public:
   uint64_t host_inputs() const override { return input_bits({1, 2, 3}); }
+  bool recomputable() const override { return true; }
   explicit PadOp(const ir::Node& n) : OpWith(pad_attrs(n)) {}
   void grad(GradCtx& g) const override {
     // dX: dY's window where X was written (pads, attribute or input, that add and do not crop), over every axis

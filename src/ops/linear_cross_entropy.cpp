@@ -51,6 +51,10 @@ class LinearCrossEntropyOp : public OpWith<LossAttrs> {
  public:
   explicit LinearCrossEntropyOp(const ir::Node& n) : OpWith(loss_attrs(n)) {}
   bool differentiable_output(size_t i) const override { return i == 0 || i == kScores; }
+  // Run again in backward, it forms what its clone is asked for: the head's dW, say, instead of holding it from the
+  // end of forward (the scores' product once more, a trade-off the memory optimizer weighs by size).
+  bool recomputable() const override { return true; }
+  bool omittable_output(size_t i) const override { return i > 0; }
   Dim flops(const ir::Node& n) const override {
     const ir::Value *x = n.inputs[kX], *w = n.inputs[kW];
     if (!x->has_shape || !w->has_shape || w->shape.size() != 2) return Dim(0);

@@ -124,6 +124,9 @@ class Op {
   // The memory optimizer may run this op again in the backward part (cheap, or worth it, and deterministic
   // given its inputs and random key).
   virtual bool recomputable() const { return false; }
+  // Output i may be left out (nullptr) when nothing reads it, its kernels then skipping the work it takes: the
+  // dead_code pass leaves it out, and the memory optimizer prices a recompute clone without it.
+  virtual bool omittable_output(size_t i) const { return false; }
   // Work of one run, in floating-point operations, for the memory optimizer's costs (symbolic).
   virtual Dim flops(const ir::Node& n) const;
   // Output i's dtype from the input dtypes, for when shapes are not known before a run

@@ -1,5 +1,5 @@
-// Dead-code elimination: removes nodes none of whose outputs is read by a live
-// node or is a graph output.
+// Dead-code elimination: removes nodes none of whose outputs is read by a live node or is a graph output, and leaves
+// out the outputs nothing reads where their op may omit them (Op::omittable_output: its kernel skips their work).
 #include <set>
 
 #include "ops/op.h"
@@ -14,18 +14,26 @@ class DeadCode : public Pass {
   bool apply(ir::Graph& g) const override {
     std::set<const ir::Node*> live;
     std::set<const ir::Value*> needed(g.outputs.begin(), g.outputs.end());
+    bool changed = false;
     for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it) {
-      const ir::Node* n = it->get();
+      ir::Node* n = it->get();
       bool used = false;
       for (const ir::Value* v : n->outputs) used = used || (v && needed.count(v));
       if (!used) continue;
       live.insert(n);
+      for (size_t i = 0; i < n->outputs.size(); ++i) {
+        ir::Value* v = n->outputs[i];
+        if (!v || needed.count(v) || !n->op || !n->op->omittable_output(i)) continue;
+        v->producer = nullptr;
+        n->outputs[i] = nullptr;
+        changed = true;
+      }
       for (const ir::Value* v : n->inputs)
         if (v) needed.insert(v);
     }
     size_t before = g.nodes().size();
     g.remove_nodes([&](const ir::Node& n) { return !live.count(&n); });
-    return g.nodes().size() != before;
+    return changed || g.nodes().size() != before;
   }
 };
 
