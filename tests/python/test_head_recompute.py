@@ -7,7 +7,6 @@ the step's predicted peak drops; loss, logits and every gradient stay as they we
 import copy
 import json
 
-import pytest
 import torch
 import transformers as T
 

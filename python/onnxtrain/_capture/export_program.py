@@ -112,12 +112,17 @@ def _optimize(model):
     return model
 
 
-def _drop_tracing_leftovers():
+def _drop_tracing_leftovers(program):
     """What tracing and exporting leave in process-wide places until the next time: PyTorch's map from fake tensors
     to the last traced graph's nodes (which holds that graph, its fake tensors and its symbolic shapes), the source
     lines read for the nodes' stack traces, the RNG state tracker's last states, the caches ShapeEnv's methods keep
     (keyed by the ShapeEnv itself), and each onnxscript rewrite rule's last match (the ONNX graph it matched, whose
-    metadata holds the traced FX nodes). About 10 MiB for a 6-layer GPT."""
+    metadata holds the traced FX nodes). About 10 MiB for a 6-layer GPT. And a cycle the garbage collector cannot
+    see whole, which would keep the program's ShapeEnv for good: the ShapeEnv tracks the fake inputs, whose sizes
+    (in C++) hold the symbols' SymNodes, which hold the ShapeEnv; the program no longer needs its tracked fakes."""
+    env = _shape_env(program)
+    if env is not None:
+        env.tracked_fakes = None
     getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", {}).clear()
     linecache.clearcache()
     PhiloxStateTracker.reset()
@@ -125,6 +130,14 @@ def _drop_tracing_leftovers():
         if hasattr(method, "cache_clear"):
             method.cache_clear()
     _forget_matches()
+
+
+def _shape_env(program):
+    for node in program.graph.nodes if program is not None else ():
+        mode = getattr(node.meta.get("val"), "fake_mode", None)
+        if mode is not None and mode.shape_env is not None:
+            return mode.shape_env
+    return None
 
 
 def _forget_matches():
@@ -145,6 +158,7 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
     specializing = logging.getLogger("torch._export.non_strict_utils")
     level = specializing.level
     specializing.setLevel(logging.ERROR)
+    program = None
     try:
         program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
         if direct and opset == aten_to_onnx.OPSET:
@@ -164,7 +178,7 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
                                      custom_translation_table=TABLE, verbose=False, training=mode)
     finally:
         specializing.setLevel(level)
-        _drop_tracing_leftovers()
+        _drop_tracing_leftovers(program)
     held = [*flat.named_parameters(remove_duplicate=False), *flat.named_buffers(remove_duplicate=False)]
     _as_inputs(exported.model.graph, {n for n, _ in held})  # (a tied parameter may be named by any of its names)
     # onnxscript's optimizer once the weights are inputs (before, it folds transposes into them): splits into
