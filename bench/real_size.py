@@ -10,8 +10,9 @@ Configurations: eager, eager-bf16, compile, compile-bf16 (inductor), onnxtrain-l
 levels), onnxtrain-bf16 (level 0 under autocast), lora-eager and lora-onnxtrain (peft, r=16 on the attention's
 query and value projections): PyTorch's AdamW with fused=True; onnxtrain-adamw (level 0, onnxtrain.optim.AdamW)
 and onnxtrain-inbw (level 0, onnxtrain.optim.AdamW with in_backward=True: each update applied in backward),
-onnxtrain-l1-inbw (the same at level 1), onnxtrain-l1-inbw-0.1 (and a budget keeping a tenth of the stash: the
-cheapest plans beyond the level's, the tied head's dW formed at the end of backward instead of in forward).
+onnxtrain-inbw-0.1 (and a budget keeping a tenth of the stash: the plans cheapest per byte, the tied head's dW
+formed at the end of backward instead of in forward among them), onnxtrain-l1-inbw and onnxtrain-l1-inbw-0.1 (the
+same at level 1: the budget's plans beyond the level's).
 
 Printed per configuration: s/step (median of the measured steps), the ratio to its reference (eager for fp32,
 eager-bf16 for bf16, lora-eager for LoRA), the first step (capture or compilation included), peak RSS growth
@@ -39,8 +40,8 @@ import time
 from process_memory import reset_peak_rss, rss_mib
 
 CONFIGS = ["eager", "eager-bf16", "compile", "compile-bf16", "onnxtrain-l0", "onnxtrain-l1", "onnxtrain-l2",
-           "onnxtrain-bf16", "onnxtrain-adamw", "onnxtrain-inbw", "onnxtrain-l1-inbw", "onnxtrain-l1-inbw-0.1",
-           "lora-eager", "lora-onnxtrain"]
+           "onnxtrain-bf16", "onnxtrain-adamw", "onnxtrain-inbw", "onnxtrain-inbw-0.1", "onnxtrain-l1-inbw",
+           "onnxtrain-l1-inbw-0.1", "lora-eager", "lora-onnxtrain"]
 SHAPES = {"llama": (2, 256), "gpt2": (2, 512)}
 VOCAB = {"llama": 49152, "gpt2": 50257}
 LORA_TARGETS = {"llama": ["q_proj", "v_proj"], "gpt2": ["c_attn"]}
@@ -78,7 +79,7 @@ def build(name, config):
         budget = config.split("-inbw-")[1] if "-inbw-" in config else ""
         model = onnxtrain.Module(model, onnxtrain.Options(memory_opt_level=level, memory_budget=budget))
     params = [p for p in model.parameters() if p.requires_grad]
-    if config in ("onnxtrain-adamw", "onnxtrain-inbw", "onnxtrain-l1-inbw", "onnxtrain-l1-inbw-0.1"):
+    if config == "onnxtrain-adamw" or "-inbw" in config:
         return model, onnxtrain.optim.AdamW(params, lr=1e-4, in_backward="inbw" in config)
     return model, torch.optim.AdamW(params, lr=1e-4, fused=True)
 

@@ -181,6 +181,41 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
   expect_like_cpu("Range", {scalar(DType::kFloat32, -1), scalar(DType::kFloat32, 2), scalar(DType::kFloat32, 0.25)});
 }
 
+// Llama's fused ops: RMSNorm and its gradient, SwiGLU and its gradient, rotary embeddings (cos and sin broadcast
+// from (T, D) and (B, 1, T, D), and the transposed map of the gradient), in three dtypes.
+TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
+    Tensor x = random_tensor(t, {4, 6, 40}, 31), dy = random_tensor(t, {4, 6, 40}, 32), w = random_tensor(t, {40}, 33);
+    const ir::Attributes norm{{"axis", int64_t(-1)}, {"epsilon", 1e-6f}};
+    expect_like_cpu("com.onnxtrain.RMSNormalization", {x, w}, norm, tol, 2);
+    auto stats = run_one(kCpu, "com.onnxtrain.RMSNormalization", {x, w}, norm, 2);
+    expect_like_cpu("com.onnxtrain.RMSNormalizationGrad", {dy, x, w, stats.at("o1")}, norm, tol, 2);
+    Tensor u = random_tensor(t, {4, 6, 40}, 34);
+    expect_like_cpu("com.onnxtrain.SwiGLU", {x, u}, {}, tol);
+    expect_like_cpu("com.onnxtrain.SwiGLUGrad", {dy, x, u}, {}, tol, 2);
+    Tensor q = random_tensor(t, {2, 3, 6, 16}, 35);
+    for (std::vector<int64_t> dims : {std::vector<int64_t>{6, 16}, std::vector<int64_t>{2, 1, 6, 16}})
+      for (int64_t transposed : {0, 1})
+        expect_like_cpu("com.onnxtrain.RotaryEmbedding", {q, random_tensor(t, dims, 36), random_tensor(t, dims, 37)},
+                        {{"transposed", transposed}}, tol);
+  }
+}
+
+// The random ops draw the CPU's numbers for the same seed (counter-based: element i from the hash of the seed and i).
+TEST(Cuda, RandomOpsDrawTheCpusNumbers) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
+    Tensor like = random_tensor(t, {3, 50, 7}, 41), p(DType::kFloat32, {3, 50, 7});
+    for (int64_t i = 0; i < p.numel(); ++i) p.data<float>()[i] = float(i % 11) / 10.f;
+    expect_like_cpu("RandomUniformLike", {like}, {{"low", -2.f}, {"high", 3.f}, {"seed", 7.f}}, tol);
+    expect_like_cpu("RandomNormalLike", {like}, {{"mean", 1.f}, {"scale", 0.5f}, {"seed", 8.f}}, tol);
+    expect_like_cpu("Bernoulli", {p}, {{"seed", 9.f}, {"dtype", int64_t(t == DType::kFloat32 ? 1 : 16)}});
+  }
+}
+
 // The fused head and loss: forward (the loss, log-sum-exps, the gradients it forms and the scores), the gradient of
 // a loss per row, and LinearGradAdd for each of X, W and B.
 TEST(Cuda, TheFusedHeadComputesAsOnTheCpu) {

@@ -45,6 +45,12 @@ void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStr
 void dropout(DType t, const void* x, void* y, bool* mask, int64_t n, uint64_t seed, uint32_t threshold, float scale,
              cudaStream_t stream);
 
+// The random ops (kernels/counter_random.h, as the CPU's: element i draws from counter_bits(seed, i)) into n
+// elements of dtype t: uniform in [a, b) (`kind` 0), normal of mean a and scale b (1), or Bernoulli (2) with
+// element i's probability p[i], of dtype pt.
+void random_fill(int kind, DType t, void* y, int64_t n, uint64_t seed, float a, float b, DType pt, const void* p,
+                 cudaStream_t stream);
+
 // dst at its strides (ix.strides[0]) = src at its strides (ix.strides[1]), elements of `elem_bytes`: Transpose,
 // Expand, Slice, Concat's parts, Identity.
 void strided_copy(int elem_bytes, const void* src, void* dst, const Indexing& ix, cudaStream_t stream);
@@ -124,6 +130,27 @@ void layer_norm(DType t, const void* x, const void* w, const void* b, void* y, v
 // Its gradient from dy, x, w (n values) and the rows' mean and rstd: dx, dw and db (n values), each where given.
 void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* mean, const void* rstd,
                      void* dx, void* dw, void* db, int64_t rows, int64_t n, cudaStream_t stream);
+
+// com.onnxtrain.RMSNormalization over `rows` rows of n elements: y = x rstd w[j], rstd = 1 / sqrt(mean(x^2) +
+// epsilon) written where given; all of dtype t, the statistic computed in float32.
+void rms_norm(DType t, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t n, float epsilon,
+              cudaStream_t stream);
+// Its gradient from dy, x, w (n values) and the rows' rstd: dx = rstd (g - x k), g = dy w, k = mean(g x) rstd^2;
+// dw = the sum over rows of dy x rstd; each where given.
+void rms_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* rstd, void* dx, void* dw,
+                   int64_t rows, int64_t n, cudaStream_t stream);
+
+// com.onnxtrain.SwiGLU over n elements of dtype t: y = g sigmoid(g) u; its gradient dg = dy u s (1 + g (1 - s)) and
+// du = dy g s, s = sigmoid(g), each where given. In float32.
+void swiglu(DType t, const void* g, const void* u, void* y, int64_t n, cudaStream_t stream);
+void swiglu_grad(DType t, const void* dy, const void* g, const void* u, void* dg, void* du, int64_t n,
+                 cudaStream_t stream);
+
+// com.onnxtrain.RotaryEmbedding over rows of `width` (even) elements of dtype t, row r of x and y at r * width, its
+// cos and sin rows at offsets<2>(rows, r) (strides 0: cos, 1: sin): y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 of the
+// halves; `transposed`: y1 = x1 c1 + x2 s2, y2 = x2 c2 - x1 s1. In float32.
+void rotary_embedding(DType t, const void* x, const void* cos, const void* sin, void* y, const Indexing& rows,
+                      int64_t width, bool transposed, cudaStream_t stream);
 
 // com.onnxtrain.FlashAttention's operands: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), Y (pairs, tq, dv), LSE
 // (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's offsets into the mask and the bias, and K's batch index

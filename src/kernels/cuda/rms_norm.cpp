@@ -1,0 +1,50 @@
+// The CUDA kernels of com.onnxtrain.RMSNormalization and RMSNormalizationGrad (rms_norm.cu's launchers): X, the
+// scale and the statistic of one float dtype, the scale one value per normalized element, as on the CPU.
+#include "kernels/cuda/indexing.h"
+#include "ops/normalization.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+struct Rows {
+  int64_t rows = 1, n = 1;
+};
+
+// X's rows and their length (the dims from the axis on), after checking the scale and the inputs' dtypes.
+Rows rows_of(const ops::NormAttrs& at, const KernelCtx& c, const Tensor& x, size_t scale, size_t last) {
+  for (size_t i = 0; i <= last; ++i)
+    if (c.has(i) && c.in(i).dtype() != x.dtype())
+      throw UnsupportedError(c.node.where() + ": the CUDA kernel takes input " + std::to_string(i) + " in " +
+                             dtype_name(x.dtype()) + " (X's dtype), not " + dtype_name(c.in(i).dtype()));
+  const int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
+  Rows r;
+  for (int64_t i = 0; i < x.rank(); ++i) (i < a ? r.rows : r.n) *= x.dims()[size_t(i)];
+  if (c.in(scale).numel() != r.n)
+    c.fail("scale " + dims_str(c.in(scale).dims()) + " does not hold one value for each of the " + std::to_string(r.n) +
+           " normalized elements of " + dims_str(x.dims()));
+  return r;
+}
+
+void rms_norm_node(const ops::NormAttrs& at, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  const Rows r = rows_of(at, c, x, 1, 1);
+  rms_norm(x.dtype(), x.raw(), c.in(1).raw(), c.out(0).raw(), c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n,
+           at.epsilon, stream());
+}
+
+void rms_norm_grad_node(const ops::NormAttrs& at, KernelCtx& c) {
+  const Tensor &dy = c.in(0), &x = c.in(1), &rstd = c.in(3);
+  const Rows r = rows_of(at, c, x, 2, 3);
+  if (dy.numel() != x.numel() || rstd.numel() != r.rows)
+    c.fail("dY " + dims_str(dy.dims()) + ", X " + dims_str(x.dims()) + " and the statistic " + dims_str(rstd.dims()) +
+           " do not fit together");
+  rms_norm_grad(x.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(), c.wants(0) ? c.out(0).raw() : nullptr,
+                c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n, stream());
+}
+
+const bool kRegistered =
+    register_kernels(cuda_device(0), {{"com.onnxtrain", "RMSNormalization", kernel(rms_norm_node)},
+                                      {"com.onnxtrain", "RMSNormalizationGrad", kernel(rms_norm_grad_node)}});
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,97 @@
+// com.onnxtrain.RMSNormalization and its gradient on the GPU, as LayerNormalization's (normalization.cu): a block per
+// row for the statistic, the output and dX (sums by block_reduce.cuh's reduction, in float32); dscale by columns,
+// each block summing 32 columns over all rows.
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+template <typename T>
+__global__ void rms_norm_kernel(const T* x, const T* w, T* y, T* rstd_out, int64_t n, float epsilon) {
+  __shared__ BlockReduce::TempStorage tmp;
+  __shared__ float shared;
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * n;
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
+    const float v = to_float(xr[j]);
+    s += v * v;
+  }
+  const float rstd = rsqrtf(block_all_reduce(s, SumOp(), tmp, &shared) / float(n) + epsilon);
+  T* yr = y + r * n;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) yr[j] = from_float<T>(to_float(xr[j]) * rstd * to_float(w[j]));
+  if (threadIdx.x == 0 && rstd_out) rstd_out[r] = from_float<T>(rstd);
+}
+
+template <typename T>
+__global__ void rms_norm_dx_kernel(const T* dy, const T* x, const T* w, const T* rstd, T* dx, int64_t n) {
+  __shared__ BlockReduce::TempStorage tmp;
+  __shared__ float shared;
+  const int64_t r = blockIdx.x;
+  const T *dr = dy + r * n, *xr = x + r * n;
+  const float rs = to_float(rstd[r]);
+  float s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads) s += to_float(dr[j]) * to_float(w[j]) * to_float(xr[j]);
+  const float k = block_all_reduce(s, SumOp(), tmp, &shared) / float(n) * rs * rs;
+  T* o = dx + r * n;
+  for (int64_t j = threadIdx.x; j < n; j += kThreads)
+    o[j] = from_float<T>(rs * (to_float(dr[j]) * to_float(w[j]) - to_float(xr[j]) * k));
+}
+
+constexpr int kColumns = 32, kRowLanes = kThreads / kColumns;
+
+template <typename T>
+__global__ void rms_norm_dw_kernel(const T* dy, const T* x, const T* rstd, T* dw, int64_t rows, int64_t n) {
+  __shared__ float sw[kRowLanes][kColumns + 1];
+  const int tx = threadIdx.x % kColumns, ty = threadIdx.x / kColumns;
+  const int64_t j = int64_t(blockIdx.x) * kColumns + tx;
+  float a = 0;
+  if (j < n)
+    for (int64_t r = ty; r < rows; r += kRowLanes)
+      a += to_float(dy[r * n + j]) * to_float(x[r * n + j]) * to_float(rstd[r]);
+  sw[ty][tx] = a;
+  __syncthreads();
+  if (ty != 0 || j >= n) return;
+  for (int k = 1; k < kRowLanes; ++k) a += sw[k][tx];
+  dw[j] = from_float<T>(a);
+}
+
+void check_rows(int64_t rows, const char* kernel) {
+  if (rows > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 rows");
+}
+
+}  // namespace
+
+void rms_norm(DType t, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t n, float epsilon,
+              cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  check_rows(rows, "RMSNormalization");
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                             static_cast<T*>(y), static_cast<T*>(rstd), n, epsilon);
+  });
+  if (!ok) unsupported_dtype("RMSNormalization", t);
+  check_launch("RMSNormalization");
+}
+
+void rms_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* rstd, void* dx, void* dw,
+                   int64_t rows, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  check_rows(rows, "RMSNormalizationGrad");
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    const T *d = static_cast<const T*>(dy), *xp = static_cast<const T*>(x), *rs = static_cast<const T*>(rstd);
+    if (dx && rows)
+      rms_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), rs,
+                                                                  static_cast<T*>(dx), n);
+    if (dw)
+      rms_norm_dw_kernel<<<unsigned((n + kColumns - 1) / kColumns), kThreads, 0, stream>>>(
+          d, xp, rs, static_cast<T*>(dw), rows, n);
+  });
+  if (!ok) unsupported_dtype("RMSNormalizationGrad", t);
+  check_launch("RMSNormalizationGrad");
+}
+
+}  // namespace onnxtrain::kernels::cuda
