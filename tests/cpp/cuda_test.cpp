@@ -203,6 +203,34 @@ TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
   }
 }
 
+// The rest of a transformers Llama's training graph (its masks, positions and label shift): Max and Min (variadic,
+// broadcast), CumSum (bool counted, exclusive, reverse), GatherND (batch dims) and Pad (every mode).
+TEST(Cuda, TheLlamaGraphsOtherOpsComputeAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
+    Tensor a = random_tensor(t, {3, 1, 5}, 51), b = random_tensor(t, {4, 5}, 52), c = random_tensor(t, {5}, 53);
+    expect_like_cpu("Max", {a, b, c}, {});
+    expect_like_cpu("Min", {a, b}, {});
+    for (int64_t exclusive : {0, 1})
+      for (int64_t reverse : {0, 1})
+        expect_like_cpu("CumSum", {random_tensor(t, {3, 7, 4}, 54), scalar(DType::kInt64, 1)},
+                        {{"exclusive", exclusive}, {"reverse", reverse}}, tol);
+    Tensor x = random_tensor(t, {2, 3, 4, 5}, 55);
+    expect_like_cpu("GatherND", {x, int64s({2, 2}, {1, 2, 0, -1})}, {});
+    expect_like_cpu("GatherND", {x, int64s({2, 2, 1}, {2, 0, 1, 1})}, {{"batch_dims", int64_t(1)}});
+    for (const char* mode : {"constant", "reflect", "edge", "wrap"})
+      expect_like_cpu("Pad", {x, int64s({8}, {0, 1, 2, 0, 0, 0, 1, 3}), scalar(t, 2.5)},
+                      {{"mode", std::string(mode)}});
+  }
+  expect_like_cpu("Max", {int64s({4}, {1, -5, 7, 0}), int64s({1}, {2})}, {});
+  expect_like_cpu("CumSum", {int64s({2, 3}, {1, 2, 3, 4, 5, 6}), scalar(DType::kInt64, -1)}, {});
+  Tensor flags(DType::kBool, {2, 5});
+  for (int i = 0; i < 10; ++i) flags.data<bool>()[i] = i % 3 != 1;
+  expect_like_cpu("CumSum", {flags, scalar(DType::kInt64, 1)}, {});
+  expect_like_cpu("Pad", {int64s({5}, {-100, 3, 4, 5, 6}), int64s({2}, {0, 1}), scalar(DType::kInt64, -100)}, {});
+}
+
 // The random ops draw the CPU's numbers for the same seed (counter-based: element i from the hash of the seed and i).
 TEST(Cuda, RandomOpsDrawTheCpusNumbers) {
   SKIP_WITHOUT_GPU();

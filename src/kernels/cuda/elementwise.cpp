@@ -53,8 +53,8 @@ KernelDef binary_def(const char* name, Binary op) {
           }};
 }
 
-// Sum of any number of inputs, broadcast: the first two added, then each further one added to the output.
-void sum(KernelCtx& c) {
+// Sum, Max or Min of any number of inputs, broadcast: the first two combined, then each further one with the output.
+void fold(Binary op, KernelCtx& c) {
   const auto& od = c.out(0).dims();
   const auto contiguous = broadcast_strides(od, od);
   const DType t = c.out(0).dtype();
@@ -65,7 +65,7 @@ void sum(KernelCtx& c) {
   for (size_t k = 1; k < c.inputs.size(); ++k) {
     const Tensor& a = k == 1 ? c.in(0) : c.out(0);
     Indexing ix = indexing(c, od, {broadcast_strides(a.dims(), od), broadcast_strides(c.in(k).dims(), od)});
-    cuda::binary(Binary::kAdd, t, a.raw(), c.in(k).raw(), c.out(0).raw(), ix, stream());
+    cuda::binary(op, t, a.raw(), c.in(k).raw(), c.out(0).raw(), ix, stream());
   }
 }
 
@@ -147,7 +147,9 @@ const bool kRegistered = register_kernels(
      binary_def("And", Binary::kAnd),
      binary_def("Or", Binary::kOr),
      binary_def("Xor", Binary::kXor),
-     {"", "Sum", kernel(sum)},
+     {"", "Sum", [](const ops::Op&, KernelCtx& c) { fold(Binary::kAdd, c); }},
+     {"", "Max", [](const ops::Op&, KernelCtx& c) { fold(Binary::kMax, c); }},
+     {"", "Min", [](const ops::Op&, KernelCtx& c) { fold(Binary::kMin, c); }},
      {"", "Where", kernel(where)},
      {"", "Cast", kernel(cast)},
      {"", "CastLike", kernel(cast)},

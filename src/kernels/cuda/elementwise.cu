@@ -52,6 +52,8 @@ __device__ __forceinline__ T arith(Binary op, T a, T b) {
     case Binary::kSub: return a - b;
     case Binary::kMul: return a * b;
     case Binary::kDiv: return a / b;
+    case Binary::kMax: return (a != a || a >= b) ? a : b;
+    case Binary::kMin: return (a != a || a <= b) ? a : b;
     default: return T(0);
   }
 }

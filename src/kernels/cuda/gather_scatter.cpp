@@ -1,5 +1,5 @@
-// The CUDA kernels of Gather (any axis, int32 or int64 indices) and ScatterND (reduction none or add: Gather's
-// gradient), on gather_scatter.cu's launchers. The indices stay on the device.
+// The CUDA kernels of Gather (any axis, int32 or int64 indices), GatherND (int64 indices, batch dims) and ScatterND
+// (reduction none or add: Gather's gradient), on gather_scatter.cu's launchers. The indices stay on the device.
 #include "kernels/cuda/indexing.h"
 #include "kernels/strides.h"
 #include "ops/axis_util.h"
@@ -14,6 +14,30 @@ void gather_node(const ops::IndexAttrs& at, KernelCtx& c) {
   const ops::AxisView v = ops::axis_view(x.dims(), a);
   gather(int(dtype_size(x.dtype())), x.raw(), idx.dtype(), idx.raw(), c.out(0).raw(), v.outer, v.n, idx.numel(),
          v.inner, stream());
+}
+
+void gather_nd_node(const ops::IndexAttrs& at, KernelCtx& c) {
+  const Tensor &x = c.in(0), &idx = c.in(1);
+  if (idx.dtype() != DType::kInt64) c.fail("indices must be int64, not " + dtype_name(idx.dtype()));
+  const int64_t b = at.batch_dims;
+  if (idx.rank() == 0 || b < 0 || b + idx.dims().back() > x.rank() || idx.dims().back() > kMaxRank)
+    c.fail("indices " + dims_str(idx.dims()) + " do not index data " + dims_str(x.dims()) + " past " +
+           std::to_string(b) + " batch dims");
+  NdIndex nd;
+  nd.k = int(idx.dims().back());
+  const auto st = contiguous_strides(x.dims());
+  int64_t batch = 1, slice = 1;
+  for (size_t d = 0; d < x.dims().size(); ++d) {
+    if (int64_t(d) < b) batch *= x.dims()[d];
+    else if (int64_t(d) < b + nd.k) nd.dims[d - size_t(b)] = x.dims()[d], nd.strides[d - size_t(b)] = st[d];
+    else slice *= x.dims()[d];
+  }
+  const int64_t rows = nd.k ? idx.numel() / nd.k : 0;
+  if (c.out(0).numel() != rows * slice)
+    c.fail("output " + dims_str(c.out(0).dims()) + " does not hold what indices " + dims_str(idx.dims()) +
+           " gather from data " + dims_str(x.dims()));
+  gather_nd(int(dtype_size(x.dtype())), idx.data<int64_t>(), x.raw(), c.out(0).raw(), rows,
+            batch ? rows / batch : 1, b > 0 ? st[size_t(b - 1)] : 0, slice, nd, stream());
 }
 
 void scatter_nd_node(const ops::IndexAttrs& at, KernelCtx& c) {
@@ -44,6 +68,7 @@ void scatter_nd_node(const ops::IndexAttrs& at, KernelCtx& c) {
 }
 
 const bool kRegistered = register_kernels(cuda_device(0), {{"", "Gather", kernel(gather_node)},
+                                                           {"", "GatherND", kernel(gather_nd_node)},
                                                            {"", "ScatterND", kernel(scatter_nd_node)}});
 
 }  // namespace

@@ -46,6 +46,15 @@ __global__ void scatter_set_kernel(const int64_t* idx, const T* upd, T* out, int
   }
 }
 
+template <typename T>
+__global__ void gather_nd_kernel(const int64_t* idx, const T* x, T* y, int64_t per_batch, int64_t batch_stride,
+                                 int64_t slice, NdIndex nd, int64_t total) {
+  ONNXTRAIN_GRID_LOOP(e, total) {
+    const int64_t row = e / slice, off = nd_offset(idx, row, nd);
+    y[e] = off < 0 ? T(0) : x[row / per_batch * batch_stride + off + e % slice];
+  }
+}
+
 }  // namespace
 
 void gather(int elem_bytes, const void* x, DType idx_type, const void* idx, void* y, int64_t outer, int64_t n,
@@ -64,6 +73,19 @@ void gather(int elem_bytes, const void* x, DType idx_type, const void* idx, void
                                                                 static_cast<T*>(y), n, count, inner, total);
   });
   check_launch("Gather");
+}
+
+void gather_nd(int elem_bytes, const int64_t* idx, const void* x, void* y, int64_t rows, int64_t per_batch,
+               int64_t batch_stride, int64_t slice, const NdIndex& nd, cudaStream_t stream) {
+  const int64_t total = rows * slice;
+  if (total == 0) return;
+  with_bytes(elem_bytes, "GatherND", [&](auto v) {
+    using T = decltype(v);
+    gather_nd_kernel<<<blocks_for(total), kThreads, 0, stream>>>(idx, static_cast<const T*>(x), static_cast<T*>(y),
+                                                                 per_batch < 1 ? 1 : per_batch, batch_stride, slice,
+                                                                 nd, total);
+  });
+  check_launch("GatherND");
 }
 
 void scatter_nd(DType t, bool add, const int64_t* idx, const void* updates, void* out, int64_t count, int64_t slice,

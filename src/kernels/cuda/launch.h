@@ -22,8 +22,9 @@ struct Indexing {
 enum class Unary { kRelu, kNeg, kAbs, kExp, kLog, kSqrt, kReciprocal, kTanh, kSigmoid, kErf, kSin, kCos, kFloor, kCeil,
                    kGelu, kGeluTanh, kNot };
 // kGeluGrad and kGeluTanhGrad: a (the output's gradient) times GELU's derivative at b.
-enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kGeluGrad, kGeluTanhGrad, kEqual, kLess, kLessOrEqual, kGreater,
-                    kGreaterOrEqual, kAnd, kOr, kXor };
+// kMax and kMin keep a NaN of either operand, as the CPU's do.
+enum class Binary { kAdd, kSub, kMul, kDiv, kPow, kGeluGrad, kGeluTanhGrad, kMax, kMin, kEqual, kLess, kLessOrEqual,
+                    kGreater, kGreaterOrEqual, kAnd, kOr, kXor };
 
 // y = op(x) over n elements of dtype t (float32, float16, bfloat16; Relu, Neg and Abs also int32, int64; Not bool).
 void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t stream);
@@ -74,6 +75,24 @@ struct NdIndex {
 };
 void scatter_nd(DType t, bool add, const int64_t* idx, const void* updates, void* out, int64_t count, int64_t slice,
                 const NdIndex& nd, cudaStream_t stream);
+// GatherND: row r of y (`slice` elements of `elem_bytes`) = x's slice at offset (r / per_batch) * batch_stride + the
+// offset row r's k indices point to (as ScatterND's); zeros for an index out of range.
+void gather_nd(int elem_bytes, const int64_t* idx, const void* x, void* y, int64_t rows, int64_t per_batch,
+               int64_t batch_stride, int64_t slice, const NdIndex& nd, cudaStream_t stream);
+
+// Pad: y (out dims) from x (in dims), `before` elements added ahead on each dim (negative: cropped); a position
+// outside x takes `value` (its first elem_bytes bytes; mode 0, constant), x reflected without repeating the edge
+// (1), the edge (2) or x wrapped (3): ops::PadAttrs::Mode's order.
+struct PadShape {
+  int rank = 0, mode = 0;
+  int64_t out[kMaxRank] = {}, in[kMaxRank] = {}, before[kMaxRank] = {};
+};
+void pad(int elem_bytes, const void* x, void* y, const PadShape& p, uint64_t value, cudaStream_t stream);
+
+// CumSum along the middle dim of [outer, n, inner] (`exclusive`, `reverse` as ONNX's): x of dtype xt (float32,
+// float16, bfloat16 summed in float32; int32, int64; bool counted), y of dtype yt (xt, int64 for bool).
+void cum_sum(DType xt, DType yt, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool exclusive,
+             bool reverse, cudaStream_t stream);
 
 // Batched C = alpha * op(A) op(B) + beta * C0: A's element (i, k) of batch b at a[a_off[b] + i * a_rs + k * a_cs],
 // likewise B's (k, j); C contiguous [batch, m, n]; C0 (optional) read at c0[i * c0_rs + j * c0_cs], the same in

@@ -1,5 +1,7 @@
-// The CUDA kernels of the ops that move data (Transpose, Expand, Slice and its gradient, Concat, Split, Trilu) and of
-// Shape and Size, whose values reach the device as kernel arguments: no host buffer, no copy.
+// The CUDA kernels of the ops that move data (Transpose, Expand, Slice and its gradient, Concat, Split, Trilu, Pad)
+// and of Shape and Size, whose values reach the device as kernel arguments: no host buffer, no copy.
+#include <cstring>
+
 #include "kernels/cuda/indexing.h"
 #include "kernels/strides.h"
 #include "ops/layout.h"
@@ -115,6 +117,39 @@ void shape(const ops::ShapeAttrs& at, KernelCtx& c) {
 
 void size(KernelCtx& c) { write(c, {c.in(0).numel()}); }
 
+// The pads resolved as shape inference did (attribute, or the pads and axes inputs, read on the host), and the
+// constant (attribute, or the constant_value input, on the host).
+void pad_node(const ops::PadAttrs& at, KernelCtx& c) {
+  const Tensor& x = c.in(0);
+  const std::vector<Dim> pads = at.resolved(*c.shapes);
+  PadShape p;
+  p.rank = int(x.rank());
+  if (p.rank > kMaxRank) throw UnsupportedError(c.node.where() + ": more than 8 dims");
+  p.mode = int(at.mode);
+  for (int d = 0; d < p.rank; ++d)
+    p.out[d] = c.out(0).dims()[size_t(d)], p.in[d] = x.dims()[size_t(d)], p.before[d] = pads[size_t(d)].value();
+  const size_t bytes = dtype_size(x.dtype());
+  uint64_t value = 0;
+  if (c.has(2) && c.in(2).numel()) {
+    std::memcpy(&value, c.in(2).raw(), bytes);
+  } else if (at.value != 0.f) {  // (the attribute of opsets before 11: a float constant)
+    const float f = at.value;
+    const double d = f;
+    const int64_t i = int64_t(f);
+    const Half h(f);
+    const BFloat16 b(f);
+    const void* from = x.dtype() == DType::kFloat32    ? static_cast<const void*>(&f)
+                       : x.dtype() == DType::kFloat64  ? static_cast<const void*>(&d)
+                       : x.dtype() == DType::kFloat16  ? static_cast<const void*>(&h)
+                       : x.dtype() == DType::kBFloat16 ? static_cast<const void*>(&b)
+                       : x.dtype() == DType::kInt64    ? static_cast<const void*>(&i)
+                                                       : nullptr;
+    if (!from) throw UnsupportedError(c.node.where() + ": a constant attribute for " + dtype_name(x.dtype()));
+    std::memcpy(&value, from, bytes);
+  }
+  pad(int(bytes), x.raw(), c.out(0).raw(), p, value, stream());
+}
+
 const bool kRegistered = register_kernels(cuda_device(0), {{"", "Transpose", kernel(transpose)},
                                                            {"", "Expand", kernel(expand)},
                                                            {"", "Slice", kernel(slice)},
@@ -122,6 +157,7 @@ const bool kRegistered = register_kernels(cuda_device(0), {{"", "Transpose", ker
                                                            {"", "Concat", kernel(concat)},
                                                            {"", "Split", kernel(split)},
                                                            {"", "Trilu", kernel(trilu)},
+                                                           {"", "Pad", kernel(pad_node)},
                                                            {"", "Shape", kernel(shape)},
                                                            {"", "Size", kernel(size)}});
 

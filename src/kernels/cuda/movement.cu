@@ -1,5 +1,5 @@
 // Data movement on the GPU: one strided copy serves Transpose, Expand, Slice, Concat's and Split's parts and
-// Identity; Trilu keeps a triangle.
+// Identity; Trilu keeps a triangle; Pad reads each output element's source as the CPU's kernel does.
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -22,7 +22,47 @@ __global__ void trilu_kernel(const T* x, T* y, int64_t rows, int64_t cols, int64
   }
 }
 
+template <typename T>
+__global__ void pad_kernel(const T* x, T* y, PadShape p, T value, int64_t n) {
+  ONNXTRAIN_GRID_LOOP(i, n) {
+    int64_t rem = i, off = 0, stride = 1;
+    bool inside = true;
+    for (int d = p.rank - 1; d >= 0; --d) {
+      int64_t q = rem % p.out[d] - p.before[d];
+      const int64_t size = p.in[d];
+      rem /= p.out[d];
+      if (q < 0 || q >= size) {
+        if (p.mode == 0 || size == 0) {
+          inside = false;
+        } else if (p.mode == 2) {
+          q = q < 0 ? 0 : size - 1;
+        } else if (p.mode == 3) {
+          q = ((q % size) + size) % size;
+        } else {
+          const int64_t period = 2 * (size - 1);
+          q = period == 0 ? 0 : ((q % period) + period) % period;
+          if (q >= size) q = period - q;
+        }
+      }
+      off += q * stride;
+      stride *= size;
+    }
+    y[i] = inside ? x[off] : value;
+  }
+}
+
 }  // namespace
+
+void pad(int elem_bytes, const void* x, void* y, const PadShape& p, uint64_t value, cudaStream_t stream) {
+  int64_t n = 1;
+  for (int d = 0; d < p.rank; ++d) n *= p.out[d];
+  if (n == 0) return;
+  with_bytes(elem_bytes, "Pad", [&](auto v) {
+    using T = decltype(v);
+    pad_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(y), p, T(value), n);
+  });
+  check_launch("Pad");
+}
 
 void trilu(int elem_bytes, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t k, bool upper,
            cudaStream_t stream) {
