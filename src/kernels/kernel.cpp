@@ -73,6 +73,13 @@ Dim scratch_bytes(Device device, const ir::Node& n) {
 
 void KernelCtx::fail(const std::string& msg) const { throw ShapeError(node.where() + ": " + msg); }
 
+void KernelCtx::inputs_like_first(size_t count) const {
+  for (size_t i = 1; i < count; ++i)
+    if (in(i).dims() != in(0).dims() || in(i).dtype() != in(0).dtype())
+      fail("input " + std::to_string(i) + " " + dims_str(in(i).dims()) + " is not shaped as input 0 " +
+           dims_str(in(0).dims()));
+}
+
 void KernelCtx::absent(const char* what, size_t i) const {
   fail(std::string(what) + " " + std::to_string(i) + " is not given");
 }

@@ -50,6 +50,8 @@ struct KernelCtx {
   bool wants(size_t i) const { return i < outputs.size() && outputs[i]; }
   [[noreturn]] void fail(const std::string& msg) const;
   [[noreturn]] void absent(const char* what, size_t i) const;
+  // Inputs 1 to count - 1 shaped and typed as input 0 (else a ShapeError naming the node).
+  void inputs_like_first(size_t count) const;
 };
 
 // Scratch holding several arrays lays them out one after another, each at a 64-byte boundary: its ScratchFn sums

@@ -28,7 +28,7 @@ struct Kernel;
 // same: a step of a run whose shapes repeat then looks nothing up and infers nothing.
 struct NodeCache {
   const Kernel* kernel = nullptr;  // bound at the first run
-  std::vector<int64_t> key;        // the inputs it was worked out for (run_node.cpp: cache_key)
+  std::vector<int64_t> key;        // the inputs it was worked out for (run_node.cpp: walk_key)
   std::unique_ptr<ops::InferCtx> shapes;
   std::vector<std::vector<int64_t>> dims;  // per output
   std::vector<size_t> bytes;

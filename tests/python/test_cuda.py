@@ -91,6 +91,13 @@ def assert_grads_close(ours, eager, rtol=1e-4):
         assert err <= rtol * largest, f"{name}: {err} against the largest gradient {largest}"
 
 
+def assert_grads_aligned(ours, eager):
+    """Every gradient points where eager's does (bf16 autocast): cosine >= 0.999."""
+    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
+        cos = torch.nn.functional.cosine_similarity(p.grad.flatten().float(), q.grad.flatten().float(), dim=0)
+        assert cos.item() >= 0.999, f"{name}: cosine {cos.item()}"
+
+
 @pytest.mark.parametrize("front_door", ["module", "compile"])
 def test_the_toy_gpt_trains_on_the_gpu_as_eager(front_door):
     """Loss and every gradient as PyTorch eager on CUDA computes them (float32), over 10 AdamW steps."""
@@ -126,9 +133,7 @@ def test_bf16_autocast_on_the_gpu_matches_eager():
     le.backward()
     lo.backward()
     assert abs(lo.item() - le.item()) <= 1e-2 * abs(le.item())
-    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
-        cos = torch.nn.functional.cosine_similarity(p.grad.flatten().float(), q.grad.flatten().float(), dim=0)
-        assert cos.item() >= 0.999, f"{name}: cosine {cos.item()}"
+    assert_grads_aligned(ours, eager)
 
 
 def test_dropout_and_recompute_on_the_gpu_match_the_cpu():
@@ -199,6 +204,7 @@ def test_transformers_models_train_on_the_gpu_as_eager(name, door):
     PyTorch eager on CUDA computes them (float32, 1e-4 of the largest gradient), and the losses of 10 AdamW steps."""
     import copy
 
+    from parity import assert_steps_as_eager
     from test_transformers_parity import MODELS
     from test_transformers_parity import batch as padded_batch
 
@@ -215,16 +221,7 @@ def test_transformers_models_train_on_the_gpu_as_eager(name, door):
     got.loss.backward()
     want.loss.backward()
     assert_grads_close(ours, eager)
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (eager, ours)]
-    losses = [[], []]
-    for _ in range(10):
-        for k, model in enumerate((eager, wrapped)):
-            opts[k].zero_grad()
-            loss = model(**kw).loss
-            loss.backward()
-            opts[k].step()
-            losses[k].append(loss.item())
-    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    assert_steps_as_eager(eager, ours, wrapped, kw, steps=10)
 
 
 def test_a_llama_under_bf16_autocast_on_the_gpu_matches_eager():
@@ -244,6 +241,4 @@ def test_a_llama_under_bf16_autocast_on_the_gpu_matches_eager():
     lo.backward()
     le.backward()
     assert abs(lo.item() - le.item()) <= 1e-2 * abs(le.item())
-    for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
-        cos = torch.nn.functional.cosine_similarity(p.grad.flatten().float(), q.grad.flatten().float(), dim=0)
-        assert cos.item() >= 0.999, f"{name}: cosine {cos.item()}"
+    assert_grads_aligned(ours, eager)

@@ -27,6 +27,11 @@ class Unsupported(Exception):
     """A Function call the graph cannot hold (its arguments, its class's name): said by the capture."""
 
 
+def pytorchs_own(cls):
+    """Whether a Function class is PyTorch's own (not one of the user's)."""
+    return cls.__module__.split(".")[0] == "torch"
+
+
 def _constant(v):
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
@@ -91,7 +96,7 @@ def _(tensors, key):
 
 
 def _captured_apply(cls, *args, **kwargs):
-    if kwargs or cls.__module__.startswith("torch.") or getattr(_state, "inside", False):
+    if kwargs or pytorchs_own(cls) or getattr(_state, "inside", False):
         return _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
     try:
         key, tensors = key_of(cls, args)

@@ -78,7 +78,7 @@ def _functions_called(outputs):
             continue
         seen.add(node)
         cls = getattr(node, "_forward_cls", None)
-        if cls is not None and cls.__module__.split(".")[0] != "torch" and cls.__name__ not in found:
+        if cls is not None and not custom_functions.pytorchs_own(cls) and cls.__name__ not in found:
             found.append(cls.__name__)
         todo.extend(n for n, _ in node.next_functions)
     return found

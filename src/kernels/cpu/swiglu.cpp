@@ -48,15 +48,8 @@ T sigmoid(T x) {
   return x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
 }
 
-void check(const KernelCtx& c, size_t inputs) {
-  for (size_t i = 1; i < inputs; ++i)
-    if (c.in(i).dims() != c.in(0).dims() || c.in(i).dtype() != c.in(0).dtype())
-      c.fail("input " + std::to_string(i) + " " + dims_str(c.in(i).dims()) + " is not shaped as input 0 " +
-             dims_str(c.in(0).dims()));
-}
-
 void swiglu(KernelCtx& c) {
-  check(c, 2);
+  c.inputs_like_first(2);
   dispatch<kFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *g = c.in(0).data<T>(), *u = c.in(1).data<T>();
@@ -75,7 +68,7 @@ void swiglu(KernelCtx& c) {
 }
 
 void swiglu_grad(KernelCtx& c) {
-  check(c, 3);
+  c.inputs_like_first(3);
   dispatch<kFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *d = c.in(0).data<T>(), *g = c.in(1).data<T>(), *u = c.in(2).data<T>();

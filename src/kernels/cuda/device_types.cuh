@@ -57,6 +57,11 @@ inline unsigned blocks_for(int64_t n) {
 #define ONNXTRAIN_GRID_LOOP(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
+// A block per row: at most 2^31 - 1 of them (else launch_error naming the kernel).
+inline void check_rows(int64_t rows, const char* kernel) {
+  if (rows > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 rows");
+}
+
 // Calls f with a value of the device element type of a float dtype; false for another dtype.
 template <typename F>
 bool with_float_type(DType t, F&& f) {

@@ -20,6 +20,13 @@ Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
   return ix;
 }
 
+void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last) {
+  for (size_t i = first; i <= last; ++i)
+    if (c.has(i) && c.in(i).dtype() != x.dtype())
+      throw UnsupportedError(c.node.where() + ": the CUDA kernel takes input " + std::to_string(i) + " in " +
+                             dtype_name(x.dtype()) + " (the input's dtype), not " + dtype_name(c.in(i).dtype()));
+}
+
 void copy(const Tensor& from, Tensor& to) {
   if (to.raw() == from.raw() || !from.nbytes()) return;
   check(cudaMemcpyAsync(to.raw(), from.raw(), from.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");

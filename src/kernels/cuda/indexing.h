@@ -16,6 +16,9 @@ Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
 
 inline cudaStream_t stream() { return current_stream(); }
 
+// Inputs first to last (those given) in x's dtype, else an UnsupportedError naming the node.
+void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last);
+
 // `to` = `from` (same bytes, both on this device; nothing when they share a buffer), and `bytes` zeros at `dst`,
 // queued on stream().
 void copy(const Tensor& from, Tensor& to);

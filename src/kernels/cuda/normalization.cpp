@@ -17,13 +17,6 @@ Rows rows_of(const Tensor& x, int64_t axis) {
   return r;
 }
 
-void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last) {
-  for (size_t i = first; i <= last; ++i)
-    if (c.has(i) && c.in(i).dtype() != x.dtype())
-      throw UnsupportedError(c.node.where() + ": the CUDA kernel takes input " + std::to_string(i) + " in " +
-                             dtype_name(x.dtype()) + " (the input's dtype), not " + dtype_name(c.in(i).dtype()));
-}
-
 void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
   same_dtype(c, x, 1, 2);

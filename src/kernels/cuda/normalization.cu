@@ -80,10 +80,6 @@ __global__ void layer_norm_dw_kernel(const T* dy, const T* x, const T* mean, con
   if (db) db[j] = from_float<T>(ab);
 }
 
-void check_rows(int64_t rows, const char* kernel) {
-  if (rows > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 rows");
-}
-
 }  // namespace
 
 void layer_norm(DType t, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd, int64_t rows,

@@ -12,10 +12,7 @@ struct Rows {
 
 // X's rows and their length (the dims from the axis on), after checking the scale and the inputs' dtypes.
 Rows rows_of(const ops::NormAttrs& at, const KernelCtx& c, const Tensor& x, size_t scale, size_t last) {
-  for (size_t i = 0; i <= last; ++i)
-    if (c.has(i) && c.in(i).dtype() != x.dtype())
-      throw UnsupportedError(c.node.where() + ": the CUDA kernel takes input " + std::to_string(i) + " in " +
-                             dtype_name(x.dtype()) + " (X's dtype), not " + dtype_name(c.in(i).dtype()));
+  same_dtype(c, x, 0, last);
   const int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
   Rows r;
   for (int64_t i = 0; i < x.rank(); ++i) (i < a ? r.rows : r.n) *= x.dims()[size_t(i)];

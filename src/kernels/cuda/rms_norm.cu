@@ -57,10 +57,6 @@ __global__ void rms_norm_dw_kernel(const T* dy, const T* x, const T* rstd, T* dw
   dw[j] = from_float<T>(a);
 }
 
-void check_rows(int64_t rows, const char* kernel) {
-  if (rows > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 rows");
-}
-
 }  // namespace
 
 void rms_norm(DType t, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t n, float epsilon,

@@ -5,20 +5,13 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-void same_as_first(const KernelCtx& c, size_t inputs) {
-  for (size_t i = 1; i < inputs; ++i)
-    if (c.in(i).dims() != c.in(0).dims() || c.in(i).dtype() != c.in(0).dtype())
-      c.fail("input " + std::to_string(i) + " " + dims_str(c.in(i).dims()) + " is not shaped as input 0 " +
-             dims_str(c.in(0).dims()));
-}
-
 void swiglu_node(KernelCtx& c) {
-  same_as_first(c, 2);
+  c.inputs_like_first(2);
   swiglu(c.in(0).dtype(), c.in(0).raw(), c.in(1).raw(), c.out(0).raw(), c.in(0).numel(), stream());
 }
 
 void swiglu_grad_node(KernelCtx& c) {
-  same_as_first(c, 3);
+  c.inputs_like_first(3);
   swiglu_grad(c.in(0).dtype(), c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.wants(0) ? c.out(0).raw() : nullptr,
               c.wants(1) ? c.out(1).raw() : nullptr, c.in(0).numel(), stream());
 }
