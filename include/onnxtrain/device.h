@@ -47,6 +47,25 @@ class DeviceMemory {
   // Waits until the work queued on this memory by the calling thread has completed (before another party reads
   // it on its own queue); nothing to wait for on the host.
   virtual void synchronize() {}
+  // The queue the calling thread's work on this device goes on (a CUDA stream), as an opaque handle: nullptr, the
+  // device's default queue, until set_queue (QueueScope) gives another. The host has none.
+  virtual void* queue() const { return nullptr; }
+  virtual void set_queue(void* queue) {}
+};
+
+// While it lives, the calling thread's work on `device` (kernels, copies, synchronize()) goes on `queue`, a handle
+// the caller owns and keeps alive (PyTorch's current CUDA stream, so that onnxtrain's work and PyTorch's are
+// ordered without waiting); then the thread's queue before comes back. Nothing on the host.
+class QueueScope {
+ public:
+  QueueScope(Device device, void* queue);
+  ~QueueScope();
+  QueueScope(const QueueScope&) = delete;
+  QueueScope& operator=(const QueueScope&) = delete;
+
+ private:
+  DeviceMemory* memory_ = nullptr;
+  void* before_ = nullptr;
 };
 
 // The host's memory: blocks of 1 MiB and more mapped from the system (mmap, munmap), smaller ones from malloc.

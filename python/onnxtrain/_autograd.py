@@ -120,7 +120,8 @@ class Apply(torch.autograd.Function):
             result = runner.backward(state, output_grads)
             return (None, None, None, *[torch.from_dlpack(result[n]) if n in result else None
                                         for n in runner.feed_names])
-        handoff.start(lambda on_gradient: runner.backward(state, output_grads, on_gradient))
+        stream = runner.stream()  # (autograd's for this node: the backward thread's own would be the default)
+        handoff.start(lambda on_gradient: runner.backward(state, output_grads, on_gradient, stream))
         # Inputs other than the released parameters get their gradients when all of backward is done.
         needs = [n for n, need in zip(runner.feed_names, ctx.needs_input_grad[3:]) if need]
         result = handoff.join() if needs else {}

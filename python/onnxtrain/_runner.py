@@ -42,6 +42,7 @@ class Runner:
 
     def __init__(self, module, exported, training, options, inputs_requiring_grad, dims, device, applied=frozenset()):
         self.rebuild_args = (module, exported, training, options, inputs_requiring_grad, dims, device)
+        self.device = torch.device(device)
         self.applied = applied  # the parameters an optimizer updates inside backward (onnxtrain.optim)
         self.module = module
         self.exported = exported
@@ -114,12 +115,19 @@ class Runner:
         seed = int(torch.randint(0, 2**62, (1,)).item())
         if self.timeline_path:
             self.session.start_memory_recording()
-        outs, state = self.session.run_forward(self.feeds(tensors), seed)
+        outs, state = self.session.run_forward(self.feeds(tensors), seed, stream=self.stream())
         self.last_stash_bytes = state.stash_bytes
         self.update_buffers(outs, tensors)
         return outs, state
 
-    def backward(self, state, output_grads, on_gradient=None):
+    def stream(self):
+        """PyTorch's current stream on the runner's CUDA device as an integer handle (0 on the CPU): onnxtrain's
+        work goes on it, ordered with PyTorch's without waiting. Autograd makes a backward's current stream its
+        forward's."""
+        return torch.cuda.current_stream(self.device).cuda_stream if self.device.type == "cuda" else 0
+
+    def backward(self, state, output_grads, on_gradient=None, stream=None):
+        """`stream`: as stream() (the default) where this thread is not autograd's (early gradients' thread)."""
         # The parameters and buffers as the module holds them now: FSDP2 frees them after forward and gathers
         # them again before backward, elsewhere; the stash reads them where they are.
         held = held_state(self.module)
@@ -133,7 +141,8 @@ class Runner:
                 elif handed is not None:
                     handed(name, gradient)
 
-        result = self.session.run_backward(state, output_grads, refeeds, on_gradient)
+        result = self.session.run_backward(state, output_grads, refeeds, on_gradient,
+                                           stream=self.stream() if stream is None else stream)
         if self.timeline_path:
             from onnxtrain import timeline
 
@@ -144,7 +153,7 @@ class Runner:
         return result
 
     def run(self, tensors):
-        outs = self.session.run(self.feeds(tensors))
+        outs = self.session.run(self.feeds(tensors), stream=self.stream())
         return tuple(torch.from_dlpack(outs[n]) for n in self.output_names)
 
     def update_buffers(self, outs, tensors):

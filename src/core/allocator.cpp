@@ -265,6 +265,17 @@ CachingAllocator& CachingAllocator::of(Device device) {
   return *(devices()[device] = std::make_unique<CachingAllocator>(device, memory));
 }
 
+QueueScope::QueueScope(Device device, void* queue) {
+  if (device == kCpu) return;
+  memory_ = &CachingAllocator::of(device).memory();
+  before_ = memory_->queue();
+  memory_->set_queue(queue);
+}
+
+QueueScope::~QueueScope() {
+  if (memory_) memory_->set_queue(before_);
+}
+
 MemoryStats memory_stats(Device device) { return CachingAllocator::of(device).stats(); }
 void reset_peak_stats(Device device) { CachingAllocator::of(device).reset_peaks(); }
 void set_memory_limit(int64_t bytes, Device device) { CachingAllocator::of(device).set_limit(bytes); }

@@ -39,10 +39,22 @@ struct Export {
   std::vector<int64_t> dims;
 };
 
-// A Python-side handle on a tensor: onnxtrain.Tensor.
+// A Python-side handle on a tensor: onnxtrain.Tensor, and the queue of its device it was made on (QueueScope).
 struct PyTensor {
   Tensor t;
+  void* queue = nullptr;
 };
+
+// Whether a consumer reading on `stream` (DLPack's __dlpack__ argument) must wait for the work queued on the tensor
+// first: unless it asks for no ordering (-1) or reads on the queue the tensor was made on. For CUDA, None and 1
+// are the legacy default stream (onnxtrain's null queue), 2 the per-thread default (cudaStreamPerThread's handle,
+// 2), any other value a stream's handle.
+bool must_wait(const PyTensor& p, const py::object& stream) {
+  if (p.t.device() == kCpu) return false;
+  int64_t code = stream.is_none() ? 1 : stream.cast<int64_t>();
+  if (code == -1) return false;
+  return reinterpret_cast<void*>(code == 1 ? 0 : code) != p.queue;
+}
 
 py::capsule to_capsule(const Tensor& t) {
   auto* e = new Export{{}, t.storage(), t.dims()};
@@ -112,7 +124,9 @@ Tensor from_python(py::handle obj) {
   }
 }
 
-py::object to_python(const Tensor& t) { return py::cast(PyTensor{t}); }
+py::object to_python(const Tensor& t) {
+  return py::cast(PyTensor{t, t.device() == kCpu ? nullptr : CachingAllocator::of(t.device()).memory().queue()});
+}
 
 py::object to_numpy(const Tensor& t) {
   if (t.dtype() == DType::kBFloat16 || !(t.device() == kCpu)) return to_python(t);
@@ -153,8 +167,10 @@ void init_tensor(py::module_& m) {
           "__dlpack__",
           [](const PyTensor& p, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
             if (!copy.is_none() && copy.cast<bool>()) throw InputError("__dlpack__: copy=True is not supported");
-            // The consumer reads on its own stream: the work queued on ours completes first.
-            if (!(p.t.device() == kCpu)) CachingAllocator::of(p.t.device()).memory().synchronize();
+            if (must_wait(p, stream)) {  // the work queued on the tensor's queue completes first
+              QueueScope on(p.t.device(), p.queue);
+              CachingAllocator::of(p.t.device()).memory().synchronize();
+            }
             return to_capsule(p.t);
           },
           py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),

@@ -14,7 +14,8 @@ namespace onnxtrain::python {
 // The tensor behind a Python object: an onnxtrain.Tensor, anything with __dlpack__, or else what numpy.asarray
 // makes of it (lists, scalars; a read-only array, which DLPack 0.6 cannot export, is copied).
 Tensor from_python(pybind11::handle obj);
-// An onnxtrain.Tensor (torch.from_dlpack takes it without a copy).
+// An onnxtrain.Tensor (torch.from_dlpack takes it without a copy), recording the calling thread's queue of its
+// device (QueueScope): the one its producer ran on.
 pybind11::object to_python(const Tensor& t);
 // A numpy array viewing the tensor through DLPack; an onnxtrain.Tensor for dtypes numpy lacks (bfloat16) and for
 // memory numpy cannot read (a GPU's).

@@ -10,6 +10,20 @@
 namespace py = pybind11;
 
 namespace onnxtrain::python {
+namespace {
+
+#define STREAM_DOC                                                                                             \
+  "`stream`: the queue its work goes on, as an integer handle (PyTorch's current CUDA stream: "                \
+  "torch.cuda.current_stream().cuda_stream, so that it is ordered with PyTorch's work without waiting); 0, the " \
+  "device's default. The outputs record it: handing one to a consumer on another stream waits for it first."
+
+// The calling thread's work for `s` on `stream`, an integer handle (0: the device's default queue), until the call
+// returns: the outputs made into Python objects inside it record the queue they were made on.
+QueueScope on_stream(const Session& s, uintptr_t stream) {
+  return QueueScope(s.impl().alloc->device(), reinterpret_cast<void*>(stream));
+}
+
+}  // namespace
 
 void init_session(py::module_& m) {
   m.def("registered_ops", &ops::registered_ops, "Every op in onnxtrain's op table (domain.name for other domains).");
@@ -52,8 +66,9 @@ void init_session(py::module_& m) {
                              "Those of output_grad_names whose gradient run_backward may be given none of.")
       .def(
           "run_forward",
-          [](Session& s, const py::dict& feeds, std::optional<uint64_t> seed) {
+          [](Session& s, const py::dict& feeds, std::optional<uint64_t> seed, uintptr_t stream) {
             auto in = tensors_of(feeds);
+            QueueScope queue = on_stream(s, stream);
             std::pair<std::map<std::string, Tensor>, std::unique_ptr<RunState>> r;
             {
               py::gil_scoped_release nogil;
@@ -61,13 +76,15 @@ void init_session(py::module_& m) {
             }
             return py::make_tuple(arrays_of(r.first), std::move(r.second));
           },
-          py::arg("feeds"), py::arg("seed") = py::none(),
-          "Runs the forward part: ({output name: array}, RunState). Random ops draw from `seed` when given.")
+          py::arg("feeds"), py::arg("seed") = py::none(), py::arg("stream") = 0,
+          "Runs the forward part: ({output name: array}, RunState). Random ops draw from `seed` when given. "
+          STREAM_DOC)
       .def(
           "run_backward",
           [](Session& s, RunState& state, const py::dict& output_grads, const py::dict& refeeds,
-             const py::object& on_gradient) {
+             const py::object& on_gradient, uintptr_t stream) {
             auto in = tensors_of(output_grads), again = tensors_of(refeeds);
+            QueueScope queue = on_stream(s, stream);
             Session::GradientReady ready;
             if (!on_gradient.is_none())
               ready = [&on_gradient](const std::string& name, const Tensor& g) {
@@ -82,15 +99,16 @@ void init_session(py::module_& m) {
             return arrays_of(r);
           },
           py::arg("state"), py::arg("output_grads") = py::dict(), py::arg("refeeds") = py::dict(),
-          py::arg("on_gradient") = py::none(),
+          py::arg("on_gradient") = py::none(), py::arg("stream") = 0,
           "Runs the backward part: {input name: gradient}. `refeeds`: forward inputs given again (same dtypes and "
           "dims), whose memory replaces what the forward was fed (for tensors moved in between, as FSDP2's "
           "parameters). `on_gradient(name, gradient)`: called as each gradient becomes final, in the order of "
-          "gradient_order, from the thread running backward")
+          "gradient_order, from the thread running backward. " STREAM_DOC)
       .def(
           "run",
-          [](Session& s, const py::dict& feeds) {
+          [](Session& s, const py::dict& feeds, uintptr_t stream) {
             auto in = tensors_of(feeds);
+            QueueScope queue = on_stream(s, stream);
             std::map<std::string, Tensor> out;
             {
               py::gil_scoped_release nogil;
@@ -98,7 +116,7 @@ void init_session(py::module_& m) {
             }
             return arrays_of(out);
           },
-          py::arg("feeds"), "Runs the graph; returns {output name: numpy array}.")
+          py::arg("feeds"), py::arg("stream") = 0, "Runs the graph; returns {output name: numpy array}. " STREAM_DOC)
       .def(
           "predicted_peak",
           [](const Session& s, const std::map<std::string, std::vector<int64_t>>& dims) {

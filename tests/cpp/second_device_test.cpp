@@ -33,8 +33,12 @@ class CountingMemory : public DeviceMemory {
   }
   // As for a discrete accelerator: the inputs an op reads on the host reach its kernels as host copies.
   bool host_readable() const override { return false; }
+  void* queue() const override { return thread_queue; }
+  void set_queue(void* queue) override { thread_queue = queue; }
   int reserved = 0, to_host = 0;
+  static thread_local void* thread_queue;
 };
+thread_local void* CountingMemory::thread_queue = nullptr;
 
 CountingMemory& test_memory() {
   static CountingMemory m;
@@ -44,6 +48,12 @@ CountingMemory& test_memory() {
 std::map<std::string, int>& calls() {
   static std::map<std::string, int> c;
   return c;
+}
+
+// The queues the device's kernels ran on: how many kernels on each.
+std::map<void*, int>& queues() {
+  static std::map<void*, int> q;
+  return q;
 }
 
 // The device's kernel of an op: every tensor must be on the device, but for the inputs the op reads on the host
@@ -59,6 +69,7 @@ kernels::KernelDef on_device(const std::string& domain, const std::string& name)
     for (const Tensor* t : c.outputs)
       if (t && !(t->device() == kTestDevice)) c.fail("an output is on " + t->device().str());
     calls()[c.node.op_type]++;
+    queues()[test_memory().queue()]++;
     host()->fn(op, c);
   };
   auto scratch = [host](const ops::Op& op, ops::InferCtx& shapes) {
@@ -157,6 +168,32 @@ TEST(SecondDevice, AShapeFromDataIsCopiedToTheHost) {
   auto out = s.run({{"x", on(kTestDevice, test_graphs::pattern_tensor({2, 6}))}, {"shape", on(kTestDevice, dims)}});
   EXPECT_EQ(out.at("y").dims(), (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(test_memory().to_host - before, 1);
+}
+
+// A caller's queue (PyTorch's current stream, for CUDA) is where a run's kernels go, for the calls under its
+// QueueScope alone; scopes nest.
+TEST(SecondDevice, KernelsRunOnTheCallersQueue) {
+  void* const mine = reinterpret_cast<void*>(uintptr_t(0x5eed));
+  void* const inner = reinterpret_cast<void*>(uintptr_t(0xbee));
+  queues().clear();
+  int64_t host_allocs = -1;
+  {
+    QueueScope scope(kTestDevice, mine);
+    train(kTestDevice, &host_allocs);
+    {
+      QueueScope nested(kTestDevice, inner);
+      EXPECT_EQ(test_memory().queue(), inner);
+    }
+    EXPECT_EQ(test_memory().queue(), mine);
+  }
+  EXPECT_EQ(test_memory().queue(), nullptr);
+  ASSERT_EQ(queues().size(), 1u) << "kernels on the default queue: " << queues()[nullptr];
+  EXPECT_GT(queues()[mine], 100);
+  queues().clear();
+  train(kTestDevice, &host_allocs);
+  EXPECT_EQ(queues().size(), 1u);
+  EXPECT_GT(queues()[nullptr], 100);
+  QueueScope on_the_host(kCpu, mine);  // (the host has no queue: nothing to set)
 }
 
 TEST(SecondDevice, InputsOnAnotherDeviceAreRefused) {

@@ -81,6 +81,9 @@ class CudaMemory : public DeviceMemory {
     copy(dst, src, bytes, cudaMemcpyDeviceToHost);
   }
   bool host_readable() const override { return false; }
+  // (The thread's stream is one for every device: a thread drives one device at a time.)
+  void* queue() const override { return current_stream(); }
+  void set_queue(void* queue) override { set_current_stream(static_cast<cudaStream_t>(queue)); }
   void synchronize() override {
     on_device(index_, [&] { check(cudaStreamSynchronize(current_stream()), "cudaStreamSynchronize"); });
   }
