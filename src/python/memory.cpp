@@ -33,7 +33,10 @@ void init_memory(py::module_& m) {
   m.def(
       "check_memory_budget", [](const std::string& text) { memory::parse_budget(text); }, py::arg("text"),
       "Raises ConfigError unless `text` is a memory budget: a fraction of the stash ('0.3') or a size ('6GiB').");
-  m.def("empty_cache", [] { empty_cache(); }, "Returns unused cached blocks to the system.");
+  m.def(
+      "empty_cache", [](const std::string& device) { empty_cache(parse_device(device)); }, py::arg("device") = "cpu",
+      "Returns the unused cached blocks of `device`'s allocator to the system (a GPU's: to PyTorch's allocator, "
+      "where it has them from).");
 }
 
 }  // namespace onnxtrain::python

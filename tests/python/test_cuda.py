@@ -23,6 +23,51 @@ def test_cuda_tensors_cross_without_copies():
         assert y.device.type == "cuda" and y.data_ptr() == x.data_ptr() and torch.equal(y, x)
 
 
+def test_onnxtrains_gpu_memory_is_pytorchs():
+    """The segments of onnxtrain's allocator come from PyTorch's: torch.cuda.memory_allocated counts them."""
+    assert onnxtrain._onnxtrain.cuda_memory_source() == "PyTorch's CUDA allocator"
+    gpu = onnxtrain.Session.from_bytes(mlp_model(), onnxtrain.SessionOptions(device="cuda", keep_cache=True))
+    feeds = {"x": torch.randn(4096, 64, device="cuda"), "w": torch.randn(64, 48, device="cuda"),
+             "b": torch.randn(48, device="cuda")}
+    onnxtrain.empty_cache("cuda:0")
+    torch.cuda.synchronize()
+    before, ours = torch.cuda.memory_allocated(), onnxtrain.memory_stats("cuda:0")["cached"]
+    out = gpu.run(feeds)["y"]
+    grown = onnxtrain.memory_stats("cuda:0")["cached"] - ours
+    assert grown >= 4096 * 48 * 4
+    torch_grown = torch.cuda.memory_allocated() - before
+    assert grown <= torch_grown <= grown + 512 * 16, (grown, torch_grown)  # (PyTorch rounds blocks to 512 bytes)
+    del out
+    onnxtrain.empty_cache("cuda:0")
+    assert torch.cuda.memory_allocated() == before  # the segments back in PyTorch's cache
+
+
+def test_work_goes_on_pytorchs_current_stream():
+    """Under torch.cuda.stream(side), onnxtrain's kernels queue behind PyTorch's on that stream: an input still being
+    made there (behind a long kernel) is read once made, and the results are eager's."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+    wrapped = onnxtrain.Module(copy.deepcopy(model))
+    x = torch.randn(512, 64, device="cuda")
+    wrapped(x).sum().backward()  # (captured and built first, outside the stream)
+    for p in wrapped.parameters():
+        p.grad = None
+    side = torch.cuda.Stream()  # (PyTorch's streams do not wait for the legacy default stream)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        late = x * 2
+        loss = wrapped(late).square().sum()
+        loss.backward()
+    torch.cuda.current_stream().wait_stream(side)
+    want = model(x * 2).square().sum()
+    want.backward()
+    assert abs(loss.item() - want.item()) <= 1e-4 * abs(want.item())
+    assert_grads_close(wrapped, model)
+
+
 def mlp_model():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
     w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 48])

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,14 +56,26 @@ auto on_device(int index, F f) {
   return f();
 }
 
-// One CUDA device's memory, in blocks from cudaMalloc (the caching allocator above it reuses them). Copies from
-// and to the host are ordered after the work queued on the thread's stream, and complete before they return.
+std::mutex& source_mu() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::optional<MemorySource>& source() {
+  static std::optional<MemorySource> s;
+  return s;
+}
+
+// One CUDA device's memory, in blocks from cudaMalloc or the source set before its first use (the caching
+// allocator above it reuses them). Copies from and to the host are ordered after the work queued on the thread's
+// stream, and complete before they return.
 class CudaMemory : public DeviceMemory {
  public:
-  explicit CudaMemory(int index) : index_(index) {}
+  CudaMemory(int index, std::optional<MemorySource> source) : index_(index), source_(std::move(source)) {}
   void* reserve(size_t bytes, size_t alignment) override {
-    void* p = nullptr;  // cudaMalloc aligns to 256 bytes at least
-    if (alignment > 256) return nullptr;
+    if (alignment > 256) return nullptr;  // cudaMalloc (and PyTorch's allocator) align to 256 bytes at least
+    if (source_) return on_device(index_, [&] { return source_->reserve(bytes); });
+    void* p = nullptr;
     cudaError_t e = on_device(index_, [&] { return cudaMalloc(&p, bytes); });
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
@@ -72,7 +85,13 @@ class CudaMemory : public DeviceMemory {
     return p;
   }
   void release(void* block) override {
-    on_device(index_, [&] { check(cudaFree(block), "cudaFree"); });
+    on_device(index_, [&] {
+      if (!source_) return check(cudaFree(block), "cudaFree");
+      // The source may hand the block out again at once, for work on another stream: the device's work first.
+      // (A segment goes back rarely: when the caching allocator trims.)
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      source_->release(block);
+    });
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     copy(dst, src, bytes, cudaMemcpyHostToDevice);
@@ -96,6 +115,7 @@ class CudaMemory : public DeviceMemory {
     });
   }
   int index_;
+  std::optional<MemorySource> source_;
 };
 
 DeviceMemory& memory_of(int index) {
@@ -106,7 +126,10 @@ DeviceMemory& memory_of(int index) {
   static std::vector<std::unique_ptr<CudaMemory>> memories;
   std::lock_guard<std::mutex> lock(mu);
   if (memories.size() <= size_t(index)) memories.resize(size_t(index) + 1);
-  if (!memories[size_t(index)]) memories[size_t(index)] = std::make_unique<CudaMemory>(index);
+  if (!memories[size_t(index)]) {
+    std::lock_guard<std::mutex> source_lock(source_mu());
+    memories[size_t(index)] = std::make_unique<CudaMemory>(index, source());
+  }
   return *memories[size_t(index)];
 }
 
@@ -116,4 +139,15 @@ const bool kRegistered = [] {
 }();
 
 }  // namespace
+
+void set_memory_source(MemorySource s) {
+  std::lock_guard<std::mutex> lock(source_mu());
+  source() = std::move(s);
+}
+
+std::string memory_source_name() {
+  std::lock_guard<std::mutex> lock(source_mu());
+  return source() ? source()->name : "cudaMalloc";
+}
+
 }  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,63 @@
+// The CUDA devices' memory from PyTorch's allocator (python/torch_allocator.h), which onnxtrain._torch_memory sets
+// at import: onnxtrain's caching allocator takes its segments from it.
+#include <cstring>
+
+#include "python/init.h"
+#include "python/torch_allocator.h"
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace py = pybind11;
+
+namespace onnxtrain::python {
+
+void init_torch_memory(py::module_& m) {
+  m.def(
+      "use_torch_cuda_memory",
+      [](const std::string& libc10, const std::string& version) -> std::string {
+#ifdef ONNXTRAIN_WITH_CUDA
+        std::string why;
+        auto a = TorchAllocator::find(libc10, version, TorchAllocator::Kind::kCuda, &why);
+        if (!a) return why;
+        kernels::cuda::set_memory_source({"PyTorch's CUDA allocator", [a](size_t bytes) { return a->allocate(bytes); },
+                                          [a](void* block) { a->release(block); }});
+        return "";
+#else
+        return "this onnxtrain was built without CUDA";
+#endif
+      },
+      py::arg("libc10"), py::arg("version"),
+      "CUDA devices first used from now take their memory from PyTorch's CUDA allocator, found in the libc10 at "
+      "`libc10` (loaded by PyTorch `version`): '', or why they cannot (they then take it from cudaMalloc).");
+  m.def(
+      "cuda_memory_source",
+      []() -> std::string {
+#ifdef ONNXTRAIN_WITH_CUDA
+        return kernels::cuda::memory_source_name();
+#else
+        return "";
+#endif
+      },
+      "Where a CUDA device first used from now takes its memory: 'cudaMalloc', \"PyTorch's CUDA allocator\", or '' "
+      "in a build without CUDA.");
+  m.def(
+      "check_torch_allocator",
+      [](const std::string& libc10, const std::string& version, size_t bytes) -> std::string {
+        std::string why;
+        auto a = TorchAllocator::find(libc10, version, TorchAllocator::Kind::kCpu, &why);
+        if (!a) return why;
+        void* block = a->allocate(bytes);
+        if (!block) return "PyTorch's CPU allocator gave no block of " + std::to_string(bytes) + " bytes";
+        std::memset(block, 0x5a, bytes);
+        a->release(block);
+        return "";
+      },
+      py::arg("libc10"), py::arg("version"), py::arg("bytes") = 1 << 20,
+      "Takes a block of `bytes` from PyTorch's CPU allocator by the calls CUDA memory takes from its CUDA allocator, "
+      "fills it and gives it back: '' when this build's view of PyTorch's allocator fits the PyTorch running, or "
+      "why not.");
+  m.attr("torch_built_against") = torch_built_against();
+}
+
+}  // namespace onnxtrain::python

@@ -1,0 +1,34 @@
+"""onnxtrain's CUDA memory comes from PyTorch's CUDA allocator: the extension calls c10's allocator through the
+headers of the PyTorch it was built against, for that version alone. Checked here through PyTorch's CPU allocator,
+by the same calls (on a GPU, test_cuda.py checks the CUDA one)."""
+import pytest
+import torch
+
+from onnxtrain import _onnxtrain as C
+from onnxtrain import _torch_memory
+
+built = pytest.mark.skipif(not C.torch_built_against, reason="onnxtrain built without PyTorch's headers")
+
+
+@built
+def test_pytorchs_allocator_is_reached_by_the_calls_cuda_memory_takes():
+    assert C.torch_built_against == torch.__version__
+    for size in (1, 4096, 3 << 20):
+        assert C.check_torch_allocator(_torch_memory.LIBC10, torch.__version__, size) == ""
+
+
+@built
+def test_another_pytorch_or_no_library_is_refused_by_name():
+    why = C.check_torch_allocator(_torch_memory.LIBC10, "1.0.0")
+    assert torch.__version__ in why and "1.0.0" in why
+    why = C.check_torch_allocator("/nonexistent/libc10.so", torch.__version__)
+    assert "/nonexistent/libc10.so" in why and "not loaded" in why
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="this PyTorch has CUDA")
+def test_without_pytorchs_cuda_the_memory_stays_cudamallocs():
+    if not C.cuda_memory_source():  # a build without CUDA says so
+        assert "without CUDA" in C.use_torch_cuda_memory(_torch_memory.LIBC10, torch.__version__)
+        return
+    assert C.use_torch_cuda_memory(_torch_memory.LIBC10, torch.__version__) != ""
+    assert C.cuda_memory_source() == "cudaMalloc"
