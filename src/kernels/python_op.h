@@ -1,5 +1,5 @@
 // The calls com.onnxtrain.PythonOp and PythonOpGrad make into the host language: set once by the Python extension
-// (onnxtrain._python_op), made by each device's kernel of the two ops. Without them, running either op is an
+// (onnxtrain._python_op), made by the two ops' kernels (one for every device). Without them, running either op is an
 // UnsupportedError.
 #pragma once
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kernel.h"
 #include "onnxtrain/tensor.h"
 
 namespace onnxtrain::kernels {
@@ -27,5 +28,9 @@ struct PythonOpCalls {
 void set_python_op_calls(PythonOpCalls calls);
 // The calls set; UnsupportedError naming `where` when none are.
 const PythonOpCalls& python_op_calls(const std::string& where);
+
+// The kernels of PythonOp and PythonOpGrad, the same on every device (each registers them): they hand the device's
+// tensors to the calls as they are.
+std::vector<KernelDef> python_op_kernels();
 
 }  // namespace onnxtrain::kernels

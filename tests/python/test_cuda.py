@@ -287,3 +287,43 @@ def test_a_llama_under_bf16_autocast_on_the_gpu_matches_eager():
     le.backward()
     assert abs(lo.item() - le.item()) <= 1e-2 * abs(le.item())
     assert_grads_aligned(ours, eager)
+
+
+class ScaleAndSave(torch.autograd.Function):
+    """A custom Function that saves a tensor for its backward: it runs in PyTorch on CUDA tensors (PythonOp)."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y, None
+
+
+def test_a_custom_function_trains_on_the_gpu_as_eager():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.b(ScaleAndSave.apply(torch.tanh(self.a(x)), torch.sigmoid(x.sum(-1, keepdim=True))))
+
+    import copy
+
+    torch.manual_seed(0)
+    eager = Net().cuda()
+    ours = onnxtrain.Module(copy.deepcopy(eager))
+    for step in range(2):
+        x = torch.randn(8, 16, device="cuda")
+        want, got = eager(x).square().mean(), ours(x).square().mean()
+        want.backward()
+        got.backward()
+        assert abs(got.item() - want.item()) <= 1e-5 * abs(want.item()), step
+        assert_grads_close(ours, eager, rtol=1e-5)
+        for m in (eager, ours):
+            for p in m.parameters():
+                p.grad = None
