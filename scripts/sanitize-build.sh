@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 generator=()
 [ -f build-sanitize/CMakeCache.txt ] || ! command -v ninja >/dev/null || generator=(-G Ninja)
 CC=clang CXX=clang++ cmake -S . -B build-sanitize "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DONNXTRAIN_SANITIZE=ON -DONNXTRAIN_FUZZ=ON -DONNXTRAIN_BUILD_CLI=ON >/dev/null
+  -DONNXTRAIN_SANITIZE=ON -DONNXTRAIN_FUZZ=ON -DONNXTRAIN_BUILD_CLI=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python" \
+  >/dev/null
 cmake --build build-sanitize -j"$(nproc)" | grep -E "error:|FAILED" || true
 test "${PIPESTATUS[0]}" -eq 0

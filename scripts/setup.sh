@@ -31,5 +31,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
+# Where nvcc is (as CMake looks for it), the CUDA backend is built against cuBLASLt's header, from the nvidia-cublas
+# wheel (PyTorch's CUDA wheels bring it; onnxtrain loads the library at run time).
+if command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ] || [ -x /usr/local/cuda/bin/nvcc ]; then
+  if ! .venv/bin/python -c "import glob, os, sys, nvidia
+sys.exit(not any(glob.glob(os.path.join(p, 'cu*', 'include', 'cublasLt.h')) for p in nvidia.__path__))" 2>/dev/null; then
+    echo "setup: installing nvidia-cublas (cuBLASLt, for the CUDA backend: requirements-cuda.txt)"
+    .venv/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-cuda.txt
+  fi
+fi
+
 echo "setup: building and installing onnxtrain"
 .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps .

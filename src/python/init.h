@@ -11,6 +11,6 @@ void init_session(pybind11::module_& m);
 void init_session_options(pybind11::module_& m);
 void init_training(pybind11::module_& m);
 void init_tensor(pybind11::module_& m);
-void init_torch_memory(pybind11::module_& m);
+void init_cuda_setup(pybind11::module_& m);
 
 }  // namespace onnxtrain::python

@@ -13,5 +13,5 @@ PYBIND11_MODULE(_onnxtrain, m) {
   onnxtrain::python::init_training(m);
   onnxtrain::python::init_optim(m);
   onnxtrain::python::init_python_op(m);
-  onnxtrain::python::init_torch_memory(m);
+  onnxtrain::python::init_cuda_setup(m);
 }

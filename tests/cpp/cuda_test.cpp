@@ -131,6 +131,29 @@ TEST(Cuda, NodesComputeAsOnTheCpu) {
   }
 }
 
+// The products cuBLASLt takes (kernels/cuda/lt_gemm.cpp): plain and transposed operands, a batch of one stride per
+// operand (0: broadcast), a bias row (the bias epilogue) and a whole base matrix, large enough for tensor cores.
+TEST(Cuda, ProductsThroughCublasLtComputeAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
+    Tensor a = random_tensor(t, {3, 33, 40}, 41), b = random_tensor(t, {3, 40, 17}, 42);
+    expect_like_cpu("MatMul", {random_tensor(t, {33, 40}, 43), random_tensor(t, {40, 17}, 44)}, {}, tol);
+    expect_like_cpu("MatMul", {a, b}, {}, tol);
+    expect_like_cpu("MatMul", {a, random_tensor(t, {40, 17}, 45)}, {}, tol);
+    expect_like_cpu("MatMul", {random_tensor(t, {33, 40}, 46), b}, {}, tol);
+    expect_like_cpu("MatMul", {random_tensor(t, {256, 384}, 47), random_tensor(t, {384, 512}, 48)}, {}, tol);
+    const Tensor at = random_tensor(t, {40, 33}, 49), bt = random_tensor(t, {17, 40}, 50);
+    expect_like_cpu("Gemm", {at, bt}, {{"transA", int64_t(1)}, {"transB", int64_t(1)}, {"alpha", 0.5f}}, tol);
+    expect_like_cpu("Gemm", {at, bt, random_tensor(t, {33, 17}, 51)},
+                    {{"transA", int64_t(1)}, {"transB", int64_t(1)}, {"beta", 0.5f}}, tol);
+    expect_like_cpu("Gemm", {at, bt, random_tensor(t, {17}, 52)}, {{"transA", int64_t(1)}, {"transB", int64_t(1)}},
+                    tol);
+    expect_like_cpu("Gemm", {random_tensor(t, {1, 40}, 53), bt, random_tensor(t, {1, 17}, 54)},
+                    {{"transB", int64_t(1)}}, tol);
+  }
+}
+
 Tensor scalar(DType t, double v) {
   Tensor s = random_tensor(t, {}, 0);
   if (t == DType::kFloat32) s.data<float>()[0] = float(v);

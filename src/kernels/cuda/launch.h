@@ -107,6 +107,9 @@ struct GemmShape {
   int64_t c0_rs = 0, c0_cs = 0;
 };
 void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
+// gemm's product through cuBLASLt (lt_gemm.cpp); false, computing nothing, for one it does not take: operands with no
+// unit stride, a batch that does not fold into one stride, a base of another shape, ONNXTRAIN_CUDA_GEMM=tiled.
+bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
 
 // Cross-entropy over (n, c) float32 scores and n targets (int32 or int64, on the device; `ignore` skipped when
 // has_ignore). A target out of range counts, with a NaN loss (the device cannot stop the step to say so).

@@ -1,10 +1,13 @@
-// The CUDA devices' memory from PyTorch's allocator (python/torch_allocator.h), which onnxtrain._torch_memory sets
-// at import: onnxtrain's caching allocator takes its segments from it.
+// What the CUDA backend takes from the Python installation, which onnxtrain._cuda_setup gives at import: the CUDA
+// devices' memory from PyTorch's allocator (python/torch_allocator.h: onnxtrain's caching allocator takes its
+// segments from it), and the folders of the NVIDIA wheels cuBLASLt is loaded from (kernels/cuda/cublaslt.h).
 #include <cstring>
 
+#include "onnxtrain/error.h"
 #include "python/init.h"
 #include "python/torch_allocator.h"
 #ifdef ONNXTRAIN_WITH_CUDA
+#include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -12,7 +15,7 @@ namespace py = pybind11;
 
 namespace onnxtrain::python {
 
-void init_torch_memory(py::module_& m) {
+void init_cuda_setup(py::module_& m) {
   m.def(
       "use_torch_cuda_memory",
       [](const std::string& libc10, const std::string& version) -> std::string {
@@ -58,6 +61,25 @@ void init_torch_memory(py::module_& m) {
       "fills it and gives it back: '' when this build's view of PyTorch's allocator fits the PyTorch running, or "
       "why not.");
   m.attr("torch_built_against") = torch_built_against();
+  m.def(
+      "add_cublaslt_dir",
+      [](const std::string& dir) {
+#ifdef ONNXTRAIN_WITH_CUDA
+        kernels::cuda::add_cublaslt_dir(dir);
+#endif
+      },
+      py::arg("dir"),
+      "A folder to look for cuBLASLt in (after the libraries the process has loaded), before its first use.");
+  m.def(
+      "cublaslt_library",
+      []() -> std::string {
+#ifdef ONNXTRAIN_WITH_CUDA
+        return kernels::cuda::cublaslt().path;
+#else
+        throw UnsupportedError("this onnxtrain was built without CUDA");
+#endif
+      },
+      "The file cuBLASLt was loaded from, loading it now if it was not (UnsupportedError: where it was looked for).");
 }
 
 }  // namespace onnxtrain::python
