@@ -12,7 +12,8 @@ query and value projections): PyTorch's AdamW with fused=True; onnxtrain-adamw (
 and onnxtrain-inbw (level 0, onnxtrain.optim.AdamW with in_backward=True: each update applied in backward),
 onnxtrain-inbw-0.1 (and a budget keeping a tenth of the stash: the plans cheapest per byte, the tied head's dW
 formed at the end of backward instead of in forward among them), onnxtrain-l1-inbw and onnxtrain-l1-inbw-0.1 (the
-same at level 1: the budget's plans beyond the level's).
+same at level 1: the budget's plans beyond the level's). Other combinations follow the names' grammar (parse()):
+onnxtrain-l1-0.3-bf16 is level 1, a budget of 0.3 of the stash, under bf16 autocast.
 
 Printed per configuration: s/step (median of the measured steps), the ratio to its reference (eager for fp32,
 eager-bf16 for bf16, lora-eager for LoRA), the first step (capture or compilation included), peak RSS growth
@@ -49,38 +50,59 @@ REFERENCE = {"eager-bf16": "eager-bf16", "compile-bf16": "eager-bf16", "onnxtrai
              "lora-eager": "lora-eager", "lora-onnxtrain": "lora-eager"}
 
 
-def make_model(name):
+def make_model(name, tiny=False):
+    """The model of record, with random weights; `tiny`: two narrow layers of its kind (a quick check of a script)."""
     import transformers as T
 
     if name == "llama":
-        config = T.LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                               num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True,
-                               max_position_embeddings=2048, use_cache=False)
+        size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2) if tiny else dict(hidden_size=576, intermediate_size=1536,
+                                                             num_hidden_layers=30, num_attention_heads=9,
+                                                             num_key_value_heads=3)
+        config = T.LlamaConfig(vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=2048,
+                               use_cache=False, **size)
         return T.LlamaForCausalLM(config)
-    return T.GPT2LMHeadModel(T.GPT2Config(use_cache=False))
+    size = dict(n_embd=64, n_layer=2, n_head=4) if tiny else {}
+    return T.GPT2LMHeadModel(T.GPT2Config(use_cache=False, **size))
 
 
-def build(name, config):
+def parse(config):
+    """A configuration's name as its parts, dash-separated after its system (eager, compile, onnxtrain, lora-eager,
+    lora-onnxtrain): l<k> a memory optimizer level, a number or a size a budget (onnxtrain.Options.memory_budget),
+    inbw onnxtrain.optim.AdamW applying updates in backward, adamw the same applying them in step(), bf16 autocast."""
+    system = next(s for s in ("lora-onnxtrain", "lora-eager", "onnxtrain", "compile", "eager") if config.startswith(s))
+    parts = {"system": system, "level": 0, "budget": "", "inbw": False, "adamw": False, "bf16": False}
+    for token in config[len(system):].split("-")[1:]:
+        if token in ("inbw", "adamw", "bf16"):
+            parts[token] = True
+        elif token[0] == "l" and token[1:].isdigit():
+            parts["level"] = int(token[1:])
+        else:
+            parts["budget"] = token
+    return parts
+
+
+def build(name, config, device="cpu", tiny=False):
     import torch
 
     import onnxtrain
 
     torch.manual_seed(0)
-    model = make_model(name).train()
-    if config.startswith("lora"):
+    model = make_model(name, tiny).train().to(device)
+    parts = parse(config)
+    if parts["system"].startswith("lora"):
         import peft
 
         model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, target_modules=LORA_TARGETS[name],
                                                            lora_dropout=0.0))
-    if config.startswith("compile"):
+    if parts["system"] == "compile":
         model = torch.compile(model)
-    elif config.endswith("onnxtrain") or config.startswith("onnxtrain"):
-        level = int(config[11]) if config[:11] == "onnxtrain-l" else 0
-        budget = config.split("-inbw-")[1] if "-inbw-" in config else ""
-        model = onnxtrain.Module(model, onnxtrain.Options(memory_opt_level=level, memory_budget=budget))
+    elif parts["system"].endswith("onnxtrain"):
+        options = onnxtrain.Options(memory_opt_level=parts["level"], memory_budget=parts["budget"])
+        model = onnxtrain.Module(model, options)
     params = [p for p in model.parameters() if p.requires_grad]
-    if config == "onnxtrain-adamw" or "-inbw" in config:
-        return model, onnxtrain.optim.AdamW(params, lr=1e-4, in_backward="inbw" in config)
+    if parts["adamw"] or parts["inbw"]:
+        return model, onnxtrain.optim.AdamW(params, lr=1e-4, in_backward=parts["inbw"])
     return model, torch.optim.AdamW(params, lr=1e-4, fused=True)
 
 
@@ -93,7 +115,7 @@ def measure(name, config, steps):
     model, opt = build(name, config)
     batch, seq = SHAPES[name]
     ids = torch.randint(0, VOCAB[name], (batch, seq))
-    bf16 = config.endswith("bf16")
+    bf16 = parse(config)["bf16"]
     gc.collect()
     base = rss_mib("VmRSS")
 

@@ -1,0 +1,16 @@
+"""bench/gpu.py, the GPU benchmark of record, runs end to end (a two-layer GPT-2 of GPT-2's vocabulary, on the GPU
+where there is one, else the CPU): onnxtrain's step peak printed as predicted and as measured, equal."""
+import os
+import subprocess
+import sys
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu.py")
+
+
+def test_the_gpu_benchmark_runs_and_prints_the_predicted_peak_as_measured():
+    out = subprocess.run([sys.executable, BENCH, "--tiny", "--batch", "2", "--seq", "16", "--steps", "1", "--only",
+                          "eager,onnxtrain-l1"], capture_output=True, text=True, check=True).stdout
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("eager", "onnxtrain"))}
+    assert set(lines) == {"eager", "onnxtrain-l1"}, out
+    predicted, measured = lines["onnxtrain-l1"][-3:-1]
+    assert float(predicted) > 0 and predicted == measured, out
