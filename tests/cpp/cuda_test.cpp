@@ -289,15 +289,18 @@ TEST(Cuda, TheFusedHeadComputesAsOnTheCpu) {
                     {{"wrt", int64_t(1)}}, tol);
     expect_like_cpu("com.onnxtrain.LinearGradAdd", {dscores, x, w, b}, {{"wrt", int64_t(2)}}, tol);
   }
-  // The unfused loss over float32 scores, and its gradient.
-  Tensor scores = random_tensor(DType::kFloat32, {12, 41}, 38);
-  expect_like_cpu("SoftmaxCrossEntropyLoss", {scores, target}, {{"ignore_index", int64_t(-100)}}, 1e-5, 3);
-  expect_like_cpu("SoftmaxCrossEntropyLoss", {scores, target},
-                  {{"ignore_index", int64_t(-100)}, {"reduction", std::string("none")}}, 1e-5, 3);
-  Tensor kept = int64s({12}, {3, 0, 40, 0, 7, 7, 39, 1, 0, 22, 5, 13});  // (the gradient's targets: ignored ones 0)
-  auto lse = run_one(kCpu, "SoftmaxCrossEntropyLoss", {scores, kept}, {}, 3).at("o2");
-  expect_like_cpu("com.onnxtrain.SoftmaxCrossEntropyLossGrad",
-                  {random_tensor(DType::kFloat32, {12}, 39), scores, lse, kept}, {});
+  // The unfused loss and its gradient, over float32 scores and (through float32 copies) 16-bit ones.
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
+    Tensor scores = random_tensor(t, {12, 41}, 38);
+    expect_like_cpu("SoftmaxCrossEntropyLoss", {scores, target}, {{"ignore_index", int64_t(-100)}}, tol, 3);
+    expect_like_cpu("SoftmaxCrossEntropyLoss", {scores, target},
+                    {{"ignore_index", int64_t(-100)}, {"reduction", std::string("none")}}, tol, 3);
+    Tensor kept = int64s({12}, {3, 0, 40, 0, 7, 7, 39, 1, 0, 22, 5, 13});  // (the gradient's targets: none ignored)
+    auto lse = run_one(kCpu, "SoftmaxCrossEntropyLoss", {scores, kept}, {}, 3).at("o2");
+    expect_like_cpu("com.onnxtrain.SoftmaxCrossEntropyLossGrad", {random_tensor(t, {12}, 39), scores, lse, kept},
+                    {}, tol);
+  }
 }
 
 // FlashAttention and its gradient: a causal mask, an additive bias, grouped-query heads and dropout (the CPU's mask).

@@ -1,7 +1,9 @@
-// The CUDA kernels of SoftmaxCrossEntropyLoss over (N, C) float32 scores without class weights (a language model's
-// unfused head: the exporters' cross_entropy) and of its gradient com.onnxtrain.SoftmaxCrossEntropyLossGrad, on
-// cross_entropy.cu's row kernels. Other forms (weights, (N, C, d...) scores, other dtypes) are refused by name.
+// The CUDA kernels of SoftmaxCrossEntropyLoss over (N, C) scores without class weights (a language model's unfused
+// head: the exporters' cross_entropy) and of its gradient com.onnxtrain.SoftmaxCrossEntropyLossGrad, on
+// cross_entropy.cu's row kernels: float32, and bfloat16 and float16 through float32 copies (kernels/in_float32.h),
+// as the host computes them. Other forms (weights, (N, C, d...) scores) are refused by name.
 #include "kernels/cuda/indexing.h"
+#include "kernels/in_float32.h"
 #include "ops/loss.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -58,10 +60,12 @@ Dim loss_scratch(const ops::Op&, ops::InferCtx& s) {
   return r;
 }
 
+void convert(DType from, DType to, const void* x, void* y, int64_t n) { cast(from, to, x, y, n, stream()); }
+
 const bool kRegistered = register_kernels(
     cuda_device(0),
-    {{"", "SoftmaxCrossEntropyLoss", kernel<LossAttrs>(softmax_cross_entropy), loss_scratch},
-     {"com.onnxtrain", "SoftmaxCrossEntropyLossGrad", kernel(softmax_cross_entropy_grad)}});
+    {in_float32({"", "SoftmaxCrossEntropyLoss", kernel<LossAttrs>(softmax_cross_entropy), loss_scratch}, convert),
+     in_float32({"com.onnxtrain", "SoftmaxCrossEntropyLossGrad", kernel(softmax_cross_entropy_grad)}, convert)});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda
