@@ -303,6 +303,27 @@ TEST(Cuda, TheFusedHeadComputesAsOnTheCpu) {
   }
 }
 
+// The fused head at a real vocabulary (GPT-2's 50257 classes) goes by blocks of rows (667 in float32, so three here):
+// the loss, log-sum-exps and the gradients forward forms, and the gradient of a loss per row, as the CPU's.
+TEST(Cuda, TheFusedHeadGoesByBlocksOfRowsAsTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 1400, classes = 50257;
+  Tensor target(DType::kInt64, {n});
+  for (int64_t i = 0; i < n; ++i) target.data<int64_t>()[i] = i % 97 == 5 ? -100 : (i * 7919) % classes;
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
+    Tensor x = random_tensor(t, {n, 16}, 61), w = random_tensor(t, {classes, 16}, 62);
+    Tensor b = random_tensor(t, {classes}, 63);
+    const ir::Attributes mean = {{"ignore_index", int64_t(-100)}};
+    expect_like_cpu("com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, mean, tol, 5);
+    ir::Attributes none = mean;
+    none["reduction"] = std::string("none");
+    auto fwd = run_one(kCpu, "com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, none, 2);
+    expect_like_cpu("com.onnxtrain.LinearCrossEntropyGrad",
+                    {random_tensor(DType::kFloat32, {n}, 64), x, w, b, target, fwd.at("o1")}, none, tol, 3);
+  }
+}
+
 // FlashAttention and its gradient: a causal mask, an additive bias, grouped-query heads and dropout (the CPU's mask).
 TEST(Cuda, FlashAttentionComputesAsOnTheCpu) {
   SKIP_WITHOUT_GPU();

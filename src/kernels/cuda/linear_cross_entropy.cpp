@@ -1,8 +1,9 @@
 // The CUDA kernels of the fused head (ops/linear_cross_entropy.cpp): com.onnxtrain.LinearCrossEntropy, its gradient
-// LinearCrossEntropyGrad and LinearGradAdd, on matmul.cu's GEMM and cross_entropy.cu's row kernels. A first version
-// for correctness: the (N, C) scores (float32) and, for the gradients, their gradient (in X's dtype) are held whole
-// in scratch, where the CPU's kernel goes by blocks; the targets stay on the device (one out of range gives a NaN
-// loss, not an error).
+// LinearCrossEntropyGrad and LinearGradAdd, on matmul.cu's GEMM and cross_entropy.cu's row kernels. Both go by blocks
+// of rows whose scores (float32) and their gradient (in X's dtype) fill at most kBlockBytes of scratch: each block's
+// scores, its rows' log-sum-exps and losses, then (for gradients) its scores' gradient, dX's rows, and its share of
+// dW and dB, summed over the blocks (dW of 16-bit operands in float32, rounded once; dB in its dtype). The targets
+// stay on the device (one out of range gives a NaN loss, not an error).
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/product.h"
 #include "ops/loss.h"
@@ -12,6 +13,8 @@ namespace {
 
 using ops::LinearGradAddAttrs;
 using ops::LossAttrs;
+
+constexpr int64_t kBlockBytes = int64_t(256) << 20;
 
 // The head's sizes: X (n, k) as rows, W (c, k), B (c)?, n targets; checked.
 struct Head {
@@ -31,6 +34,11 @@ Head head_of(const KernelCtx& ctx, size_t x, size_t w, size_t b, size_t target) 
   return h;
 }
 
+// Rows per block for c classes of dtype t (the scratch function's Dim the same, at most the rows there are).
+int64_t block_rows(int64_t c, DType t) {
+  return std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, c * int64_t(4 + dtype_size(t))));
+}
+
 CrossEntropy cross_entropy_of(const LossAttrs& a, const KernelCtx& c, const Head& h, size_t target) {
   CrossEntropy e;
   e.n = h.n, e.c = h.c;
@@ -40,20 +48,72 @@ CrossEntropy cross_entropy_of(const LossAttrs& a, const KernelCtx& c, const Head
   return e;
 }
 
-// s (n, c) float32 = X W^T + B.
-void scores(const KernelCtx& c, const Head& h, size_t x, size_t w, size_t b, float* s) {
-  product(h.t, DType::kFloat32, c.in(x).raw(), h.k, 1, c.in(w).raw(), 1, h.k, h.n, h.c, h.k,
+// Rows [r0, r0 + m) of e.
+CrossEntropy rows_from(CrossEntropy e, int64_t r0, int64_t m) {
+  e.target = static_cast<const char*>(e.target) + r0 * int64_t(dtype_size(e.target_type));
+  e.n = m;
+  return e;
+}
+
+// Row r0 of t seen as rows of `width` elements.
+const char* row(const Tensor& t, int64_t r0, int64_t width) {
+  return static_cast<const char*>(t.raw()) + r0 * width * int64_t(dtype_size(t.dtype()));
+}
+char* row(Tensor& t, int64_t r0, int64_t width) {
+  return static_cast<char*>(t.raw()) + r0 * width * int64_t(dtype_size(t.dtype()));
+}
+
+// s (m, c) float32 = X's rows [r0, r0 + m) W^T + B.
+void scores(const KernelCtx& c, const Head& h, size_t x, size_t w, size_t b, int64_t r0, int64_t m, float* s) {
+  product(h.t, DType::kFloat32, row(c.in(x), r0, h.k), h.k, 1, c.in(w).raw(), 1, h.k, m, h.c, h.k,
           c.has(b) ? c.in(b).raw() : nullptr, 0, s);
 }
 
-// dX = G W, dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for.
-void head_gradients(KernelCtx& c, const Head& h, const void* g, size_t x, size_t w, size_t first) {
-  if (c.wants(first))
-    product(h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, h.n, h.k, h.c, nullptr, 0, c.out(first).raw());
-  if (c.wants(first + 1))
-    product(h.t, h.t, g, 1, h.c, c.in(x).raw(), h.k, 1, h.c, h.k, h.n, nullptr, 0, c.out(first + 1).raw());
-  if (c.wants(first + 2)) column_sums(h.t, g, h.n, h.c, nullptr, c.out(first + 2).raw(), stream());
-}
+// dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
+// block of rows' G at a time: dW and dB summed over the blocks, dW of 16-bit operands in float32 (`sum`, `part`:
+// c x k floats of scratch each) and rounded once by finish().
+struct Gradients {
+  KernelCtx& c;
+  const Head& h;
+  size_t x, w, first;
+  float *sum = nullptr, *part = nullptr;
+
+  static bool in_float32(const KernelCtx& c, const Head& h, size_t first) {
+    return h.t != DType::kFloat32 && c.wants(first + 1);
+  }
+  Gradients(KernelCtx& ctx, const Head& head, size_t x_, size_t w_, size_t first_, ScratchCarver& scratch)
+      : c(ctx), h(head), x(x_), w(w_), first(first_) {
+    if (in_float32(c, h, first)) sum = scratch.take<float>(h.c * h.k), part = scratch.take<float>(h.c * h.k);
+  }
+  void add(const void* g, int64_t r0, int64_t m) {
+    if (c.wants(first))
+      product(h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, m, h.k, h.c, nullptr, 0,
+              row(c.out(first), r0, h.k));
+    if (c.wants(first + 1)) {
+      const void* xs = row(c.in(x), r0, h.k);
+      if (sum) {
+        product(h.t, DType::kFloat32, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, nullptr, 0, r0 ? part : sum);
+        if (r0) {
+          Indexing ix;
+          ix.rank = 1, ix.dims[0] = h.c * h.k, ix.strides[0][0] = ix.strides[1][0] = 1;
+          binary(Binary::kAdd, DType::kFloat32, sum, part, sum, ix, stream());
+        }
+      } else {
+        void* dw = c.out(first + 1).raw();
+        product(h.t, h.t, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, r0 ? dw : nullptr, h.k, dw);
+      }
+    }
+    if (c.wants(first + 2)) {
+      void* db = c.out(first + 2).raw();
+      column_sums(h.t, g, m, h.c, r0 ? db : nullptr, db, stream());
+    }
+  }
+  void finish() {
+    for (size_t i : {first + 1, first + 2})  // (no rows: no block wrote them)
+      if (h.n == 0 && c.wants(i)) zero(c.out(i).raw(), c.out(i).nbytes());
+    if (sum && h.n > 0) cast(DType::kFloat32, h.t, sum, c.out(first + 1).raw(), h.c * h.k, stream());
+  }
+};
 
 void check_float32(const KernelCtx& c, const Tensor& t, const char* what) {
   if (t.dtype() != DType::kFloat32)
@@ -67,20 +127,29 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   if (grads && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
   check_float32(c, c.out(0), "the loss");
   const CrossEntropy e = cross_entropy_of(a, c, h, 3);
+  const bool mean = a.reduction == LossAttrs::kMean;
+  const int64_t block = std::min(h.n, block_rows(h.c, h.t));
   ScratchCarver scratch{c};
-  float* s = scratch.take<float>(h.n * h.c);
+  float* s = scratch.take<float>(block * h.c);
   float* lse = c.wants(1) ? c.out(1).data<float>() : scratch.take<float>(h.n);
-  double* totals = scratch.take<double>(2);
-  zero(totals, 2 * sizeof(double));
-  scores(c, h, 0, 1, 2, s);
-  if (c.wants(5)) cast(DType::kFloat32, h.t, s, c.out(5).raw(), h.n * h.c, stream());
+  double* totals = scratch.take<double>(4);  // the loss's sum and count; the count alone, for the gradient's scale
+  zero(totals, 4 * sizeof(double));
+  void* g = grads ? scratch.take<uint8_t>(block * h.c * int64_t(dtype_size(h.t))) : nullptr;
+  Gradients gradients(c, h, 0, 1, 2, scratch);
+  if (grads && mean) count_targets(e, totals + 2, stream());
   float* loss = c.out(0).data<float>();
-  cross_entropy_rows(e, s, lse, a.reduction == LossAttrs::kNone ? loss : nullptr, totals, stream());
-  if (a.reduction != LossAttrs::kNone) cross_entropy_total(a.reduction == LossAttrs::kMean, totals, loss, stream());
-  if (!grads) return;
-  void* g = scratch.take<uint8_t>(h.n * h.c * int64_t(dtype_size(h.t)));
-  cross_entropy_grad(e, h.t, s, lse, nullptr, false, a.reduction == LossAttrs::kMean, totals, g, stream());
-  head_gradients(c, h, g, 0, 1, 2);
+  for (int64_t r0 = 0; r0 < h.n; r0 += block) {
+    const int64_t m = std::min(block, h.n - r0);
+    const CrossEntropy rows = rows_from(e, r0, m);
+    scores(c, h, 0, 1, 2, r0, m, s);
+    if (c.wants(5)) cast(DType::kFloat32, h.t, s, row(c.out(5), r0, h.c), m * h.c, stream());
+    cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, stream());
+    if (!grads) continue;
+    cross_entropy_grad(rows, h.t, s, lse + r0, nullptr, false, mean, totals + 2, g, stream());
+    gradients.add(g, r0, m);
+  }
+  if (a.reduction != LossAttrs::kNone) cross_entropy_total(mean, totals, loss, stream());
+  gradients.finish();
 }
 
 void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
@@ -91,16 +160,23 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
   if (c.in(0).numel() != (per_row ? h.n : 1) || c.in(5).numel() != h.n)
     c.fail("dloss " + dims_str(c.in(0).dims()) + " or lse " + dims_str(c.in(5).dims()) + " does not fit the rows");
   const CrossEntropy e = cross_entropy_of(a, c, h, 4);
+  const int64_t block = std::min(h.n, block_rows(h.c, h.t));
   ScratchCarver scratch{c};
-  float* s = scratch.take<float>(h.n * h.c);
+  float* s = scratch.take<float>(block * h.c);
   double* totals = scratch.take<double>(2);
-  void* g = scratch.take<uint8_t>(h.n * h.c * int64_t(dtype_size(h.t)));
+  void* g = scratch.take<uint8_t>(block * h.c * int64_t(dtype_size(h.t)));
+  Gradients gradients(c, h, 1, 2, 0, scratch);
   zero(totals, 2 * sizeof(double));
   if (a.reduction == LossAttrs::kMean) count_targets(e, totals, stream());
-  scores(c, h, 1, 2, 3, s);
-  cross_entropy_grad(e, h.t, s, c.in(5).data<float>(), c.in(0).data<float>(), per_row,
-                     a.reduction == LossAttrs::kMean, totals, g, stream());
-  head_gradients(c, h, g, 1, 2, 0);
+  const float *lse = c.in(5).data<float>(), *dloss = c.in(0).data<float>();
+  for (int64_t r0 = 0; r0 < h.n; r0 += block) {
+    const int64_t m = std::min(block, h.n - r0);
+    scores(c, h, 1, 2, 3, r0, m, s);
+    cross_entropy_grad(rows_from(e, r0, m), h.t, s, lse + r0, dloss + (per_row ? r0 : 0), per_row,
+                       a.reduction == LossAttrs::kMean, totals, g, stream());
+    gradients.add(g, r0, m);
+  }
+  gradients.finish();
 }
 
 void linear_grad_add(const LinearGradAddAttrs& a, KernelCtx& c) {
@@ -122,25 +198,32 @@ void linear_grad_add(const LinearGradAddAttrs& a, KernelCtx& c) {
 
 Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements * Dim(bytes)); }
 
-// The scores (float32), their gradient (X's dtype) when gradients are formed, the totals, and forward's
-// log-sum-exps when output 1 is not asked for.
-Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse) {
+// As the kernels carve it: a block's scores (float32), the totals, forward's log-sum-exps when output 1 is not asked
+// for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit operands, its float32 sum and
+// a block's part.
+Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, int64_t totals) {
   const Shape& xs = s.shape(x);
-  const Dim rows = shape_numel(Shape(xs.begin(), xs.end() - 1)), cells = rows * s.shape(w)[0];
-  Dim r = span_of(cells, 4) + span_of(Dim(2), 8);
-  if (grads) r = r + span_of(cells, int64_t(dtype_size(s.dtype(x))));
+  const DType t = s.dtype(x);
+  const Dim rows = shape_numel(Shape(xs.begin(), xs.end() - 1)), classes = s.shape(w)[0];
+  const Dim block = classes.is_const() ? Dim::min(rows, Dim(block_rows(classes.value(), t))) : rows;
+  Dim r = span_of(block * classes, 4);
   if (lse) r = r + span_of(rows, 4);
+  r = r + span_of(Dim(totals), 8);
+  if (grads) r = r + span_of(block * classes, int64_t(dtype_size(t)));
+  if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * s.shape(w)[1], 4) * Dim(2);
   return r;
 }
 
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
-  bool grads = false;
-  for (size_t i = 2; i < std::min<size_t>(5, outs.size()); ++i) grads = grads || outs[i];
-  return head_scratch(s, 0, 1, grads, outs.size() < 2 || !outs[1]);
+  auto asked = [&](size_t i) { return i < outs.size() && outs[i] != nullptr; };
+  return head_scratch(s, 0, 1, asked(2) || asked(3) || asked(4), !asked(1), asked(3), 4);
 }
 
-Dim backward_scratch(const ops::Op&, ops::InferCtx& s) { return head_scratch(s, 1, 2, true, false); }
+Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
+  const auto& outs = s.node().outputs;
+  return head_scratch(s, 1, 2, true, false, outs.size() > 1 && outs[1], 2);
+}
 
 const bool kRegistered = register_kernels(
     cuda_device(0),
