@@ -1,34 +1,39 @@
 // What the CUDA backend takes from the Python installation, which onnxtrain._cuda_setup gives at import: the CUDA
 // devices' memory from PyTorch's allocator (python/torch_allocator.h: onnxtrain's caching allocator takes its
-// segments from it), and the folders of the NVIDIA wheels cuBLASLt is loaded from (kernels/cuda/cublaslt.h).
+// segments from it), and the folders of the NVIDIA wheels cuBLASLt is loaded from, through the CUDA runtime's
+// device-neutral hooks (kernels/device_runtime.h).
 #include <cstring>
 
+#include "kernels/device_runtime.h"
 #include "onnxtrain/error.h"
 #include "python/init.h"
 #include "python/torch_allocator.h"
-#ifdef ONNXTRAIN_WITH_CUDA
-#include "kernels/cuda/cublaslt.h"
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace py = pybind11;
 
 namespace onnxtrain::python {
+namespace {
+
+// The CUDA runtime's hooks; UnsupportedError in a build without CUDA.
+const kernels::DeviceRuntime& cuda() {
+  const kernels::DeviceRuntime* r = kernels::device_runtime(DeviceType::kCuda);
+  if (!r) throw UnsupportedError("this onnxtrain was built without CUDA");
+  return *r;
+}
+
+}  // namespace
 
 void init_cuda_setup(py::module_& m) {
   m.def(
       "use_torch_cuda_memory",
       [](const std::string& libc10, const std::string& version) -> std::string {
-#ifdef ONNXTRAIN_WITH_CUDA
+        if (!kernels::device_runtime(DeviceType::kCuda)) return "this onnxtrain was built without CUDA";
         std::string why;
         auto a = TorchAllocator::find(libc10, version, TorchAllocator::Kind::kCuda, &why);
         if (!a) return why;
-        kernels::cuda::set_memory_source({"PyTorch's CUDA allocator", [a](size_t bytes) { return a->allocate(bytes); },
-                                          [a](void* block) { a->release(block); }});
+        cuda().set_memory_source({"PyTorch's CUDA allocator", [a](size_t bytes) { return a->allocate(bytes); },
+                                  [a](void* block) { a->release(block); }});
         return "";
-#else
-        return "this onnxtrain was built without CUDA";
-#endif
       },
       py::arg("libc10"), py::arg("version"),
       "CUDA devices first used from now take their memory from PyTorch's CUDA allocator, found in the libc10 at "
@@ -36,11 +41,7 @@ void init_cuda_setup(py::module_& m) {
   m.def(
       "cuda_memory_source",
       []() -> std::string {
-#ifdef ONNXTRAIN_WITH_CUDA
-        return kernels::cuda::memory_source_name();
-#else
-        return "";
-#endif
+        return kernels::device_runtime(DeviceType::kCuda) ? cuda().memory_source() : std::string();
       },
       "Where a CUDA device first used from now takes its memory: 'cudaMalloc', \"PyTorch's CUDA allocator\", or '' "
       "in a build without CUDA.");
@@ -64,21 +65,12 @@ void init_cuda_setup(py::module_& m) {
   m.def(
       "add_cublaslt_dir",
       [](const std::string& dir) {
-#ifdef ONNXTRAIN_WITH_CUDA
-        kernels::cuda::add_cublaslt_dir(dir);
-#endif
+        if (kernels::device_runtime(DeviceType::kCuda)) cuda().add_library_dir(dir);
       },
       py::arg("dir"),
       "A folder to look for cuBLASLt in (after the libraries the process has loaded), before its first use.");
   m.def(
-      "cublaslt_library",
-      []() -> std::string {
-#ifdef ONNXTRAIN_WITH_CUDA
-        return kernels::cuda::cublaslt().path;
-#else
-        throw UnsupportedError("this onnxtrain was built without CUDA");
-#endif
-      },
+      "cublaslt_library", [] { return cuda().math_library(); },
       "The file cuBLASLt was loaded from, loading it now if it was not (UnsupportedError: where it was looked for).");
 }
 

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "kernels/cuda/cublaslt.h"
+#include "kernels/device_runtime.h"
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -138,16 +140,18 @@ const bool kRegistered = [] {
   return true;
 }();
 
+// The embedder's way in (kernels/device_runtime.h): the devices' memory source, and cuBLASLt's folders.
+const bool kRuntimeRegistered = register_device_runtime(
+    DeviceType::kCuda,
+    {[](MemorySource s) {
+       std::lock_guard<std::mutex> lock(source_mu());
+       source() = std::move(s);
+     },
+     [] {
+       std::lock_guard<std::mutex> lock(source_mu());
+       return source() ? source()->name : std::string("cudaMalloc");
+     },
+     add_cublaslt_dir, [] { return cublaslt().path; }});
+
 }  // namespace
-
-void set_memory_source(MemorySource s) {
-  std::lock_guard<std::mutex> lock(source_mu());
-  source() = std::move(s);
-}
-
-std::string memory_source_name() {
-  std::lock_guard<std::mutex> lock(source_mu());
-  return source() ? source()->name : "cudaMalloc";
-}
-
 }  // namespace onnxtrain::kernels::cuda

@@ -1,10 +1,10 @@
 // The CUDA runtime as onnxtrain's kernels use it: errors as exceptions, the stream work is queued on, and whether
 // a device is there at all. Device memory is registered with the caching allocator (core/allocator.h) for every
-// CUDA device index on first use (runtime.cpp), from cudaMalloc or the source the embedder set.
+// CUDA device index on first use (runtime.cpp), from cudaMalloc or the source the embedder set through the
+// device-neutral hooks runtime.cpp registers (kernels/device_runtime.h).
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <functional>
 #include <string>
 
 #include "onnxtrain/dtype.h"
@@ -25,16 +25,5 @@ int device_count();
 cudaStream_t current_stream();
 void set_current_stream(cudaStream_t stream);
 
-// Where the CUDA devices' memory comes from: cudaMalloc and cudaFree, unless the embedder gives another source (the
-// Python extension: PyTorch's allocator) before a device's first use. `reserve` runs with the device current and
-// returns nullptr when the device is full; `release` gets a block once the device has finished with it.
-struct MemorySource {
-  std::string name;
-  std::function<void*(size_t bytes)> reserve;
-  std::function<void(void* block)> release;
-};
-void set_memory_source(MemorySource source);
-// The name of the source a device's memory comes from when first used from now: "cudaMalloc" without one.
-std::string memory_source_name();
 
 }  // namespace onnxtrain::kernels::cuda
