@@ -17,11 +17,19 @@ from onnxtrain import _onnxtrain as C
 
 LIBC10 = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
 
-if torch.version.cuda and C.cuda_memory_source():
+
+def _use_torch_cuda_memory():
     why_not = C.use_torch_cuda_memory(LIBC10, torch.__version__)
     if why_not:
         logging.getLogger("onnxtrain").warning("onnxtrain: CUDA memory from cudaMalloc, which PyTorch's memory "
                                                "statistics and limits do not see: %s", why_not)
+
+
+# Once PyTorch has initialized CUDA (its allocator serves no block before): at once if it has, else when it does
+# (importing onnxtrain initializes nothing, so that a process can still fork). A device onnxtrain uses before
+# then keeps cudaMalloc.
+if torch.version.cuda and C.cuda_memory_source():
+    torch.cuda._lazy_call(_use_torch_cuda_memory)
 
 _nvidia = importlib.util.find_spec("nvidia")
 for _root in (_nvidia.submodule_search_locations or []) if _nvidia else []:

@@ -24,7 +24,9 @@ def test_cuda_tensors_cross_without_copies():
 
 
 def test_onnxtrains_gpu_memory_is_pytorchs():
-    """The segments of onnxtrain's allocator come from PyTorch's: torch.cuda.memory_allocated counts them."""
+    """The segments of onnxtrain's allocator come from PyTorch's (set once PyTorch has initialized CUDA):
+    torch.cuda.memory_allocated counts them."""
+    torch.cuda.init()
     assert onnxtrain._onnxtrain.cuda_memory_source() == "PyTorch's CUDA allocator"
     gpu = onnxtrain.Session.from_bytes(mlp_model(), onnxtrain.SessionOptions(device="cuda", keep_cache=True))
     feeds = {"x": torch.randn(4096, 64, device="cuda"), "w": torch.randn(64, 48, device="cuda"),
