@@ -75,10 +75,10 @@ KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)()) {
       own_bytes = size_t(d.value());
       copies.at = size_t(scratch_span(d).value());
     }
+    const Device device = c.alloc ? c.alloc->device() : kCpu;  // (the scratch's: a kernel run alone has the host's)
     auto carve = [&](const std::vector<int64_t>& dims) {
       int64_t n = numel_of(dims);
-      return Tensor(DType::kFloat32, dims,
-                    Storage::borrow(copies.take<float>(n), size_t(n) * 4, nullptr, c.alloc->device()));
+      return Tensor(DType::kFloat32, dims, Storage::borrow(copies.take<float>(n), size_t(n) * 4, nullptr, device));
     };
     std::vector<Tensor> ins(c.inputs.size()), outs(c.outputs.size());
     for (size_t i = 0; i < c.inputs.size(); ++i)
