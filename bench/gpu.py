@@ -8,7 +8,7 @@ parameters the products read x tokens, plus 12 x layers x width x sequence per t
 device's dense peak for the dtype: --peak-tflops to give it), the first step, the step's peak of
 torch.cuda.max_memory_allocated above what was allocated before it (onnxtrain's memory counts there when it comes
 from PyTorch's allocator: the header says), and for onnxtrain its allocator's step peak as predicted before the
-first step and as measured.
+first step and as measured, and the copies it made from the GPU to the host per step (0 for a static step).
 
 --headline replays the seeds' claim: torch.cuda.set_per_process_memory_fraction is set where eager-bf16 just fits
 batch B (its peak reserved memory, plus 2%); eager-bf16 at 2B is tried under it, then onnxtrain under bf16 autocast
@@ -55,6 +55,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
     import torch
 
     import onnxtrain
+    from onnxtrain import _onnxtrain as C
 
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -80,6 +81,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
         first = time.perf_counter() - t
         step()  # the optimizer's state
         sync()
+        copies = C.cuda_copies_to_host() if cuda else 0
         times, ours, peak = [], 0, 0
         for _ in range(steps):  # (the last step's gradients freed first: what is allocated before a step holds none)
             opt.zero_grad(set_to_none=True)
@@ -102,7 +104,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
     out = {"s": s, "tokens_s": batch * seq / s, "first": first, "loss": loss.item(),
            "flops": flops_per_token(getattr(inner, "module", inner), seq) * batch * seq / s}
     if cuda:
-        out.update(peak=peak / MIB,
+        out.update(copies=(C.cuda_copies_to_host() - copies) / steps, peak=peak / MIB,
                    reserved=torch.cuda.max_memory_reserved() / MIB, device=torch.cuda.get_device_name())
     if isinstance(model, onnxtrain.Module):
         runner = [r for r in model.runners() if r.training][-1]
@@ -145,7 +147,7 @@ def table(name, args, configs):
     print(f"\n{name}, batch {args.batch}x{args.seq}; each configuration in its own process; medians of "
           f"{args.rounds} run(s) of {args.steps} steps")
     print(f"{'':22}{'s/step':>8}{'tokens/s':>10}{'/ref':>6}{'MFU':>6}{'first s':>9}{'peak MiB':>10}"
-          f"{'predicted':>11}{'measured':>10}{'loss':>8}")
+          f"{'predicted':>11}{'measured':>10}{'loss':>8}{'D2H/step':>9}")
     for c, m in med.items():
         ref = med.get("eager-bf16" if parse(c)["bf16"] else "eager")
         rel = f"{m['tokens_s'] / ref['tokens_s']:6.2f}" if ref else " " * 6
@@ -153,8 +155,9 @@ def table(name, args, configs):
         mfu = f"{m['flops'] / (peak * 1e12):6.2f}" if peak else " " * 6
         mem = f"{m['peak']:10.0f}" if "peak" in m else " " * 10
         pred = f"{m['predicted']:11.1f}{m['measured']:10.1f}" if "predicted" in m else " " * 21
-        print(f"{c:22}{m['s']:8.3f}{m['tokens_s']:10.0f}{rel}{mfu}{m['first']:9.1f}{mem}{pred}{m['loss']:8.3f}",
-              flush=True)
+        copies = f"{m['copies']:9.1f}" if "copies" in m and "predicted" in m else ""
+        print(f"{c:22}{m['s']:8.3f}{m['tokens_s']:10.0f}{rel}{mfu}{m['first']:9.1f}{mem}{pred}{m['loss']:8.3f}"
+              f"{copies}", flush=True)
 
 
 def headline(name, args):

@@ -3,6 +3,7 @@
 // registers its hooks (kernels/cuda/runtime.cpp for CUDA); a type without them has none to give.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -26,6 +27,8 @@ struct DeviceRuntime {
   // (loaded now if it was not; an UnsupportedError saying where it looked when it cannot be).
   std::function<void(const std::string& dir)> add_library_dir;
   std::function<std::string()> math_library;
+  // Copies from the type's devices to the host since the process began: a step with static shapes makes none.
+  std::function<int64_t()> copies_to_host;
 };
 
 bool register_device_runtime(DeviceType type, DeviceRuntime runtime);

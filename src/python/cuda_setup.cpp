@@ -70,6 +70,10 @@ void init_cuda_setup(py::module_& m) {
       py::arg("dir"),
       "A folder to look for cuBLASLt in (after the libraries the process has loaded), before its first use.");
   m.def(
+      "cuda_copies_to_host", [] { return cuda().copies_to_host(); },
+      "Copies onnxtrain made from a GPU to the host since the process began (a step with static shapes makes none; "
+      "PyTorch's own, as loss.item(), are not counted).");
+  m.def(
       "cublaslt_library", [] { return cuda().math_library(); },
       "The file cuBLASLt was loaded from, loading it now if it was not (UnsupportedError: where it was looked for).");
 }

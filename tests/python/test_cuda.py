@@ -145,6 +145,19 @@ def assert_grads_aligned(ours, eager):
         assert cos.item() >= 0.999, f"{name}: cosine {cos.item()}"
 
 
+def test_a_static_step_copies_nothing_to_the_host():
+    """Once captured, a training step of the toy GPT reads no value back from the GPU: the shapes, axes and scalars
+    ops read on the host are known there."""
+    _, ours = gpt_pair()
+    wrapped = onnxtrain.Module(ours)
+    idx, target = batch(3)
+    for step in range(3):
+        before = onnxtrain._onnxtrain.cuda_copies_to_host()
+        lm_loss(wrapped, idx, target).backward()
+        copies = onnxtrain._onnxtrain.cuda_copies_to_host() - before
+        assert step == 0 or copies == 0, f"step {step}: {copies} copies to the host"
+
+
 @pytest.mark.parametrize("front_door", ["module", "compile"])
 def test_the_toy_gpt_trains_on_the_gpu_as_eager(front_door):
     """Loss and every gradient as PyTorch eager on CUDA computes them (float32), over 10 AdamW steps."""

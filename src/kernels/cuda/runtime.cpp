@@ -1,5 +1,6 @@
 #include "kernels/cuda/runtime.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,6 +59,12 @@ auto on_device(int index, F f) {
   return f();
 }
 
+// Copies from a device to the host, of every device, since the process began (what a step must not make).
+std::atomic<int64_t>& copies_to_host() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 std::mutex& source_mu() {
   static std::mutex mu;
   return mu;
@@ -99,6 +106,7 @@ class CudaMemory : public DeviceMemory {
     copy(dst, src, bytes, cudaMemcpyHostToDevice);
   }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    copies_to_host()++;
     copy(dst, src, bytes, cudaMemcpyDeviceToHost);
   }
   bool host_readable() const override { return false; }
@@ -151,7 +159,7 @@ const bool kRuntimeRegistered = register_device_runtime(
        std::lock_guard<std::mutex> lock(source_mu());
        return source() ? source()->name : std::string("cudaMalloc");
      },
-     add_cublaslt_dir, [] { return cublaslt().path; }});
+     add_cublaslt_dir, [] { return cublaslt().path; }, [] { return copies_to_host().load(); }});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda
