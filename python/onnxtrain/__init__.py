@@ -28,7 +28,7 @@ from onnxtrain._capture.experts import use_dense_experts
 from onnxtrain.memory_log import log_memory_usage, memory_stats
 from onnxtrain.memory_log import subscribe as subscribe_memory_stats
 from onnxtrain import _python_op  # noqa: F401 (sets the calls custom autograd Functions run through)
-from onnxtrain import _cuda_setup  # noqa: F401 (CUDA memory from PyTorch's allocator)
+from onnxtrain import _cuda_setup  # noqa: F401 (CUDA memory from PyTorch's allocator, cuBLASLt's folders)
 from onnxtrain import optim
 from onnxtrain.module import Module
 from onnxtrain.options import Options

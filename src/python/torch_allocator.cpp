@@ -52,14 +52,14 @@ std::optional<TorchAllocator> TorchAllocator::find(const std::string& libc10, co
     *why = std::string("this PyTorch has no ") + (kind == Kind::kCuda ? "CUDA" : "CPU") + " allocator";
     return std::nullopt;
   }
-  return TorchAllocator(reinterpret_cast<Get>(get), kind);
+  return TorchAllocator(get, kind);
 }
 
 void* TorchAllocator::allocate(size_t bytes) const {
   try {
     // The block and its context are one pointer for PyTorch's CPU and CUDA allocators: released, the context is
     // the block, freed by the allocator's raw deleter.
-    c10::DataPtr block = allocator(reinterpret_cast<void*>(get_), kind_)->allocate(bytes);
+    c10::DataPtr block = allocator(get_, kind_)->allocate(bytes);
     if (block.get() != block.get_context()) return nullptr;  // (an allocator plugged in that works otherwise)
     return block.release_context();
   } catch (...) {  // c10::OutOfMemoryError, the device full
@@ -68,7 +68,7 @@ void* TorchAllocator::allocate(size_t bytes) const {
 }
 
 void TorchAllocator::release(void* block) const {
-  allocator(reinterpret_cast<void*>(get_), kind_)->raw_deleter()(block);
+  allocator(get_, kind_)->raw_deleter()(block);
 }
 
 #else

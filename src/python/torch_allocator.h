@@ -20,9 +20,8 @@ class TorchAllocator {
   void release(void* block) const;
 
  private:
-  using Get = void* (*)(const void* device_type);  // c10::GetAllocator's address (cast when called)
-  TorchAllocator(Get get, Kind kind) : get_(get), kind_(kind) {}
-  Get get_;
+  TorchAllocator(void* get, Kind kind) : get_(get), kind_(kind) {}
+  void* get_;  // c10::GetAllocator's address (cast to its type where c10's headers are seen)
   Kind kind_;
 };
 

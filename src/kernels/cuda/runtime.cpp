@@ -148,7 +148,8 @@ const bool kRegistered = [] {
   return true;
 }();
 
-// The embedder's way in (kernels/device_runtime.h): the devices' memory source, and cuBLASLt's folders.
+// The embedder's way in (kernels/device_runtime.h): the devices' memory source, cuBLASLt's folders and the
+// count of copies to the host.
 const bool kRuntimeRegistered = register_device_runtime(
     DeviceType::kCuda,
     {[](MemorySource s) {
