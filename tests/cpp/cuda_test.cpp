@@ -357,6 +357,29 @@ TEST(Cuda, FlashAttentionComputesAsOnTheCpu) {
   }
 }
 
+// The tensor-core kernels of 16-bit operands (attention_mma.cuh) over several tiles of rows and keys, both head
+// sizes and grouped-query heads. (ONNXTRAIN_CUDA_ATTENTION=simple runs the warp-per-row kernels instead.)
+TEST(Cuda, TensorCoreAttentionComputesAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 150;
+  Tensor causal(DType::kBool, {n, n});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) causal.data<bool>()[i * n + j] = j > i;
+  for (DType t : {DType::kFloat16, DType::kBFloat16})
+    for (int64_t d : {64, 128}) {
+      Tensor q = random_tensor(t, {2, 4, n, d}, 31), kt = random_tensor(t, {2, 2, d, n}, 32);
+      Tensor v = random_tensor(t, {2, 2, n, d}, 33);
+      std::vector<Tensor> in = {q, kt, v, scalar(t, 0.125), causal, scalar(t, -INFINITY),
+                                scalar(DType::kFloat32, 0.f), scalar(DType::kBool, false)};
+      const ir::Attributes attrs = {{"kv_groups", int64_t(2)}};
+      expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, 2e-2, 2);
+      auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
+      std::vector<Tensor> grad_in = {random_tensor(t, {2, 4, n, d}, 34), q, kt, v, fwd.at("o0"), fwd.at("o1")};
+      grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
+      expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, 3);
+    }
+}
+
 TEST(Cuda, DropoutDrawsTheCpusMask) {
   SKIP_WITHOUT_GPU();
   Tensor ratio(DType::kFloat32, {}), training(DType::kBool, {});

@@ -2,22 +2,21 @@
 // a warp per query row runs an online softmax over the keys, so no (tq, tk) buffer exists; the backward recomputes
 // each probability from the row's log-sum-exp, a warp per query row for dQ and a warp per key for dK and dV (heads
 // sharing K and V, grouped-query attention, summed in that warp: no atomics). Dropout draws the CPU's counter-based
-// mask. A first kernel for correctness, each lane holding head elements lane, lane + 32, ...: tiles in shared
-// memory and tensor cores come with issue 29's part 3.
-#include "kernels/counter_random.h"
-#include "kernels/cuda/device_types.cuh"
+// mask. Each lane holds head elements lane, lane + 32, ...: the kernels of float32 operands and of heads over 128
+// elements; 16-bit operands take attention_mma.cuh's tensor-core kernels.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
+namespace tc = mma_attention;  // the tensor-core kernels
 namespace {
 
 constexpr int kWarps = kThreads / 32, kPerLane = kMaxHead / 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Elements lane, lane + 32, ... of a row of n (0 past its end).
 template <typename T>
@@ -58,40 +57,11 @@ __device__ __forceinline__ float lane_dot(const float (&a)[kPerLane], const floa
   return warp_sum(s);
 }
 
-// What one query pair reads: its K and V, mask and bias rows' starts.
-template <typename T>
-struct Pair {
-  int64_t kv;
-  const bool* cond;
-  const T* bias;
-};
-template <typename T>
-__device__ __forceinline__ Pair<T> pair_of(const Attention& a, int64_t pair) {
-  const Offsets<3> o = offsets<3>(a.batch, pair);
-  const int64_t rep = o.at[2], span = a.kv_heads * a.groups;
-  return {a.groups == 1 ? rep : rep / span * a.kv_heads + rep % span / a.groups, a.cond ? a.cond + o.at[0] : nullptr,
-          a.bias ? static_cast<const T*>(a.bias) + o.at[1] : nullptr};
-}
-
-template <typename T>
-__device__ __forceinline__ float scalar_or(const void* p, float otherwise) {
-  return p ? to_float(*static_cast<const T*>(p)) : otherwise;
-}
-
-__device__ __forceinline__ bool masked(const Attention& a, const bool* cond, int64_t r, int64_t j) {
-  return cond && cond[r * a.cond_row + j * a.cond_col];
-}
-
 // Score (r, j) of a pair, not masked: scale q.k + bias.
 template <typename T>
-__device__ __forceinline__ float score(const Attention& a, const Pair<T>& p, const float (&q)[kPerLane], const T* kt,
-                                       int64_t r, int64_t j, float scale, int lane) {
-  float s = dot(q, kt + p.kv * a.d * a.tk + j, a.d, a.tk, lane) * scale;
-  return p.bias ? s + to_float(p.bias[r * a.bias_row + j * a.bias_col]) : s;
-}
-
-__device__ __forceinline__ bool keeps(const Attention& a, int64_t row, int64_t j) {
-  return dropout_keeps(a.seed, uint64_t(row) * uint64_t(a.tk) + uint64_t(j), a.threshold);
+__device__ __forceinline__ float score(const Attention& a, const AttentionPair<T>& p, const float (&q)[kPerLane],
+                                       const T* kt, int64_t r, int64_t j, float scale, int lane) {
+  return dot(q, kt + p.kv * a.d * a.tk + j, a.d, a.tk, lane) * scale + bias_at(a, p.bias, r, j);
 }
 
 template <typename T>
@@ -100,7 +70,7 @@ __global__ void forward_kernel(Attention a, const T* q, const T* kt, const T* v,
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= a.pairs * a.tq) return;
   const int64_t pair = row / a.tq, r = row % a.tq;
-  const Pair<T> p = pair_of<T>(a, pair);
+  const AttentionPair<T> p = pair_of<T>(a, pair);
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
   const T* vi = v + p.kv * a.tk * a.dv;
   float qv[kPerLane], acc[kPerLane] = {}, vj[kPerLane];
@@ -134,7 +104,7 @@ __global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* kt, con
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= a.pairs * a.tq) return;
   const int64_t pair = row / a.tq, r = row % a.tq;
-  const Pair<T> p = pair_of<T>(a, pair);
+  const AttentionPair<T> p = pair_of<T>(a, pair);
   const float scale = scalar_or<T>(a.scale, 1.f);
   float qv[kPerLane], dyv[kPerLane], acc[kPerLane] = {};
   load(q + row * a.d, a.d, 1, lane, qv);
@@ -170,7 +140,7 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
   load(kt + kv * a.d * a.tk + j, a.d, a.tk, lane, kj);
   load(v + (kv * a.tk + j) * a.dv, a.dv, 1, lane, vj);
   for (int64_t pair = 0; pair < a.pairs; ++pair) {
-    const Pair<T> p = pair_of<T>(a, pair);
+    const AttentionPair<T> p = pair_of<T>(a, pair);
     if (p.kv != kv) continue;
     for (int64_t r = 0; r < a.tq; ++r) {
       const int64_t row = pair * a.tq + r;
@@ -178,8 +148,7 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
       float s = fill;
       if (!off) {
         load(q + row * a.d, a.d, 1, lane, x);
-        s = lane_dot(x, kj) * scale;
-        if (p.bias) s += to_float(p.bias[r * a.bias_row + j * a.bias_col]);
+        s = lane_dot(x, kj) * scale + bias_at(a, p.bias, r, j);
       }
       const float e = __expf(s - lse[row]);
       if (e == 0.f) continue;
@@ -201,10 +170,32 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
   store(dvo + (kv * a.tk + j) * a.dv, a.dv, 1, lane, dvv);
 }
 
-unsigned warps_to_blocks(int64_t warps, const char* kernel) {
-  const int64_t blocks = (warps + kWarps - 1) / kWarps;
+unsigned to_blocks(int64_t units, int64_t per_block, const char* kernel) {
+  const int64_t blocks = (units + per_block - 1) / per_block;
   if (blocks > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 blocks");
   return unsigned(blocks);
+}
+
+// The tensor-core kernels' head size (attention_mma.cuh) for 16-bit operands with heads of at most 128 elements;
+// 0 for the warp-per-row kernels: float32 operands, larger heads, or all of them with ONNXTRAIN_CUDA_ATTENTION=simple
+// (for comparison).
+int mma_head(DType t, const Attention& a) {
+  static const bool simple = [] {
+    const char* v = std::getenv("ONNXTRAIN_CUDA_ATTENTION");
+    return v && std::strcmp(v, "simple") == 0;
+  }();
+  const int64_t head = std::max(a.d, a.dv);
+  if (simple || (t != DType::kFloat16 && t != DType::kBFloat16)) return 0;
+  return head <= 64 ? 64 : head <= 128 ? 128 : 0;
+}
+
+// f.template operator()<D>() for the tensor-core kernels' head size D.
+template <typename F>
+void with_head(int head, F&& f) {
+  if (head == 64)
+    f.template operator()<64>();
+  else
+    f.template operator()<128>();
 }
 
 }  // namespace
@@ -213,10 +204,20 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* kt,
                      cudaStream_t stream) {
   const int64_t rows = a.pairs * a.tq;
   if (rows == 0) return;
+  const int head = mma_head(t, a);
   bool ok = with_float_type(t, [&](auto x) {
     using T = decltype(x);
-    forward_kernel<<<warps_to_blocks(rows, "FlashAttention"), kThreads, 0, stream>>>(
-        a, static_cast<const T*>(q), static_cast<const T*>(kt), static_cast<const T*>(v), static_cast<T*>(y), lse);
+    const T *qt = static_cast<const T*>(q), *ktt = static_cast<const T*>(kt), *vt = static_cast<const T*>(v);
+    if constexpr (!std::is_same_v<T, float>)
+      if (head) {
+        const int64_t blocks = to_blocks(a.tq, tc::kTile, "FlashAttention") * a.pairs;
+        return with_head(head, [&]<int D>() {
+          tc::forward<T, D><<<to_blocks(blocks, 1, "FlashAttention"), tc::kBlock, 0, stream>>>(
+              a, qt, ktt, vt, static_cast<T*>(y), lse);
+        });
+      }
+    forward_kernel<<<to_blocks(rows, kWarps, "FlashAttention"), kThreads, 0, stream>>>(a, qt, ktt, vt,
+                                                                                        static_cast<T*>(y), lse);
   });
   if (!ok) unsupported_dtype("FlashAttention", t);
   check_launch("FlashAttention");
@@ -226,15 +227,34 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
                           const void* y, const float* lse, float* row_dots, void* dq, void* dkt, void* dv,
                           cudaStream_t stream) {
   const int64_t rows = a.pairs * a.tq, keys = a.kv_count * a.tk;
+  const int head = mma_head(t, a);
   bool ok = with_float_type(t, [&](auto x) {
     using T = decltype(x);
     const T *dyt = static_cast<const T*>(dy), *qt = static_cast<const T*>(q), *ktt = static_cast<const T*>(kt),
             *vt = static_cast<const T*>(v);
+    if constexpr (!std::is_same_v<T, float>)
+      if (head) {
+        const char* name = "FlashAttentionGrad";
+        return with_head(head, [&]<int D>() {
+          if (rows) {
+            tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
+                a, dyt, static_cast<const T*>(y), row_dots);
+            const int64_t blocks = to_blocks(a.tq, tc::kTile, name) * a.pairs;
+            tc::grad_q<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(a, dyt, qt, ktt, vt, lse,
+                                                                                      row_dots, static_cast<T*>(dq));
+          }
+          if (keys) {
+            const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
+            tc::grad_kv<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
+                a, dyt, qt, ktt, vt, lse, row_dots, static_cast<T*>(dkt), static_cast<T*>(dv));
+          }
+        });
+      }
     if (rows)
-      dq_kernel<<<warps_to_blocks(rows, "FlashAttentionGrad"), kThreads, 0, stream>>>(
+      dq_kernel<<<to_blocks(rows, kWarps, "FlashAttentionGrad"), kThreads, 0, stream>>>(
           a, dyt, qt, ktt, vt, static_cast<const T*>(y), lse, row_dots, static_cast<T*>(dq));
     if (keys)  // (after dq_kernel on the stream: it reads the rows' D)
-      dkv_kernel<<<warps_to_blocks(keys, "FlashAttentionGrad"), kThreads, 0, stream>>>(
+      dkv_kernel<<<to_blocks(keys, kWarps, "FlashAttentionGrad"), kThreads, 0, stream>>>(
           a, dyt, qt, ktt, vt, lse, row_dots, static_cast<T*>(dkt), static_cast<T*>(dv));
   });
   if (!ok) unsupported_dtype("FlashAttentionGrad", t);

@@ -1,0 +1,402 @@
+// FlashAttention on tensor cores for 16-bit operands, FlashAttention-2's scheme (warp_mma.cuh's products): a block
+// of 4 warps owns 64 query rows (16 a warp) and steps over the keys 64 at a time, K and V staged in shared memory;
+// scores, probabilities and the output stay in registers, rescaled by the online softmax, the probabilities fed to
+// the next product as they are. The backward recomputes each probability from the row's log-sum-exp in two
+// kernels, no atomics: one owns query rows (dQ), the other 64 keys of a K and V batch index (dK, dV) and steps over
+// the query rows of every pair reading them (grouped-query heads summed there). Masks, biases, the fill of masked
+// scores, dropout (the CPU's counter-based draw) and fully masked rows as the warp-per-row kernels (attention.cu)
+// and the CPU's; tiles whose every score is -inf (a causal mask's) skipped. Head sizes up to D (64 or 128),
+// zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION
+// (mma_attention by default) so that the tests' warp emulation compiles its own host copy.
+#pragma once
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/warp_mma.cuh"
+
+#ifndef ONNXTRAIN_MMA_ATTENTION
+#define ONNXTRAIN_MMA_ATTENTION mma_attention
+#endif
+
+namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
+
+constexpr int kBlock = 128, kTile = 64;  // threads a block; rows a block owns and keys a step (queries: kQueries)
+
+template <typename T>
+__device__ __forceinline__ const uint16_t* bits(const T* p) {
+  return reinterpret_cast<const uint16_t*>(p);
+}
+
+// Element (r, c) of a row-major (rows, cols) matrix, 0 outside it.
+__device__ __forceinline__ uint16_t at(const uint16_t* m, int64_t r, int64_t c, int64_t rows, int64_t cols) {
+  return r < rows && c < cols ? m[r * cols + c] : uint16_t(0);
+}
+
+// A warp's 16 rows r0 .. r0 + 15 of a row-major (rows, cols) matrix in global memory as A operands, k-step kk in
+// a[kk].
+template <int D>
+__device__ __forceinline__ void a_global(uint32_t (&a)[D / 16][4], const uint16_t* m, int64_t r0, int64_t rows,
+                                         int64_t cols, int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int64_t c = 16 * kk + 2 * t;
+    a[kk][0] = join(at(m, r0 + g, c, rows, cols), at(m, r0 + g, c + 1, rows, cols));
+    a[kk][1] = join(at(m, r0 + g + 8, c, rows, cols), at(m, r0 + g + 8, c + 1, rows, cols));
+    a[kk][2] = join(at(m, r0 + g, c + 8, rows, cols), at(m, r0 + g, c + 9, rows, cols));
+    a[kk][3] = join(at(m, r0 + g + 8, c + 8, rows, cols), at(m, r0 + g + 8, c + 9, rows, cols));
+  }
+}
+
+// s[j][c] = rows j0 + j of a row-major (n, cols) matrix (V), zero-padded: R rows of D columns.
+template <int R, int D>
+__device__ __forceinline__ void stage_rows(uint16_t (*s)[D + 8], const uint16_t* m, int64_t j0, int64_t n,
+                                           int64_t cols) {
+  for (int i = threadIdx.x; i < R * D; i += kBlock) {
+    const int j = i / D, c = i % D;
+    s[j][c] = at(m, j0 + j, c, n, cols);
+  }
+}
+
+// s[j][c] = column j0 + j of a row-major (cols, n) matrix (Kt: K's rows), zero-padded; threads go along Kt's rows.
+template <int D>
+__device__ __forceinline__ void stage_columns(uint16_t (*s)[D + 8], const uint16_t* m, int64_t j0, int64_t n,
+                                              int64_t cols) {
+  for (int i = threadIdx.x; i < kTile * D; i += kBlock) {
+    const int c = i / kTile, j = i % kTile;
+    s[j][c] = at(m, c, j0 + j, cols, n);
+  }
+}
+
+// s[c][j] = element c of row j0 + j of a row-major (n, cols) matrix (V transposed), zero-padded.
+template <int D>
+__device__ __forceinline__ void stage_transposed(uint16_t (*s)[kTile + 8], const uint16_t* m, int64_t j0, int64_t n,
+                                                 int64_t cols) {
+  for (int i = threadIdx.x; i < kTile * D; i += kBlock) {
+    const int j = i / D, c = i % D;
+    s[c][j] = at(m, j0 + j, c, n, cols);
+  }
+}
+
+// c[nt] = A B over the tile's N / 8 columns of 8, B(k, n) = s[n][k] (k over D).
+template <typename T, int D, int N, int S>
+__device__ __forceinline__ void product_rows(float (&c)[N / 8][4], const uint32_t (&a)[D / 16][4],
+                                             const uint16_t (*s)[S], int g, int t) {
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt) {
+    c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t b0, b1;
+      b_rows<S>(b0, b1, s, 8 * nt, 16 * kk, g, t);
+      mma<T>(c[nt], a[kk], b0, b1);
+    }
+  }
+}
+
+// c[nt] += P B over D / 8 columns of 8: P the accumulators p (K / 8 tiles of 8 columns) as A operands rounded to T,
+// B(k, n) = s[n][k] (kRows) or s[k][n] for k < K.
+template <typename T, int D, int K, bool kRows, int S>
+__device__ __forceinline__ void product_accumulators(float (&c)[D / 8][4], const float (&p)[K / 8][4],
+                                                     const uint16_t (*s)[S], int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t pa[4];
+    a_accumulators<T>(pa, p, kk);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      uint32_t b0, b1;
+      if constexpr (kRows)
+        b_rows<S>(b0, b1, s, 8 * nt, 16 * kk, g, t);
+      else
+        b_cols<S>(b0, b1, s, 16 * kk, 8 * nt, g, t);
+      mma<T>(c[nt], pa, b0, b1);
+    }
+  }
+}
+
+// A warp's accumulators c (rows r0 + g and r0 + g + 8, D columns) into a row-major matrix of `cols` columns, each
+// row's times mult[0] and mult[1]; rows past `rows` and columns past `cols` left out.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(T* m, const float (&c)[D / 8][4], int64_t r0, int64_t rows, int64_t cols,
+                                           const float (&mult)[2], int g, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = r0 + g + 8 * h;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (const int col = 8 * nt + 2 * t + e; col < cols)
+          m[r * cols + col] = from_float<T>(c[nt][2 * h + e] * mult[h]);
+  }
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Where a warp's accumulator element i of 8-column tile nt sits: row (0 .. 15) and column (0 .. 8 nt + 7).
+__device__ __forceinline__ int row_of(int i, int g) { return g + 8 * (i / 2); }
+__device__ __forceinline__ int column_of(int nt, int i, int t) { return 8 * nt + 2 * t + i % 2; }
+
+// Score (r, j) of a pair from its product qk: the fill where masked, else scale qk + bias; -inf past the keys or
+// the rows, which read no mask.
+template <typename T>
+__device__ __forceinline__ float score(const Attention& a, const AttentionPair<T>& p, float qk, int64_t r, int64_t j,
+                                       float scale, float fill) {
+  if (r >= a.tq || j >= a.tk) return -INFINITY;
+  return masked(a, p.cond, r, j) ? fill : qk * scale + bias_at(a, p.bias, r, j);
+}
+
+// Whether a score of rows r0 .. r0 + R - 1 and keys j0 .. j0 + C - 1 of a pair can be other than -inf, the whole
+// block voting: a tile whose every score is -inf (masked with a fill of -inf, or a bias of -inf, as a causal mask's
+// upper tiles) adds nothing and is skipped. Without a mask or a bias every tile counts, and no barrier is taken.
+template <typename T, int R, int C>
+__device__ __forceinline__ bool live(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                     float fill) {
+  if (!a.cond && !a.bias) return true;
+  int any = 0;
+  for (int i = threadIdx.x; i < R * C && !any; i += kBlock) {
+    const int64_t r = r0 + i / C, j = j0 + i % C;
+    if (r < a.tq && j < a.tk)
+      any = masked(a, p.cond, r, j) ? fill != -INFINITY : bias_at(a, p.bias, r, j) != -INFINITY;
+  }
+  return __syncthreads_or(any) != 0;
+}
+
+// What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
+// the warp's first row, the lane's g and t, the pair's K and V, the scalars.
+template <typename T>
+struct RowBlock {
+  int64_t pair, block_r0, r0;
+  int g, t;
+  AttentionPair<T> p;
+  float scale, fill;
+  const uint16_t *kb, *vb;
+};
+template <typename T>
+__device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt, const T* v) {
+  const int64_t tiles = (a.tq + kTile - 1) / kTile, pair = blockIdx.x / tiles, block_r0 = blockIdx.x % tiles * kTile;
+  const int lane = threadIdx.x % 32;
+  const AttentionPair<T> p = pair_of<T>(a, pair);
+  return {pair, block_r0, block_r0 + threadIdx.x / 32 * 16, lane / 4, lane % 4, p, scalar_or<T>(a.scale, 1.f),
+          scalar_or<T>(a.fill, 0.f), bits(kt) + p.kv * a.d * a.tk, bits(v) + p.kv * a.tk * a.dv};
+}
+
+// Y and the LSE: grid (query tiles x pairs).
+template <typename T, int D>
+__global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
+  __shared__ uint16_t ks[kTile][D + 8];  // the step's keys, a row each
+  __shared__ uint16_t vt[D][kTile + 8];  // its values transposed, a row per output column
+  const RowBlock<T> b = row_block(a, kt, v);
+  const int64_t pair = b.pair, r0 = b.r0;
+  const int g = b.g, t = b.t;
+  const AttentionPair<T> p = b.p;
+  uint32_t qf[D / 16][4];
+  a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
+  const float scale = b.scale, fill = b.fill;
+  float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  for (int64_t j0 = 0; j0 < a.tk; j0 += kTile) {
+    if (!live<T, kTile, kTile>(a, p, b.block_r0, j0, fill)) continue;
+    __syncthreads();  // the last step's tiles read
+    stage_columns<D>(ks, b.kb, j0, a.tk, a.d);
+    stage_transposed<D>(vt, b.vb, j0, a.tk, a.dv);
+    __syncthreads();
+    float s[kTile / 8][4];
+    product_rows<T, D, kTile>(s, qf, ks, g, t);
+    float top[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[nt][i] = score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale, fill);
+        top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
+      }
+    float base[2], alpha[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mn = fmaxf(m[h], quad_max(top[h]));
+      base[h] = mn == -INFINITY ? 0.f : mn;  // every score so far -inf: nothing to add yet
+      alpha[h] = __expf(m[h] - base[h]);
+      m[h] = mn;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float e = __expf(s[nt][i] - base[i / 2]);
+        sum[i / 2] += e;
+        const int64_t row = pair * a.tq + r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
+        s[nt][i] = !a.dropout ? e : e != 0.f && keeps(a, row, j) ? e * a.keep_scale : 0.f;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[nt][i] *= alpha[i / 2];
+    product_accumulators<T, D, kTile, true>(o, s, vt, g, t);  // O += P V
+  }
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool empty = l[h] == 0;  // a fully masked row: NaN as Softmax gives, or zeros
+    inv[h] = empty ? (a.zero_masked_rows ? 0.f : NAN) : 1.f / l[h];
+    const int64_t r = r0 + g + 8 * h;
+    if (lse && t == 0 && r < a.tq)
+      lse[pair * a.tq + r] = empty ? (a.zero_masked_rows ? INFINITY : NAN) : m[h] + logf(l[h]);
+  }
+  store_rows<T, D>(y + pair * a.tq * a.dv, o, r0, a.tq, a.dv, inv, g, t);
+}
+
+// Each row's D = rowsum(dY Y), in float32: a warp a row.
+template <typename T>
+__global__ void __launch_bounds__(kBlock) row_dots(Attention a, const T* dy, const T* y, float* dots) {
+  const int64_t row = int64_t(blockIdx.x) * (kBlock / 32) + threadIdx.x / 32;
+  if (row >= a.pairs * a.tq) return;
+  float s = 0.f;
+  for (int64_t c = threadIdx.x % 32; c < a.dv; c += 32) s += to_float(dy[row * a.dv + c]) * to_float(y[row * a.dv + c]);
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0) dots[row] = s;
+}
+
+// dQ: grid as the forward's.
+template <typename T, int D>
+__global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const T* q, const T* kt, const T* v,
+                                                  const float* lse, const float* dots, T* dq) {
+  __shared__ uint16_t ks[kTile][D + 8];  // the step's keys, a row each
+  __shared__ uint16_t vs[kTile][D + 8];  // and values
+  const RowBlock<T> b = row_block(a, kt, v);
+  const int64_t pair = b.pair, r0 = b.r0;
+  const int g = b.g, t = b.t;
+  const AttentionPair<T> p = b.p;
+  uint32_t qf[D / 16][4], yf[D / 16][4];
+  a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
+  a_global<D>(yf, bits(dy) + pair * a.tq * a.dv, r0, a.tq, a.dv, g, t);
+  const float scale = b.scale, fill = b.fill;
+  float lr[2], dr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r = r0 + g + 8 * h;
+    lr[h] = r < a.tq ? lse[pair * a.tq + r] : INFINITY;
+    dr[h] = r < a.tq ? dots[pair * a.tq + r] : 0.f;
+  }
+  float acc[D / 8][4] = {};
+  for (int64_t j0 = 0; j0 < a.tk; j0 += kTile) {
+    if (!live<T, kTile, kTile>(a, p, b.block_r0, j0, fill)) continue;
+    __syncthreads();
+    stage_columns<D>(ks, b.kb, j0, a.tk, a.d);
+    stage_rows<kTile, D>(vs, b.vb, j0, a.tk, a.dv);
+    __syncthreads();
+    float s[kTile / 8][4], dp[kTile / 8][4];
+    product_rows<T, D, kTile>(s, qf, ks, g, t);
+    product_rows<T, D, kTile>(dp, yf, vs, g, t);  // dP = dY V^T
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
+        float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
+        if (r < a.tq && j < a.tk && !masked(a, p.cond, r, j)) {
+          const float e = __expf(s[nt][i] * scale + bias_at(a, p.bias, r, j) - lr[i / 2]);
+          float g_p = dp[nt][i];
+          if (a.dropout) g_p = keeps(a, pair * a.tq + r, j) ? g_p * a.keep_scale : 0.f;
+          ds = e * (g_p - dr[i / 2]) * scale;
+        }
+        s[nt][i] = ds;
+      }
+    product_accumulators<T, D, kTile, false>(acc, s, ks, g, t);  // dQ += dS K
+  }
+  store_rows<T, D>(dq + pair * a.tq * a.d, acc, r0, a.tq, a.d, {1.f, 1.f}, g, t);
+}
+
+// The query rows grad_kv stages a step: its registers hold dK and dV of 16 keys by D columns.
+template <int D>
+constexpr int kQueries = D > 64 ? 16 : 32;
+
+// dKt and dV: grid (key tiles x K's batch), each block summing over the pairs that read its K and V.
+template <typename T, int D>
+__global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
+                                                   const float* lse, const float* dots, T* dkt, T* dv) {
+  constexpr int Q = kQueries<D>;
+  __shared__ uint16_t ks[kTile][D + 8], vs[kTile][D + 8];  // the block's keys and values, a row each
+  __shared__ uint16_t qs[Q][D + 8], ys[Q][D + 8];          // the step's query rows and their dY
+  __shared__ float lr[Q], dr[Q];                           // and their LSE and D
+  const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
+  stage_columns<D>(ks, bits(kt) + kv * a.d * a.tk, k0, a.tk, a.d);
+  stage_rows<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, a.tk, a.dv);
+  const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  float dk[D / 8][4] = {}, dva[D / 8][4] = {};
+  for (int64_t pair = 0; pair < a.pairs; ++pair) {
+    const AttentionPair<T> p = pair_of<T>(a, pair);
+    if (p.kv != kv) continue;
+    for (int64_t q0 = 0; q0 < a.tq; q0 += Q) {
+      if (!live<T, Q, kTile>(a, p, q0, k0, fill)) continue;
+      __syncthreads();  // the last step's rows read (and the block's keys and values staged)
+      stage_rows<Q, D>(qs, bits(q) + pair * a.tq * a.d, q0, a.tq, a.d);
+      stage_rows<Q, D>(ys, bits(dy) + pair * a.tq * a.dv, q0, a.tq, a.dv);
+      for (int i = threadIdx.x; i < Q; i += kBlock) {
+        const bool in = q0 + i < a.tq;
+        lr[i] = in ? lse[pair * a.tq + q0 + i] : INFINITY;
+        dr[i] = in ? dots[pair * a.tq + q0 + i] : 0.f;
+      }
+      __syncthreads();
+      float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) st[nt][i] = dpt[nt][i] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        a_rows<D + 8>(ka, ks, w0, 16 * kk, g, t);
+        a_rows<D + 8>(va, vs, w0, 16 * kk, g, t);
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt) {
+          uint32_t b0, b1;
+          b_rows<D + 8>(b0, b1, qs, 8 * nt, 16 * kk, g, t);
+          mma<T>(st[nt], ka, b0, b1);
+          b_rows<D + 8>(b0, b1, ys, 8 * nt, 16 * kk, g, t);
+          mma<T>(dpt[nt], va, b0, b1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int rl = column_of(nt, i, t);
+          const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
+          float pd = 0.f, ds = 0.f;
+          if (j < a.tk && r < a.tq) {
+            const bool off = masked(a, p.cond, r, j);
+            const float x = off ? fill : st[nt][i] * scale + bias_at(a, p.bias, r, j);
+            const float e = __expf(x - lr[rl]);
+            const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
+            pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
+            if (!off) ds = e * ((!keep ? 0.f : a.dropout ? dpt[nt][i] * a.keep_scale : dpt[nt][i]) - dr[rl]) * scale;
+          }
+          st[nt][i] = pd;
+          dpt[nt][i] = ds;
+        }
+      product_accumulators<T, D, Q, false>(dva, st, ys, g, t);  // dV += P^T dY
+      product_accumulators<T, D, Q, false>(dk, dpt, qs, g, t);   // dK += dS^T Q
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t j = k0 + w0 + row_of(i, g);
+      const int c = column_of(nt, i, t);
+      if (j >= a.tk) continue;
+      if (c < a.d) dkt[(kv * a.d + c) * a.tk + j] = from_float<T>(dk[nt][i]);
+      if (c < a.dv) dv[(kv * a.tk + j) * a.dv + c] = from_float<T>(dva[nt][i]);
+    }
+}
+
+}  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION

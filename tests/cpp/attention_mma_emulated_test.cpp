@@ -1,0 +1,205 @@
+// The tensor-core FlashAttention kernels (kernels/cuda/attention_mma.cuh) run on the host through the warp
+// emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
+// keys, zero-padded heads of both sizes, grouped-query heads, a causal mask with a finite fill, an additive bias,
+// dropout (the CPU's draw), a fully masked row, causal masks (a fill or a bias of -inf) whose upper tiles are
+// skipped. What the emulation cannot show (PTX's fragment layouts as the
+// hardware has them, timing) Cuda.FlashAttentionComputesAsOnTheCpu checks on a GPU.
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
+#define ONNXTRAIN_MMA_ATTENTION emulated_mma_attention
+#include "kernels/cuda/attention_mma.cuh"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+namespace tc = emulated_mma_attention;
+
+struct Case {
+  int64_t batch = 1, heads = 2, groups = 1, tq = 70, tk = 90, d = 64, dv = 64;
+  bool causal = true, bias = false, causal_bias = false, zero_masked_rows = false;  // causal_bias: -inf above
+  float fill = -30.f, dropout = 0.f;
+  int64_t masked_row = -1;  // a row masked whole
+};
+
+template <typename T>
+struct Emulated {
+  explicit Emulated(const Case& c) : c(c) {}
+  const Case c;
+  int64_t pairs() const { return c.batch * c.heads; }
+  int64_t kv_count() const { return c.batch * c.heads / c.groups; }
+
+  static T from(double x) { return from_float<T>(float(x)); }
+  static double value(T x) { return to_float(x); }
+
+  std::vector<T> random(int64_t n, uint32_t seed) const {
+    std::vector<T> v(static_cast<size_t>(n));
+    for (auto& x : v) {
+      seed = seed * 1664525u + 1013904223u;
+      x = from(double(seed >> 8) / double(1 << 24) * 2. - 1.);
+    }
+    return v;
+  }
+
+  Attention describe(const T* scale, const bool* cond, const T* fill, const T* bias) const {
+    Attention a;
+    a.pairs = pairs(), a.tq = c.tq, a.tk = c.tk, a.d = c.d, a.dv = c.dv, a.kv_count = kv_count();
+    a.kv_heads = c.heads / c.groups, a.groups = c.groups;
+    a.batch.rank = 2;
+    a.batch.dims[0] = c.batch, a.batch.dims[1] = c.heads;
+    a.batch.strides[2][0] = c.heads, a.batch.strides[2][1] = 1;  // the mask and the bias shared by every pair
+    a.scale = scale;
+    a.cond = cond, a.fill = fill, a.cond_row = c.tk, a.cond_col = 1;
+    if (c.bias) a.bias = bias, a.bias_row = c.tk, a.bias_col = 1;
+    a.zero_masked_rows = c.zero_masked_rows;
+    if (c.dropout > 0) {
+      a.dropout = true;
+      a.threshold = dropout_threshold(c.dropout);
+      a.keep_scale = float(1.0 / (1.0 - c.dropout));
+      a.seed = 1234;
+    }
+    return a;
+  }
+
+  void check() const {
+    const T scale = from(0.3), fill = from(c.fill);
+    std::vector<T> q = random(pairs() * c.tq * c.d, 1), kt = random(kv_count() * c.d * c.tk, 2);
+    std::vector<T> v = random(kv_count() * c.tk * c.dv, 3), dy = random(pairs() * c.tq * c.dv, 4);
+    std::vector<T> bias = random(c.tq * c.tk, 5);
+    if (c.causal_bias)
+      for (int64_t r = 0; r < c.tq; ++r)
+        for (int64_t j = r + 1; j < c.tk; ++j) bias[size_t(r * c.tk + j)] = from(-INFINITY);
+    std::unique_ptr<bool[]> cond(new bool[size_t(c.tq * c.tk)]);
+    for (int64_t r = 0; r < c.tq; ++r)
+      for (int64_t j = 0; j < c.tk; ++j) cond[size_t(r * c.tk + j)] = (c.causal && j > r) || r == c.masked_row;
+    const Attention a = describe(&scale, cond.get(), &fill, bias.data());
+
+    std::vector<T> y(q.size() / size_t(c.d) * size_t(c.dv)), dq(q.size()), dkt(kt.size()), dv(v.size());
+    std::vector<float> lse(size_t(pairs() * c.tq)), dots(lse.size());
+    const unsigned q_blocks = unsigned((c.tq + tc::kTile - 1) / tc::kTile * pairs());
+    const unsigned k_blocks = unsigned((c.tk + tc::kTile - 1) / tc::kTile * kv_count());
+    const unsigned row_blocks = unsigned((pairs() * c.tq + 3) / 4);
+    auto run = [&]<int D>() {
+      testing::emulate(q_blocks, tc::kBlock,
+                       [&] { tc::forward<T, D>(a, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
+      testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
+      testing::emulate(q_blocks, tc::kBlock, [&] {
+        tc::grad_q<T, D>(a, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), dq.data());
+      });
+      testing::emulate(k_blocks, tc::kBlock, [&] {
+        tc::grad_kv<T, D>(a, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), dkt.data(),
+                          dv.data());
+      });
+    };
+    if (std::max(c.d, c.dv) <= 64)
+      run.template operator()<64>();
+    else
+      run.template operator()<128>();
+
+    // The reference, in float64.
+    std::vector<double> ry(y.size()), rlse(lse.size()), rdq(dq.size()), rdk(kt.size()), rdv(v.size());
+    const double sc = value(scale);
+    for (int64_t pair = 0; pair < pairs(); ++pair) {
+      const int64_t kv = pair / c.heads * (c.heads / c.groups) + pair % c.heads / c.groups;
+      for (int64_t r = 0; r < c.tq; ++r) {
+        const int64_t row = pair * c.tq + r;
+        std::vector<double> s(size_t(c.tk)), p(size_t(c.tk)), keep(size_t(c.tk), 1.0), dp(size_t(c.tk));
+        double top = -INFINITY, l = 0;
+        for (int64_t j = 0; j < c.tk; ++j) {
+          double x = 0;
+          for (int64_t k = 0; k < c.d; ++k)
+            x += value(q[size_t(row * c.d + k)]) * value(kt[size_t((kv * c.d + k) * c.tk + j)]);
+          x = x * sc + (c.bias ? value(bias[size_t(r * c.tk + j)]) : 0.);
+          s[size_t(j)] = cond[size_t(r * c.tk + j)] ? value(fill) : x;
+          top = std::max(top, s[size_t(j)]);
+          if (a.dropout && !dropout_keeps(a.seed, uint64_t(row * c.tk + j), a.threshold)) keep[size_t(j)] = 0;
+          keep[size_t(j)] *= a.keep_scale;
+        }
+        for (int64_t j = 0; j < c.tk; ++j) l += p[size_t(j)] = top == -INFINITY ? 0. : std::exp(s[size_t(j)] - top);
+        const bool empty = l == 0;
+        rlse[size_t(row)] = empty ? INFINITY : top + std::log(l);
+        double dsum = 0;
+        auto dye = [&](int64_t e) { return value(dy[size_t(row * c.dv + e)]); };
+        for (int64_t j = 0; j < c.tk; ++j) {
+          p[size_t(j)] = empty ? 0. : p[size_t(j)] / l;
+          double g = 0;
+          for (int64_t e = 0; e < c.dv; ++e) {
+            const double ve = value(v[size_t((kv * c.tk + j) * c.dv + e)]);
+            ry[size_t(row * c.dv + e)] += p[size_t(j)] * keep[size_t(j)] * ve;
+            g += dye(e) * ve;
+            rdv[size_t((kv * c.tk + j) * c.dv + e)] += p[size_t(j)] * keep[size_t(j)] * dye(e);
+          }
+          dp[size_t(j)] = g * keep[size_t(j)];
+          dsum += p[size_t(j)] * dp[size_t(j)];
+        }
+        for (int64_t j = 0; j < c.tk; ++j) {
+          if (cond[size_t(r * c.tk + j)]) continue;
+          const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * sc;
+          for (int64_t k = 0; k < c.d; ++k) {
+            rdq[size_t(row * c.d + k)] += ds * value(kt[size_t((kv * c.d + k) * c.tk + j)]);
+            rdk[size_t((kv * c.d + k) * c.tk + j)] += ds * value(q[size_t(row * c.d + k)]);
+          }
+        }
+      }
+    }
+    const double tol = std::is_same_v<T, __half> ? 4e-3 : 3e-2;
+    auto near = [&](const char* what, const auto& got, const std::vector<double>& want) {
+      double scale_of = 0, worst = 0;
+      for (double w : want)
+        if (std::isfinite(w)) scale_of = std::max(scale_of, std::abs(w));
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double g = double(got[i]);
+        if (std::isinf(want[i])) {
+          EXPECT_EQ(g, want[i]) << what << " at " << i;
+          continue;
+        }
+        worst = std::max(worst, std::abs(g - want[i]));
+      }
+      EXPECT_LE(worst, tol * scale_of) << what << ": the largest error against a largest value of " << scale_of;
+    };
+    auto values = [](const std::vector<T>& x) {
+      std::vector<double> out;
+      for (T e : x) out.push_back(value(e));
+      return out;
+    };
+    near("Y", values(y), ry);
+    near("LSE", lse, rlse);
+    near("dQ", values(dq), rdq);
+    near("dKt", values(dkt), rdk);
+    near("dV", values(dv), rdv);
+  }
+};
+
+TEST(TensorCoreAttention, TilesPastTheRowsAndKeysWithACausalFill) {
+  Emulated<__half>(Case{}).check();
+}
+
+TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
+  Case c;
+  c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 24;
+  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f;
+  Emulated<__half>(c).check();
+}
+
+TEST(TensorCoreAttention, LargeHeadsAndAFullyMaskedRowInBfloat16) {
+  Case c;
+  c.heads = 2, c.groups = 2, c.tq = 20, c.tk = 130, c.d = 96, c.dv = 128;
+  c.causal = false, c.fill = -INFINITY, c.zero_masked_rows = true, c.masked_row = 5;
+  Emulated<__nv_bfloat16>(c).check();
+}
+
+TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkipped) {
+  Case c;
+  c.heads = 1, c.tq = 150, c.tk = 150, c.d = 32, c.dv = 32, c.fill = -INFINITY;
+  Emulated<__half>(c).check();
+  c.causal = false, c.bias = c.causal_bias = true;
+  Emulated<__nv_bfloat16>(c).check();
+}
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda
+#endif

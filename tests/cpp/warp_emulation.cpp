@@ -1,0 +1,118 @@
+// The warp emulation (warp_emulation.h): barriers among a block's host threads and among each warp's 32.
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "warp_emulation.h"
+
+#include <atomic>
+#include <barrier>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "kernels/cuda/warp_mma.cuh"
+
+thread_local EmulatedIndex threadIdx, blockIdx;
+
+namespace onnxtrain {
+namespace {
+
+struct Warp {
+  std::barrier<> sync{32};
+  float shuffled[32];
+  uint32_t a[32][4], b[32][2];
+};
+
+struct Block {
+  explicit Block(unsigned threads) : all(threads) {
+    for (unsigned w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<Warp>());
+  }
+  std::barrier<> all;
+  std::atomic<int> votes{0};  // __syncthreads_or's
+  std::vector<std::unique_ptr<Warp>> warps;
+};
+
+Block* running = nullptr;  // the block whose threads run
+
+Warp& warp() { return *running->warps[threadIdx.x / 32]; }
+
+float from_f16(uint16_t bits) {
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+}
+float from_bf16(uint16_t bits) {
+  const uint32_t w = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+
+// c += A B, each lane's part of A, B and C as PTX's m16n8k16 lays them out (warp_mma.cuh).
+template <float (*Decode)(uint16_t)>
+void product(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Warp& w = warp();
+  const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  std::memcpy(w.a[lane], a, sizeof a);
+  w.b[lane][0] = b0;
+  w.b[lane][1] = b1;
+  w.sync.arrive_and_wait();
+  auto half = [](uint32_t reg, int k) { return uint16_t(k % 2 ? reg >> 16 : reg & 0xffff); };
+  auto at_a = [&](int row, int k) { return Decode(half(w.a[row % 8 * 4 + k % 8 / 2][row / 8 + 2 * (k / 8)], k)); };
+  auto at_b = [&](int k, int n) { return Decode(half(w.b[n * 4 + k % 8 / 2][k / 8], k)); };
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = c[i];
+    for (int k = 0; k < 16; ++k) s += at_a(row, k) * at_b(k, col);
+    c[i] = s;
+  }
+  w.sync.arrive_and_wait();
+}
+
+}  // namespace
+
+namespace kernels::cuda {
+void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_f16>(c, a, b0, b1); }
+void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_bf16>(c, a, b0, b1); }
+}  // namespace kernels::cuda
+
+void testing::emulate(unsigned blocks, unsigned threads, const std::function<void()>& kernel) {
+  for (unsigned b = 0; b < blocks; ++b) {
+    Block block(threads);
+    running = &block;
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < threads; ++i)
+      pool.emplace_back([&, i] {
+        threadIdx.x = i;
+        blockIdx.x = b;
+        kernel();
+      });
+    for (auto& th : pool) th.join();
+    running = nullptr;
+  }
+}
+
+}  // namespace onnxtrain
+
+void __syncthreads() { onnxtrain::running->all.arrive_and_wait(); }
+
+int __syncthreads_or(int predicate) {
+  onnxtrain::Block& b = *onnxtrain::running;
+  if (predicate) b.votes.fetch_add(1);
+  b.all.arrive_and_wait();
+  const int any = b.votes.load() > 0;
+  b.all.arrive_and_wait();  // every thread has read the votes
+  if (threadIdx.x == 0) b.votes.store(0);
+  b.all.arrive_and_wait();
+  return any;
+}
+
+float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  onnxtrain::Warp& w = onnxtrain::warp();
+  const unsigned lane = threadIdx.x % 32;
+  w.shuffled[lane] = v;
+  w.sync.arrive_and_wait();
+  const float r = w.shuffled[lane ^ unsigned(lane_mask)];
+  w.sync.arrive_and_wait();
+  return r;
+}
+#endif

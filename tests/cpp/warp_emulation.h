@@ -1,0 +1,32 @@
+// CUDA's execution model on the host, to test warp-level kernels (kernels/cuda/warp_mma.cuh's tensor-core products)
+// where no GPU is: a block's threads are host threads, __syncthreads a barrier among them, a warp's shuffles and
+// products exchanges among its 32 threads (the products by PTX's fragment layouts, in float32). Blocks run one after
+// another, so a kernel's __shared__ arrays are static ones. Included first, in a test file of its own: it defines
+// the CUDA qualifiers as the host compiler is to take them.
+#pragma once
+#ifdef __CUDACC__
+#error "the warp emulation is compiled by the host compiler"
+#endif
+#define __device__
+#define __global__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+#include <cmath>
+#include <functional>
+
+struct EmulatedIndex {
+  unsigned x = 0, y = 0, z = 0;
+};
+extern thread_local EmulatedIndex threadIdx, blockIdx;
+void __syncthreads();
+int __syncthreads_or(int predicate);
+float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
+inline float __expf(float x) { return std::exp(x); }
+
+namespace onnxtrain::testing {
+
+// Runs kernel() on `blocks` blocks of `threads` threads (a multiple of 32), one block after another.
+void emulate(unsigned blocks, unsigned threads, const std::function<void()>& kernel);
+
+}  // namespace onnxtrain::testing
