@@ -190,8 +190,8 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
 // Y and the LSE: grid (query tiles x pairs).
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
-  __shared__ uint16_t ks[kTile][D + 8];  // the step's keys, a row each
-  __shared__ uint16_t vt[D][kTile + 8];  // its values transposed, a row per output column
+  __shared__ __align__(16) uint16_t ks[kTile][D + 8];  // the step's keys, a row each
+  __shared__ __align__(16) uint16_t vt[D][kTile + 8];  // its values transposed, a row per output column
   const RowBlock<T> b = row_block(a, kt, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
@@ -268,8 +268,8 @@ __global__ void __launch_bounds__(kBlock) row_dots(Attention a, const T* dy, con
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const T* q, const T* kt, const T* v,
                                                   const float* lse, const float* dots, T* dq) {
-  __shared__ uint16_t ks[kTile][D + 8];  // the step's keys, a row each
-  __shared__ uint16_t vs[kTile][D + 8];  // and values
+  __shared__ __align__(16) uint16_t ks[kTile][D + 8];  // the step's keys, a row each
+  __shared__ __align__(16) uint16_t vs[kTile][D + 8];  // and values
   const RowBlock<T> b = row_block(a, kt, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
@@ -323,8 +323,8 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
                                                    const float* lse, const float* dots, T* dkt, T* dv) {
   constexpr int Q = kQueries<D>;
-  __shared__ uint16_t ks[kTile][D + 8], vs[kTile][D + 8];  // the block's keys and values, a row each
-  __shared__ uint16_t qs[Q][D + 8], ys[Q][D + 8];          // the step's query rows and their dY
+  __shared__ __align__(16) uint16_t ks[kTile][D + 8], vs[kTile][D + 8];  // the block's keys and values, a row each
+  __shared__ __align__(16) uint16_t qs[Q][D + 8], ys[Q][D + 8];          // the step's query rows and their dY
   __shared__ float lr[Q], dr[Q];                           // and their LSE and D
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;

@@ -47,7 +47,12 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 }
 
 // Two consecutive 16-bit elements as one register (p 4-byte aligned); two elements joined.
-__device__ __forceinline__ uint32_t word(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t word(const uint16_t* p) {
+#ifndef __CUDACC__
+  if (reinterpret_cast<uintptr_t>(p) % 4) __builtin_trap();  // a GPU faults on a misaligned word: so does the host
+#endif
+  return *reinterpret_cast<const uint32_t*>(p);
+}
 __device__ __forceinline__ uint32_t join(uint16_t lo, uint16_t hi) { return lo | uint32_t(hi) << 16; }
 
 // Two floats rounded to T, as one register.
