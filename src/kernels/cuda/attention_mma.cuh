@@ -45,34 +45,56 @@ __device__ __forceinline__ void a_global(uint32_t (&a)[D / 16][4], const uint16_
   }
 }
 
-// s[j][c] = rows j0 + j of a row-major (n, cols) matrix (V), zero-padded: R rows of D columns.
+// Rows a0 .. a0 + A - 1 and columns b0 .. b0 + B - 1 of a row-major (rows, cols) matrix into shared memory,
+// element (a, b) at s[a][b], or at s[b][a] (kTranspose); zeros outside the matrix. Consecutive threads read along
+// the matrix's rows, 16 bytes each where its rows allow (8 elements, aligned), else an element each.
+template <int A, int B, bool kTranspose, int S>
+__device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64_t a0, int64_t b0, int64_t rows,
+                                      int64_t cols) {
+  if (cols % 8 == 0 && b0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
+    for (int i = threadIdx.x; i < A * B / 8; i += kBlock) {
+      const int a = i / (B / 8), b = i % (B / 8) * 8;
+      uint4 w = {0, 0, 0, 0};
+      if (a0 + a < rows && b0 + b < cols) w = *reinterpret_cast<const uint4*>(m + (a0 + a) * cols + b0 + b);
+      if constexpr (kTranspose) {
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s[b + k][a] = uint16_t(words[k / 2] >> (16 * (k % 2)));
+      } else {
+        *reinterpret_cast<uint4*>(&s[a][b]) = w;
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < A * B; i += kBlock) {
+      const int a = i / B, b = i % B;
+      const uint16_t e = at(m, a0 + a, b0 + b, rows, cols);
+      if constexpr (kTranspose)
+        s[b][a] = e;
+      else
+        s[a][b] = e;
+    }
+  }
+}
+
+// s[j][c] = element c of row j0 + j of a row-major (n, cols) matrix (V, Q, dY): R rows of D columns.
 template <int R, int D>
 __device__ __forceinline__ void stage_rows(uint16_t (*s)[D + 8], const uint16_t* m, int64_t j0, int64_t n,
                                            int64_t cols) {
-  for (int i = threadIdx.x; i < R * D; i += kBlock) {
-    const int j = i / D, c = i % D;
-    s[j][c] = at(m, j0 + j, c, n, cols);
-  }
+  stage<R, D, false>(s, m, j0, 0, n, cols);
 }
 
-// s[j][c] = column j0 + j of a row-major (cols, n) matrix (Kt: K's rows), zero-padded; threads go along Kt's rows.
+// s[j][c] = element j0 + j of row c of a row-major (cols, n) matrix (Kt: K's rows).
 template <int D>
 __device__ __forceinline__ void stage_columns(uint16_t (*s)[D + 8], const uint16_t* m, int64_t j0, int64_t n,
                                               int64_t cols) {
-  for (int i = threadIdx.x; i < kTile * D; i += kBlock) {
-    const int c = i / kTile, j = i % kTile;
-    s[j][c] = at(m, c, j0 + j, cols, n);
-  }
+  stage<D, kTile, true>(s, m, 0, j0, cols, n);
 }
 
-// s[c][j] = element c of row j0 + j of a row-major (n, cols) matrix (V transposed), zero-padded.
+// s[c][j] = element c of row j0 + j of a row-major (n, cols) matrix (V transposed).
 template <int D>
 __device__ __forceinline__ void stage_transposed(uint16_t (*s)[kTile + 8], const uint16_t* m, int64_t j0, int64_t n,
                                                  int64_t cols) {
-  for (int i = threadIdx.x; i < kTile * D; i += kBlock) {
-    const int j = i / D, c = i % D;
-    s[c][j] = at(m, j0 + j, c, n, cols);
-  }
+  stage<kTile, D, true>(s, m, j0, 0, n, cols);
 }
 
 // c[nt] = A B over the tile's N / 8 columns of 8, B(k, n) = s[n][k] (k over D).
