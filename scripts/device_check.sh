@@ -2,7 +2,8 @@
 # The GPU checks, for a machine with an NVIDIA GPU, nvcc, cmake, ninja and PyTorch but neither Debian's packages
 # nor internet (the device tool's machines). Usage: scripts/device_check.sh DEBS OUT, where DEBS holds the build's
 # Debian packages (apt-get download: see docs/cuda.md) and OUT receives the logs. It unpacks the packages under
-# /opt/deb, builds the library with CUDA, its C++ tests, CLI and Python extension, then runs: the C++ CUDA tests,
+# /opt/deb, builds the library with CUDA, its C++ tests, CLI and Python extension, then runs: the C++ CUDA tests (each
+# in a process of its own; a failing one again on the first attention and GEMM kernels),
 # the ONNX node suites on the GPU against the CPU kernels, the CUDA pytest (against PyTorch on CUDA), the example
 # trained on the GPU (float32 and bf16 autocast, and in PyTorch eager for comparison), and compute-sanitizer's
 # memcheck over the GPU tests' nodes and an MLP's training steps.
@@ -23,20 +24,31 @@ print(libs[0] if libs else '')")
 export ONNXTRAIN_CUBLASLT
 echo "cuBLASLt: $ONNXTRAIN_CUBLASLT" | tee -a "$out/summary.txt"
 nvidia-smi -L | tee "$out/gpu.txt"
-step() {  # step NAME SECONDS COMMAND...: runs it with a time limit, its output to OUT/NAME.log
+step() {  # step NAME SECONDS COMMAND...: runs it with a time limit, its output to OUT/NAME.log; its exit status
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  tail -4 "$out/$name.log"
+  [ "$rc" = 0 ] || tail -4 "$out/$name.log"  # (the end of a failure's log shown)
+  return "$rc"
 }
 step configure 120 cmake -S . -B /tmp/gb -G Ninja -DCMAKE_PREFIX_PATH=/opt/deb/usr \
   -DCMAKE_CXX_FLAGS="-isystem /opt/deb/usr/include" -DONNXTRAIN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DONNXTRAIN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" -Dpybind11_DIR="$($py -m pybind11 --cmakedir)"
 step build 330 ninja -C /tmp/gb onnxtrain_tests onnxtrain _onnxtrain
-step cpp_cuda 120 /tmp/gb/onnxtrain_tests --gtest_filter='Cuda*:SecondDevice*:Allocator*'
+# Each GPU test in a process of its own (a kernel's fault ends its process's CUDA context, not the other tests'),
+# the launches synchronous so that a fault names its kernel; a failing test again with the attention and the
+# products on their first kernels (warp-per-row attention, the tiled GEMM), which says whether the newer ones failed.
+tests=$(/tmp/gb/onnxtrain_tests --gtest_list_tests --gtest_filter='Cuda*:SecondDevice*:Allocator*' |
+  awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}')
+for t in $tests; do
+  if ! step "cpp_$t" 60 env CUDA_LAUNCH_BLOCKING=1 /tmp/gb/onnxtrain_tests --gtest_filter="$t"; then
+    step "cpp_${t}_simple" 60 env CUDA_LAUNCH_BLOCKING=1 ONNXTRAIN_CUDA_ATTENTION=simple ONNXTRAIN_CUDA_GEMM=tiled \
+      /tmp/gb/onnxtrain_tests --gtest_filter="$t"
+  fi
+done
 step conformance 150 /tmp/gb/onnxtrain conformance --device cuda -v /opt/deb/usr/include/onnx/backend/test/data/node
 grep -c ^PASS "$out/conformance.log" | sed 's/^/conformance passes: /' | tee -a "$out/summary.txt"
 mkdir -p /tmp/pkg && cp -r python/onnxtrain /tmp/pkg/ && cp /tmp/gb/_onnxtrain*.so /tmp/pkg/onnxtrain/
