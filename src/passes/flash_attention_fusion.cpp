@@ -1,8 +1,9 @@
 // Flash attention fusion: MatMul(P, V) with P = S or Dropout(S, ratio, training_mode), where S is
 //   com.onnxtrain.AttentionSoftmax(Q, Kt, scale, cond, fill) (what masked_softmax_fusion and
 //   attention_softmax_fusion make of a scaled, masked_fill-ed product), or
-//   Softmax(Z + bias) or Softmax(Z), Z = Q Kt or (Q Kt) * scale, bias computed from no trainable weight (what
-//   scaled_dot_product_attention exports: its scale applied to Q and Kt beforehand, its masks additive),
+//   Softmax(Z + bias) or Softmax(Z), Z = Q Kt, (Q Kt) * scale or (Q Kt) / scale, bias computed from no trainable
+//   weight (what scaled_dot_product_attention exports: its scale applied to Q and Kt beforehand, or the product
+//   divided by the square root of a head size the graph reads off a shape; its masks additive),
 // or either of them made safe: Where(IsNaN(S), 0, S) (scaled_dot_product_attention's fully masked rows give 0),
 // every value between read by nothing else, becomes com.onnxtrain.FlashAttention(Q, Kt, V, ...) -> (Y, LSE):
 // attention that never holds the (..., Tq, Tk) probabilities, and whose training stashes the row log-sum-exp
@@ -34,7 +35,8 @@ bool fits(const ir::Value* q, const ir::Value* kt, const ir::Value* v, const ir:
 }
 
 // Whether no gradient reaches v from a trainable initializer (a mask, not a learned bias: its gradient is not
-// formed). Integer and bool values carry none: a mask built from the shape of an embedding's output is untrained.
+// formed). Integer and bool values carry none: a mask built from the shape of an embedding's output is untrained;
+// neither does CastLike's second input.
 bool untrained(const ir::Value* v) {
   std::vector<const ir::Value*> todo = {v};
   std::set<const ir::Value*> seen;
@@ -43,7 +45,12 @@ bool untrained(const ir::Value* v) {
     todo.pop_back();
     if (!u || !seen.insert(u).second || !dtype_is_float(u->dtype)) continue;
     if (u->trainable) return false;
-    if (u->producer) todo.insert(todo.end(), u->producer->inputs.begin(), u->producer->inputs.end());
+    const ir::Node* n = u->producer;
+    if (!n) continue;
+    if (n->op_type == "CastLike" && n->domain.empty())  // (its second input gives a dtype alone)
+      todo.push_back(n->input(0));
+    else
+      todo.insert(todo.end(), n->inputs.begin(), n->inputs.end());
   }
   return true;
 }
@@ -67,10 +74,19 @@ ir::Node* safe_softmax(const ir::Graph& g, const ir::Value* p, std::vector<const
   return s->producer;
 }
 
+// Whether v can be the scores' scale: a float of one element that no gradient reaches, a constant or computed (as
+// 1 / sqrt of a head size read off a shape, where the exporters keep that size dynamic).
+bool scale_scalar(const ir::Value* v) {
+  if (constant_scalar(v)) return true;
+  if (!v || !dtype_is_float(v->dtype) || !v->has_shape || v->shape.size() > 1 || !untrained(v)) return false;
+  return v->shape.empty() || (v->shape[0].is_const() && v->shape[0].value() == 1);
+}
+
 // The attention a plain Softmax ends, as FlashAttention's inputs before V (Q, Kt, scale, cond, fill, ratio,
 // training_mode, bias: V, ratio and training_mode left empty) and the nodes it replaces; false when it is not one.
+// `divides`: the scores are divided by the scale input, not multiplied.
 bool plain_attention(const ir::Graph& g, const ir::Node* softmax, std::vector<ir::Value*>* in,
-                     std::vector<const ir::Node*>* nodes) {
+                     std::vector<const ir::Node*>* nodes, bool* divides) {
   if (softmax->op_type != "Softmax" || !softmax->domain.empty() || softmax->opset < 13) return false;
   ir::Value* x = softmax->input(0);
   if (!x) return false;
@@ -80,7 +96,7 @@ bool plain_attention(const ir::Graph& g, const ir::Node* softmax, std::vector<ir
   ir::Value *z = x, *bias = nullptr, *scale = nullptr;
   ir::Node* add = x->producer;
   if (add && add->op_type == "Add" && add->domain.empty() && has_inputs(add, 2)) {
-    for (const char* op : {"MatMul", "Mul"})  // (the product itself first: a mask may be scaled too)
+    for (const char* op : {"MatMul", "Mul", "Div"})  // (the product itself first: a mask may be scaled too)
       for (size_t k = 0; k < 2 && z == x; ++k) {
         ir::Node* p = add->input(k)->producer;
         if (p && p->op_type == op && p->domain.empty()) z = add->input(k), bias = add->input(1 - k);
@@ -91,8 +107,9 @@ bool plain_attention(const ir::Graph& g, const ir::Node* softmax, std::vector<ir
     nodes->push_back(add);
   }
   ir::Node* mm = z->producer;
-  if (mm && mm->op_type == "Mul" && mm->domain.empty() && has_inputs(mm, 2)) {
-    size_t which = constant_scalar(mm->input(1)) ? 1 : constant_scalar(mm->input(0)) ? 0 : 2;
+  *divides = mm && mm->op_type == "Div";
+  if (mm && (mm->op_type == "Mul" || *divides) && mm->domain.empty() && has_inputs(mm, 2)) {
+    size_t which = scale_scalar(mm->input(1)) ? 1 : !*divides && scale_scalar(mm->input(0)) ? 0 : 2;
     if (which == 2 || mm->input(which)->dtype != x->dtype) return false;
     scale = mm->input(which);
     ir::Value* product = mm->input(1 - which);
@@ -127,14 +144,21 @@ class FlashAttentionFusion : public Pass {
       replaced.push_back(softmax);
       // in: Q, Kt, scale, cond, fill, ratio, training_mode, bias (V goes in third)
       std::vector<ir::Value*> in;
+      bool divides = false;
       if (softmax->op_type == "AttentionSoftmax" && softmax->domain == "com.onnxtrain") {
         if (!has_inputs(softmax, 2)) continue;
         in = {softmax->input(0), softmax->input(1), softmax->input(2), softmax->input(3),
               softmax->input(4), nullptr,           nullptr,           nullptr};
-      } else if (!plain_attention(g, softmax, &in, &replaced)) {
+      } else if (!plain_attention(g, softmax, &in, &replaced, &divides)) {
         continue;
       }
       if (!fits(in[0], in[1], v, probs)) continue;
+      if (divides) {  // the scale's reciprocal, a node of its own
+        ir::Value* inverse = g.add_value(g.unique_name(softmax->name + "_scale"));
+        add_fused(g, "", 13, "Reciprocal", {in[2]}, {inverse}, g.unique_name(softmax->name + "_reciprocal"),
+                  mm->backward);
+        in[2] = inverse;
+      }
       in.insert(in.begin() + 2, v);
       if (dropout) in[6] = dropout->input(1), in[7] = dropout->input(2);
       while (!in.back()) in.pop_back();

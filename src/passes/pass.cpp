@@ -11,6 +11,7 @@ namespace onnxtrain::passes {
 std::vector<std::unique_ptr<Pass>> default_passes() {
   std::vector<std::unique_ptr<Pass>> r;
   r.push_back(identity_elimination());
+  r.push_back(cast_like_to_cast());
   r.push_back(gelu_fusion());
   r.push_back(rms_norm_fusion());
   r.push_back(swiglu_fusion());

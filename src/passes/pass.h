@@ -21,6 +21,7 @@ std::unique_ptr<Pass> constant_folding();
 std::unique_ptr<Pass> common_subexpressions();
 std::unique_ptr<Pass> dead_code();
 std::unique_ptr<Pass> identity_elimination();
+std::unique_ptr<Pass> cast_like_to_cast();
 std::unique_ptr<Pass> gelu_fusion();
 std::unique_ptr<Pass> rms_norm_fusion();
 std::unique_ptr<Pass> swiglu_fusion();
@@ -67,10 +68,10 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
 // rest producers first (fusions put new nodes at the end); returns whether any went.
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
-// The default list, in order: identity elimination, GELU fusion, RMSNorm fusion, SwiGLU fusion, rotary embedding
-// fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion, attention-softmax fusion,
-// flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion, Cast-into-product fusion, scatter
-// accumulation, constant folding, common subexpressions, dead code.
+// The default list, in order: identity elimination, CastLike to Cast, GELU fusion, RMSNorm fusion, SwiGLU fusion,
+// rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion, attention-softmax
+// fusion, flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion, Cast-into-product fusion,
+// scatter accumulation, constant folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

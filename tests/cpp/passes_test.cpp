@@ -176,6 +176,35 @@ TEST(Passes, GeluFusionAndIdentityElimination) {
   for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(ya.data<float>()[i], yb.data<float>()[i], 1e-6);
 }
 
+// CastLike(x's last dim, x) becomes Cast(to = x's dtype): x is read by Shape and Relu alone, and the result is the
+// same.
+TEST(Passes, CastLikeBecomesACastToItsSecondInputsDtype) {
+  auto make = [] {
+    auto g = base();
+    ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
+    ir::Value* n = add_op(*g, "CastLike", {add_op(*g, "Shape", {x}, {{"start", int64_t(-1)}}), x});
+    g->outputs.push_back(add_op(*g, "Add", {add_op(*g, "Relu", {x}), n}));
+    return g;
+  };
+  auto g = make();
+  ops::bind_graph(*g);
+  kernels::infer_shapes(*g);
+  EXPECT_TRUE(passes::cast_like_to_cast()->apply(*g));
+  EXPECT_EQ(count(*g, "CastLike"), 0u);
+  ASSERT_EQ(count(*g, "Cast"), 1u);
+  for (const auto& node : g->nodes())
+    if (node->op_type == "Cast") {
+      EXPECT_EQ(node->attr_int("to", 0), int64_t(DType::kFloat32));
+    }
+  EXPECT_EQ(g->inputs[0]->consumers.size(), 2u);  // Shape and Relu
+  SessionOptions plain;
+  plain.optimize = false;
+  Tensor x = test_graphs::pattern_tensor({3, 4});
+  Tensor ya = inference_session(make(), plain).run({{"x", x}}).begin()->second;
+  Tensor yb = inference_session(make()).run({{"x", x}}).begin()->second;
+  for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_EQ(ya.data<float>()[i], yb.data<float>()[i]);
+}
+
 namespace {
 
 // Transpose(Gemm(x, w)) and, with transB, Transpose(Gemm(x, v^T)): each folds into one Gemm.

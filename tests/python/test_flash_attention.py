@@ -211,6 +211,31 @@ def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, gqa, expo
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
 
 
+class CausalSDPA(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_attention_of_dynamic_shapes_is_fused_and_matches_eager(tmp_path):
+    """scaled_dot_product_attention on the module's own inputs, every dim dynamic: the exporter divides the scores by
+    the square root of the head size read off Q's shape (a CastLike to the scores' dtype), which the fusion takes in
+    as the scale's reciprocal."""
+    torch.manual_seed(0)
+    ours = onnxtrain.Module(CausalSDPA(), onnxtrain.Options(save_onnx=str(tmp_path), capture_cache=""))
+    q, k, v = (torch.randn(2, 3, 70, 16) for _ in range(3))
+    dy = torch.randn(2, 3, 70, 16)
+    grads = []
+    for module in (ours, CausalSDPA()):
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        y = module(*xs)
+        y.backward(dy)
+        grads.append((y.detach(), *(x.grad for x in xs)))
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "CausalSDPA_train_optimized.onnx")).graph.node}
+    assert "FlashAttention" in ops and "Softmax" not in ops and "CastLike" not in ops, ops
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_scaled_dot_product_attention_dropout_drops_in_training(tmp_path):
     """PyTorch's own translation writes a Dropout without training_mode, which ONNX runs as the identity."""
     torch.manual_seed(0)
