@@ -4,6 +4,10 @@
 // among them, draws bit-identical numbers. No gradient flows through them.
 #include "ops/random.h"
 
+#include <cmath>
+#include <string>
+
+#include "onnxtrain/error.h"
 #include "ops/op.h"
 
 namespace onnxtrain::ops {
@@ -14,7 +18,10 @@ RandomAttrs read(const ir::Node& n, RandomAttrs::Kind kind, DType dflt) {
   float a = n.attr_float(uniform ? "low" : "mean", 0.f), b = n.attr_float(uniform ? "high" : "scale", 1.f);
   DType dtype = n.has_attr("dtype") ? dtype_from_onnx(int32_t(n.attr_int("dtype"))) : dflt;
   // (ONNX's seed is a float: its integer part seeds the node)
-  return {kind, a, b, int64_t(n.attr_float("seed", 0.f)), n.has_attr("seed"), dtype};
+  const float seed = n.attr_float("seed", 0.f);
+  if (!(std::fabs(seed) < 9.2e18f))
+    throw ModelError(n.where() + ": seed " + std::to_string(seed) + " is not a finite number within int64's range");
+  return {kind, a, b, int64_t(seed), n.has_attr("seed"), dtype};
 }
 
 class RandomOp : public OpWith<RandomAttrs> {
