@@ -192,9 +192,9 @@ TEST(TensorCoreAttention, LargeHeadsAndAFullyMaskedRowInBfloat16) {
   Emulated<__nv_bfloat16>(c).check();
 }
 
-TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkipped) {
+TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHeads) {
   Case c;
-  c.heads = 1, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY;
+  c.heads = 4, c.groups = 2, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY;
   Emulated<__half>(c).check();
   c.causal = false, c.bias = c.causal_bias = true;
   Emulated<__nv_bfloat16>(c).check();
