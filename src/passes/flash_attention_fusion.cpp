@@ -35,8 +35,8 @@ bool fits(const ir::Value* q, const ir::Value* kt, const ir::Value* v, const ir:
 }
 
 // Whether no gradient reaches v from a trainable initializer (a mask, not a learned bias: its gradient is not
-// formed). Integer and bool values carry none: a mask built from the shape of an embedding's output is untrained;
-// neither does CastLike's second input.
+// formed). Integer and bool values carry none: a mask built from the shape of an embedding's output is untrained.
+// (cast_like_to_cast has run: a CastLike, whose second input gives a dtype alone, would read as a path here.)
 bool untrained(const ir::Value* v) {
   std::vector<const ir::Value*> todo = {v};
   std::set<const ir::Value*> seen;
@@ -45,12 +45,7 @@ bool untrained(const ir::Value* v) {
     todo.pop_back();
     if (!u || !seen.insert(u).second || !dtype_is_float(u->dtype)) continue;
     if (u->trainable) return false;
-    const ir::Node* n = u->producer;
-    if (!n) continue;
-    if (n->op_type == "CastLike" && n->domain.empty())  // (its second input gives a dtype alone)
-      todo.push_back(n->input(0));
-    else
-      todo.insert(todo.end(), n->inputs.begin(), n->inputs.end());
+    if (u->producer) todo.insert(todo.end(), u->producer->inputs.begin(), u->producer->inputs.end());
   }
   return true;
 }
