@@ -25,7 +25,8 @@ __device__ __forceinline__ T from_float(float x) {
     return T(x);
 }
 
-// The offsets of flat index i of ix's shape in its first N arrays.
+// The offsets of flat index i (< numel(ix)) of ix's shape in its first N arrays. The outermost coordinate is what
+// is left of i; each division is 32-bit where both operands fit (64-bit division is many times slower on a GPU).
 template <int N>
 struct Offsets {
   int64_t at[N];
@@ -34,8 +35,17 @@ template <int N>
 __device__ __forceinline__ Offsets<N> offsets(const Indexing& ix, int64_t i) {
   Offsets<N> o{};
   for (int d = ix.rank - 1; d >= 0; --d) {
-    int64_t c = i % ix.dims[d];
-    i /= ix.dims[d];
+    int64_t c = i;
+    if (d > 0) {
+      const int64_t n = ix.dims[d];
+      if (((uint64_t(i) | uint64_t(n)) >> 32) == 0) {
+        c = int64_t(uint32_t(i) % uint32_t(n));
+        i = int64_t(uint32_t(i) / uint32_t(n));
+      } else {
+        c = i % n;
+        i /= n;
+      }
+    }
 #pragma unroll
     for (int k = 0; k < N; ++k) o.at[k] += c * ix.strides[k][d];
   }

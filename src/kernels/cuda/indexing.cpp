@@ -17,7 +17,21 @@ Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
     for (size_t d = 0; d < dims.size(); ++d) ix.strides[k][d] = st[d];
     ++k;
   }
-  return ix;
+  return coalesced(ix);
+}
+
+Indexing coalesced(const Indexing& ix) {
+  Indexing r;
+  for (int d = 0; d < ix.rank; ++d) {
+    if (ix.dims[d] == 1) continue;
+    const int last = r.rank - 1;
+    bool merges = last >= 0;
+    for (int k = 0; k < 3 && merges; ++k) merges = r.strides[k][last] == ix.strides[k][d] * ix.dims[d];
+    const int at = merges ? last : r.rank++;
+    r.dims[at] = merges ? r.dims[at] * ix.dims[d] : ix.dims[d];
+    for (int k = 0; k < 3; ++k) r.strides[k][at] = ix.strides[k][d];
+  }
+  return r;
 }
 
 void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last) {

@@ -10,9 +10,15 @@
 
 namespace onnxtrain::kernels::cuda {
 
-// `dims` with each array's strides (as many as dims, 0 where broadcast); an UnsupportedError past kMaxRank dims.
+// `dims` with each array's strides (as many as dims, 0 where broadcast), coalesced; an UnsupportedError past
+// kMaxRank dims.
 Indexing indexing(const KernelCtx& c, const std::vector<int64_t>& dims,
                   std::initializer_list<std::vector<int64_t>> strides);
+
+// ix with its dims of size 1 dropped and each two adjacent dims merged into one where every array steps over them
+// as over one (the outer dim's strides the inner's times its size): each flat index has the same offsets, found with
+// fewer divisions (none for arrays of one shape, one for a row broadcast down a matrix).
+Indexing coalesced(const Indexing& ix);
 
 inline cudaStream_t stream() { return current_stream(); }
 
