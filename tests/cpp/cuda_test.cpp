@@ -183,6 +183,11 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
     auto stats = run_one(kCpu, "LayerNormalization", {x, w, b}, {{"axis", int64_t(2)}}, 3);
     expect_like_cpu("com.onnxtrain.LayerNormalizationGrad", {dy, x, w, stats.at("o1"), stats.at("o2")},
                     {{"axis", int64_t(2)}, {"epsilon", 1e-5f}}, tol, 3);
+    Tensor xs = random_tensor(t, {3, 700, 32}, 21);  // dscale and dbias summed over 9 chunks of rows
+    stats = run_one(kCpu, "LayerNormalization", {xs, w, b}, {{"axis", int64_t(2)}}, 3);
+    expect_like_cpu("com.onnxtrain.LayerNormalizationGrad",
+                    {random_tensor(t, {3, 700, 32}, 22), xs, w, stats.at("o1"), stats.at("o2")},
+                    {{"axis", int64_t(2)}, {"epsilon", 1e-5f}}, tol, 3);
     Tensor lw = random_tensor(t, {24, 32}, 15), lb = random_tensor(t, {24}, 16);
     expect_like_cpu("com.onnxtrain.Linear", {x, lw, lb}, {}, tol);
     if (t != DType::kFloat32)  // (a float32 output of 16-bit operands: cast_into_product's `to`)
@@ -204,7 +209,7 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
   expect_like_cpu("Range", {scalar(DType::kFloat32, -1), scalar(DType::kFloat32, 2), scalar(DType::kFloat32, 0.25)});
 }
 
-// Llama's fused ops: RMSNorm and its gradient, SwiGLU and its gradient, rotary embeddings (cos and sin broadcast
+// Llama's fused ops: RMSNorm and its gradient (dscale over one chunk of rows and over several), SwiGLU and its gradient, rotary embeddings (cos and sin broadcast
 // from (T, D) and (B, 1, T, D), and the transposed map of the gradient), in three dtypes.
 TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
@@ -215,6 +220,10 @@ TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
     expect_like_cpu("com.onnxtrain.RMSNormalization", {x, w}, norm, tol, 2);
     auto stats = run_one(kCpu, "com.onnxtrain.RMSNormalization", {x, w}, norm, 2);
     expect_like_cpu("com.onnxtrain.RMSNormalizationGrad", {dy, x, w, stats.at("o1")}, norm, tol, 2);
+    Tensor xs = random_tensor(t, {3, 700, 40}, 38);  // dscale summed over 9 chunks of rows
+    stats = run_one(kCpu, "com.onnxtrain.RMSNormalization", {xs, w}, norm, 2);
+    expect_like_cpu("com.onnxtrain.RMSNormalizationGrad", {random_tensor(t, {3, 700, 40}, 39), xs, w, stats.at("o1")},
+                    norm, tol, 2);
     Tensor u = random_tensor(t, {4, 6, 40}, 34);
     expect_like_cpu("com.onnxtrain.SwiGLU", {x, u}, {}, tol);
     expect_like_cpu("com.onnxtrain.SwiGLUGrad", {dy, x, u}, {}, tol, 2);

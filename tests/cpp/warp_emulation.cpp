@@ -11,7 +11,7 @@
 
 #include "kernels/cuda/warp_mma.cuh"
 
-thread_local EmulatedIndex threadIdx, blockIdx;
+thread_local EmulatedIndex threadIdx, blockIdx, blockDim, gridDim;
 
 namespace onnxtrain {
 namespace {
@@ -75,20 +75,23 @@ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { 
 void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_bf16>(c, a, b0, b1); }
 }  // namespace kernels::cuda
 
-void testing::emulate(unsigned blocks, unsigned threads, const std::function<void()>& kernel) {
-  for (unsigned b = 0; b < blocks; ++b) {
-    Block block(threads);
-    running = &block;
-    std::vector<std::thread> pool;
-    for (unsigned i = 0; i < threads; ++i)
-      pool.emplace_back([&, i] {
-        threadIdx.x = i;
-        blockIdx.x = b;
-        kernel();
-      });
-    for (auto& th : pool) th.join();
-    running = nullptr;
-  }
+void testing::emulate(EmulatedIndex grid, unsigned threads, const std::function<void()>& kernel) {
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      Block block(threads);
+      running = &block;
+      std::vector<std::thread> pool;
+      for (unsigned i = 0; i < threads; ++i)
+        pool.emplace_back([&, i] {
+          threadIdx = {i, 0, 0};
+          blockIdx = {bx, by, 0};
+          blockDim = {threads, 1, 1};
+          gridDim = grid;
+          kernel();
+        });
+      for (auto& th : pool) th.join();
+      running = nullptr;
+    }
 }
 
 }  // namespace onnxtrain

@@ -18,7 +18,7 @@
 struct EmulatedIndex {
   unsigned x = 0, y = 0, z = 0;
 };
-extern thread_local EmulatedIndex threadIdx, blockIdx;
+extern thread_local EmulatedIndex threadIdx, blockIdx, blockDim, gridDim;
 void __syncthreads();
 int __syncthreads_or(int predicate);
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
@@ -26,7 +26,11 @@ inline float __expf(float x) { return std::exp(x); }
 
 namespace onnxtrain::testing {
 
-// Runs kernel() on `blocks` blocks of `threads` threads (a multiple of 32), one block after another.
-void emulate(unsigned blocks, unsigned threads, const std::function<void()>& kernel);
+// Runs kernel() on a grid of `grid` blocks (x, then y) of `threads` threads (a multiple of 32), one block after
+// another.
+void emulate(EmulatedIndex grid, unsigned threads, const std::function<void()>& kernel);
+inline void emulate(unsigned blocks, unsigned threads, const std::function<void()>& kernel) {
+  emulate(EmulatedIndex{blocks, 1, 1}, threads, kernel);
+}
 
 }  // namespace onnxtrain::testing

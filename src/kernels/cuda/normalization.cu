@@ -1,6 +1,7 @@
 // LayerNormalization and its gradient on the GPU: a block per row for the statistics, the output and dX (sums by
-// block_reduce.cuh's reduction, in float32); dscale and dbias by columns, each block summing 32 columns over all rows.
+// block_reduce.cuh's reduction, in float32); dscale and dbias by columns over chunks of the rows (column_chunks.cuh).
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/column_chunks.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -56,28 +57,20 @@ __global__ void layer_norm_dx_kernel(const T* dy, const T* x, const T* w, const 
   }
 }
 
-constexpr int kColumns = 32, kRowLanes = kThreads / kColumns;
-
 template <typename T>
-__global__ void layer_norm_dw_kernel(const T* dy, const T* x, const T* mean, const T* rstd, T* dw, T* db,
-                                     int64_t rows, int64_t n) {
-  __shared__ float sw[kRowLanes][kColumns + 1], sb[kRowLanes][kColumns + 1];
-  const int tx = threadIdx.x % kColumns, ty = threadIdx.x / kColumns;
-  const int64_t j = int64_t(blockIdx.x) * kColumns + tx;
+__global__ void layer_norm_dw_kernel(const T* dy, const T* x, const T* mean, const T* rstd, float* partial_w,
+                                     float* partial_b, int64_t rows, int64_t n, int64_t per_chunk) {
+  __shared__ float lanes_w[kRowLanes][kColumns + 1], lanes_b[kRowLanes][kColumns + 1];
+  const ChunkSpan s = chunk_span(rows, per_chunk);
   float aw = 0, ab = 0;
-  if (j < n)
-    for (int64_t r = ty; r < rows; r += kRowLanes) {
-      const float d = to_float(dy[r * n + j]);
-      aw += d * (to_float(x[r * n + j]) - to_float(mean[r])) * to_float(rstd[r]);
+  if (s.j < n)
+    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) {
+      const float d = to_float(dy[r * n + s.j]);
+      aw += d * (to_float(x[r * n + s.j]) - to_float(mean[r])) * to_float(rstd[r]);
       ab += d;
     }
-  sw[ty][tx] = aw;
-  sb[ty][tx] = ab;
-  __syncthreads();
-  if (ty != 0 || j >= n) return;
-  for (int k = 1; k < kRowLanes; ++k) aw += sw[k][tx], ab += sb[k][tx];
-  if (dw) dw[j] = from_float<T>(aw);
-  if (db) db[j] = from_float<T>(ab);
+  write_partial(aw, s, lanes_w, partial_w, n);
+  write_partial(ab, s, lanes_b, partial_b, n);
 }
 
 }  // namespace
@@ -97,7 +90,7 @@ void layer_norm(DType t, const void* x, const void* w, const void* b, void* y, v
 }
 
 void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* mean, const void* rstd,
-                     void* dx, void* dw, void* db, int64_t rows, int64_t n, cudaStream_t stream) {
+                     void* dx, void* dw, void* db, int64_t rows, int64_t n, float* partial, cudaStream_t stream) {
   if (n == 0) return;
   check_rows(rows, "LayerNormalizationGrad");
   bool ok = with_float_type(t, [&](auto v) {
@@ -107,9 +100,14 @@ void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, cons
     if (dx && rows)
       layer_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), m, rs,
                                                                      static_cast<T*>(dx), n);
-    if (dw || db)
-      layer_norm_dw_kernel<<<unsigned((n + kColumns - 1) / kColumns), kThreads, 0, stream>>>(
-          d, xp, m, rs, static_cast<T*>(dw), static_cast<T*>(db), rows, n);
+    if (dw || db) {
+      const Chunks ch = chunks_of(rows);
+      float* partial_b = partial + int64_t(ch.count) * n;
+      layer_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, m, rs, partial, partial_b, rows, n,
+                                                                       ch.rows);
+      if (dw) sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, static_cast<T*>(dw));
+      if (db) sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial_b, ch.count, n, static_cast<T*>(db));
+    }
   });
   if (!ok) unsupported_dtype("LayerNormalizationGrad", t);
   check_launch("LayerNormalizationGrad");

@@ -1,7 +1,8 @@
 // com.onnxtrain.RMSNormalization and its gradient on the GPU, as LayerNormalization's (normalization.cu): a block per
-// row for the statistic, the output and dX (sums by block_reduce.cuh's reduction, in float32); dscale by columns,
-// each block summing 32 columns over all rows.
+// row for the statistic, the output and dX (sums by block_reduce.cuh's reduction, in float32); dscale by columns over
+// chunks of the rows (column_chunks.cuh).
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/column_chunks.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -39,22 +40,16 @@ __global__ void rms_norm_dx_kernel(const T* dy, const T* x, const T* w, const T*
     o[j] = from_float<T>(rs * (to_float(dr[j]) * to_float(w[j]) - to_float(xr[j]) * k));
 }
 
-constexpr int kColumns = 32, kRowLanes = kThreads / kColumns;
-
 template <typename T>
-__global__ void rms_norm_dw_kernel(const T* dy, const T* x, const T* rstd, T* dw, int64_t rows, int64_t n) {
-  __shared__ float sw[kRowLanes][kColumns + 1];
-  const int tx = threadIdx.x % kColumns, ty = threadIdx.x / kColumns;
-  const int64_t j = int64_t(blockIdx.x) * kColumns + tx;
+__global__ void rms_norm_dw_kernel(const T* dy, const T* x, const T* rstd, float* partial, int64_t rows, int64_t n,
+                                   int64_t per_chunk) {
+  __shared__ float lanes[kRowLanes][kColumns + 1];
+  const ChunkSpan s = chunk_span(rows, per_chunk);
   float a = 0;
-  if (j < n)
-    for (int64_t r = ty; r < rows; r += kRowLanes)
-      a += to_float(dy[r * n + j]) * to_float(x[r * n + j]) * to_float(rstd[r]);
-  sw[ty][tx] = a;
-  __syncthreads();
-  if (ty != 0 || j >= n) return;
-  for (int k = 1; k < kRowLanes; ++k) a += sw[k][tx];
-  dw[j] = from_float<T>(a);
+  if (s.j < n)
+    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes)
+      a += to_float(dy[r * n + s.j]) * to_float(x[r * n + s.j]) * to_float(rstd[r]);
+  write_partial(a, s, lanes, partial, n);
 }
 
 }  // namespace
@@ -73,7 +68,7 @@ void rms_norm(DType t, const void* x, const void* w, void* y, void* rstd, int64_
 }
 
 void rms_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* rstd, void* dx, void* dw,
-                   int64_t rows, int64_t n, cudaStream_t stream) {
+                   int64_t rows, int64_t n, float* partial, cudaStream_t stream) {
   if (n == 0) return;
   check_rows(rows, "RMSNormalizationGrad");
   bool ok = with_float_type(t, [&](auto v) {
@@ -82,9 +77,11 @@ void rms_norm_grad(DType t, const void* dy, const void* x, const void* w, const 
     if (dx && rows)
       rms_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), rs,
                                                                   static_cast<T*>(dx), n);
-    if (dw)
-      rms_norm_dw_kernel<<<unsigned((n + kColumns - 1) / kColumns), kThreads, 0, stream>>>(
-          d, xp, rs, static_cast<T*>(dw), rows, n);
+    if (dw) {
+      const Chunks ch = chunks_of(rows);
+      rms_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, rs, partial, rows, n, ch.rows);
+      sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, static_cast<T*>(dw));
+    }
   });
   if (!ok) unsupported_dtype("RMSNormalizationGrad", t);
   check_launch("RMSNormalizationGrad");

@@ -1,0 +1,58 @@
+// Column sums over many rows, for the norms' scale and bias gradients: the rows are cut into chunks (one block row of
+// the grid each), a block sums 32 columns over its chunk, 8 lanes of rows at a time, and writes float32 partial sums
+// into scratch; sum_chunks adds each column's partials in chunk order (deterministic) into the output. Thousands of
+// rows thus spread over as many blocks as the GPU has room for instead of a block per 32 columns.
+#pragma once
+#include <algorithm>
+
+#include "kernels/cuda/device_types.cuh"
+
+namespace onnxtrain::kernels::cuda {
+
+constexpr int kColumns = 32, kRowLanes = kThreads / kColumns;
+constexpr int64_t kRowsPerChunk = 256;
+
+// How the rows are cut: `count` chunks (at most kNormChunks) of `rows` rows each (the last one shorter).
+struct Chunks {
+  int count;
+  int64_t rows;
+};
+inline Chunks chunks_of(int64_t rows) {
+  const int64_t count = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kNormChunks);
+  return {int(count), (rows + count - 1) / count};
+}
+inline dim3 chunk_grid(int64_t n, const Chunks& c) { return dim3(unsigned((n + kColumns - 1) / kColumns), c.count); }
+
+// This thread's column and the rows of this block's chunk, [begin, end).
+struct ChunkSpan {
+  int tx, ty;
+  int64_t j, begin, end;
+};
+__device__ __forceinline__ ChunkSpan chunk_span(int64_t rows, int64_t per_chunk) {
+  const int tx = int(threadIdx.x % kColumns);
+  const int64_t begin = int64_t(blockIdx.y) * per_chunk;
+  return {tx, int(threadIdx.x / kColumns), int64_t(blockIdx.x) * kColumns + tx, begin,
+          begin + per_chunk < rows ? begin + per_chunk : rows};
+}
+
+// The block's sum of v over its row lanes, written by the first lane to partial[blockIdx.y * n + j]; `lanes` is the
+// block's shared [kRowLanes][kColumns + 1].
+__device__ __forceinline__ void write_partial(float v, const ChunkSpan& s, float (*lanes)[kColumns + 1], float* partial,
+                                              int64_t n) {
+  lanes[s.ty][s.tx] = v;
+  __syncthreads();
+  if (s.ty != 0 || s.j >= n) return;
+  for (int k = 1; k < kRowLanes; ++k) v += lanes[k][s.tx];
+  partial[int64_t(blockIdx.y) * n + s.j] = v;
+}
+
+template <typename T>
+__global__ void sum_chunks_kernel(const float* partial, int chunks, int64_t n, T* out) {
+  ONNXTRAIN_GRID_LOOP(j, n) {
+    float a = 0;
+    for (int c = 0; c < chunks; ++c) a += partial[int64_t(c) * n + j];
+    out[j] = from_float<T>(a);
+  }
+}
+
+}  // namespace onnxtrain::kernels::cuda
