@@ -94,6 +94,13 @@ void pad(int elem_bytes, const void* x, void* y, const PadShape& p, uint64_t val
 void cum_sum(DType xt, DType yt, const void* x, void* y, int64_t outer, int64_t n, int64_t inner, bool exclusive,
              bool reverse, cudaStream_t stream);
 
+// Device memory a cuBLASLt product may keep partial results in (split-K, stream-K): a slice of the node's scratch
+// (workspace.h). None: the algorithms that need none.
+struct Workspace {
+  void* at = nullptr;
+  size_t bytes = 0;
+};
+
 // Batched C = alpha * op(A) op(B) + beta * C0: A's element (i, k) of batch b at a[a_off[b] + i * a_rs + k * a_cs],
 // likewise B's (k, j); C contiguous [batch, m, n]; C0 (optional) read at c0[i * c0_rs + j * c0_cs], the same in
 // every batch. Batch offsets: the batch index decomposed over `batch` (strides 0: A, 1: B). float32 accumulation;
@@ -105,6 +112,7 @@ struct GemmShape {
   float alpha = 1, beta = 0;
   const void* c0 = nullptr;
   int64_t c0_rs = 0, c0_cs = 0;
+  Workspace workspace;
 };
 void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
 // gemm's product through cuBLASLt (lt_gemm.cpp); false, computing nothing, for one it does not take: operands with no

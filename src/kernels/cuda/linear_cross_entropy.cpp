@@ -6,6 +6,7 @@
 // stay on the device (one out of range gives a NaN loss, not an error).
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/product.h"
+#include "kernels/cuda/workspace.h"
 #include "ops/loss.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -63,10 +64,21 @@ char* row(Tensor& t, int64_t r0, int64_t width) {
   return static_cast<char*>(t.raw()) + r0 * width * int64_t(dtype_size(t.dtype()));
 }
 
+// The workspace first in a head kernel's scratch, for products of a block of rows' scores at most (and of dW).
+Dim head_workspace(const Dim& block, const Dim& classes, const Dim& k) {
+  return scratch_span(workspace_scratch(Dim::max(block, k) * classes));
+}
+Workspace take_workspace(const KernelCtx& c, ScratchCarver& scratch, int64_t block, const Head& h) {
+  const Dim bytes = head_workspace(Dim(block), Dim(h.c), Dim(h.k));
+  scratch.at = size_t(bytes.value());
+  return workspace_in(c, 0, size_t(bytes.value()));
+}
+
 // s (m, c) float32 = X's rows [r0, r0 + m) W^T + B.
-void scores(const KernelCtx& c, const Head& h, size_t x, size_t w, size_t b, int64_t r0, int64_t m, float* s) {
+void scores(const KernelCtx& c, const Head& h, size_t x, size_t w, size_t b, int64_t r0, int64_t m, float* s,
+            Workspace ws) {
   product(h.t, DType::kFloat32, row(c.in(x), r0, h.k), h.k, 1, c.in(w).raw(), 1, h.k, m, h.c, h.k,
-          c.has(b) ? c.in(b).raw() : nullptr, 0, s);
+          c.has(b) ? c.in(b).raw() : nullptr, 0, s, ws);
 }
 
 // dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
@@ -76,23 +88,24 @@ struct Gradients {
   KernelCtx& c;
   const Head& h;
   size_t x, w, first;
+  Workspace ws;
   float *sum = nullptr, *part = nullptr;
 
   static bool in_float32(const KernelCtx& c, const Head& h, size_t first) {
     return h.t != DType::kFloat32 && c.wants(first + 1);
   }
-  Gradients(KernelCtx& ctx, const Head& head, size_t x_, size_t w_, size_t first_, ScratchCarver& scratch)
-      : c(ctx), h(head), x(x_), w(w_), first(first_) {
+  Gradients(KernelCtx& ctx, const Head& head, size_t x_, size_t w_, size_t first_, ScratchCarver& scratch,
+            Workspace workspace)
+      : c(ctx), h(head), x(x_), w(w_), first(first_), ws(workspace) {
     if (in_float32(c, h, first)) sum = scratch.take<float>(h.c * h.k), part = scratch.take<float>(h.c * h.k);
   }
   void add(const void* g, int64_t r0, int64_t m) {
     if (c.wants(first))
-      product(h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, m, h.k, h.c, nullptr, 0,
-              row(c.out(first), r0, h.k));
+      product(h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, m, h.k, h.c, nullptr, 0, row(c.out(first), r0, h.k), ws);
     if (c.wants(first + 1)) {
       const void* xs = row(c.in(x), r0, h.k);
       if (sum) {
-        product(h.t, DType::kFloat32, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, nullptr, 0, r0 ? part : sum);
+        product(h.t, DType::kFloat32, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, nullptr, 0, r0 ? part : sum, ws);
         if (r0) {
           Indexing ix;
           ix.rank = 1, ix.dims[0] = h.c * h.k, ix.strides[0][0] = ix.strides[1][0] = 1;
@@ -100,7 +113,7 @@ struct Gradients {
         }
       } else {
         void* dw = c.out(first + 1).raw();
-        product(h.t, h.t, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, r0 ? dw : nullptr, h.k, dw);
+        product(h.t, h.t, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, r0 ? dw : nullptr, h.k, dw, ws);
       }
     }
     if (c.wants(first + 2)) {
@@ -130,18 +143,19 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   const bool mean = a.reduction == LossAttrs::kMean;
   const int64_t block = std::min(h.n, block_rows(h.c, h.t));
   ScratchCarver scratch{c};
+  const Workspace ws = take_workspace(c, scratch, block, h);
   float* s = scratch.take<float>(block * h.c);
   float* lse = c.wants(1) ? c.out(1).data<float>() : scratch.take<float>(h.n);
   double* totals = scratch.take<double>(4);  // the loss's sum and count; the count alone, for the gradient's scale
   zero(totals, 4 * sizeof(double));
   void* g = grads ? scratch.take<uint8_t>(block * h.c * int64_t(dtype_size(h.t))) : nullptr;
-  Gradients gradients(c, h, 0, 1, 2, scratch);
+  Gradients gradients(c, h, 0, 1, 2, scratch, ws);
   if (grads && mean) count_targets(e, totals + 2, stream());
   float* loss = c.out(0).data<float>();
   for (int64_t r0 = 0; r0 < h.n; r0 += block) {
     const int64_t m = std::min(block, h.n - r0);
     const CrossEntropy rows = rows_from(e, r0, m);
-    scores(c, h, 0, 1, 2, r0, m, s);
+    scores(c, h, 0, 1, 2, r0, m, s, ws);
     if (c.wants(5)) cast(DType::kFloat32, h.t, s, row(c.out(5), r0, h.c), m * h.c, stream());
     cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, stream());
     if (!grads) continue;
@@ -162,16 +176,17 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
   const CrossEntropy e = cross_entropy_of(a, c, h, 4);
   const int64_t block = std::min(h.n, block_rows(h.c, h.t));
   ScratchCarver scratch{c};
+  const Workspace ws = take_workspace(c, scratch, block, h);
   float* s = scratch.take<float>(block * h.c);
   double* totals = scratch.take<double>(2);
   void* g = scratch.take<uint8_t>(block * h.c * int64_t(dtype_size(h.t)));
-  Gradients gradients(c, h, 1, 2, 0, scratch);
+  Gradients gradients(c, h, 1, 2, 0, scratch, ws);
   zero(totals, 2 * sizeof(double));
   if (a.reduction == LossAttrs::kMean) count_targets(e, totals, stream());
   const float *lse = c.in(5).data<float>(), *dloss = c.in(0).data<float>();
   for (int64_t r0 = 0; r0 < h.n; r0 += block) {
     const int64_t m = std::min(block, h.n - r0);
-    scores(c, h, 1, 2, 3, r0, m, s);
+    scores(c, h, 1, 2, 3, r0, m, s, ws);
     cross_entropy_grad(rows_from(e, r0, m), h.t, s, lse + r0, dloss + (per_row ? r0 : 0), per_row,
                        a.reduction == LossAttrs::kMean, totals, g, stream());
     gradients.add(g, r0, m);
@@ -189,24 +204,25 @@ void linear_grad_add(const LinearGradAddAttrs& a, KernelCtx& c) {
   const void* base = c.has(3) ? c.in(3).raw() : nullptr;
   if (!c.has(0) || h.n == 0) return base ? copy(c.in(3), out) : zero(out.raw(), out.nbytes());  // the base, as it is
   const void* dy = c.in(0).raw();
+  const Workspace ws = workspace_in(c, 0, c.scratch_bytes);
   if (a.wrt == LinearGradAddAttrs::kX)
-    product(h.t, h.t, dy, h.c, 1, c.in(2).raw(), h.k, 1, h.n, h.k, h.c, base, h.k, out.raw());
+    product(h.t, h.t, dy, h.c, 1, c.in(2).raw(), h.k, 1, h.n, h.k, h.c, base, h.k, out.raw(), ws);
   if (a.wrt == LinearGradAddAttrs::kW)
-    product(h.t, h.t, dy, 1, h.c, c.in(1).raw(), h.k, 1, h.c, h.k, h.n, base, h.k, out.raw());
+    product(h.t, h.t, dy, 1, h.c, c.in(1).raw(), h.k, 1, h.c, h.k, h.n, base, h.k, out.raw(), ws);
   if (a.wrt == LinearGradAddAttrs::kB) column_sums(h.t, dy, h.n, h.c, base, out.raw(), stream());
 }
 
 Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements * Dim(bytes)); }
 
-// As the kernels carve it: a block's scores (float32), the totals, forward's log-sum-exps when output 1 is not asked
-// for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit operands, its float32 sum and
-// a block's part.
+// As the kernels carve it: cuBLASLt's workspace, a block's scores (float32), the totals, forward's log-sum-exps when
+// output 1 is not asked for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit
+// operands, its float32 sum and a block's part.
 Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, int64_t totals) {
   const Shape& xs = s.shape(x);
   const DType t = s.dtype(x);
   const Dim rows = shape_numel(Shape(xs.begin(), xs.end() - 1)), classes = s.shape(w)[0];
   const Dim block = classes.is_const() ? Dim::min(rows, Dim(block_rows(classes.value(), t))) : rows;
-  Dim r = span_of(block * classes, 4);
+  Dim r = head_workspace(block, classes, s.shape(w)[1]) + span_of(block * classes, 4);
   if (lse) r = r + span_of(rows, 4);
   r = r + span_of(Dim(totals), 8);
   if (grads) r = r + span_of(block * classes, int64_t(dtype_size(t)));
@@ -229,7 +245,7 @@ const bool kRegistered = register_kernels(
     cuda_device(0),
     {{"com.onnxtrain", "LinearCrossEntropy", kernel<LossAttrs>(linear_cross_entropy), forward_scratch},
      {"com.onnxtrain", "LinearCrossEntropyGrad", kernel<LossAttrs>(linear_cross_entropy_grad), backward_scratch},
-     {"com.onnxtrain", "LinearGradAdd", kernel<LinearGradAddAttrs>(linear_grad_add)}});
+     {"com.onnxtrain", "LinearGradAdd", kernel<LinearGradAddAttrs>(linear_grad_add), product_scratch}});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda

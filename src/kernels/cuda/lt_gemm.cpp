@@ -1,9 +1,9 @@
 // gemm's products through cuBLASLt (kernels/cuda/cublaslt.h): float32, bfloat16 and float16 operands, float32
 // accumulation (CUBLAS_COMPUTE_32F: no TF32, as PyTorch's default), for the products whose operands have a unit
 // stride along their rows or their columns, whose batch folds into one stride per operand, and whose base is none,
-// a bias row (the bias epilogue) or one matrix shaped as the output. Row-major C = A B is cuBLASLt's column-major
-// C^T = B^T A^T: its first operand is our B, its second our A. The algorithm its heuristic picks for a shape, dtypes
-// and alignments is kept, per device.
+// a bias row (the bias epilogue) or one matrix shaped as the output, in the workspace the caller gives (the node's
+// scratch: workspace.h). Row-major C = A B is cuBLASLt's column-major C^T = B^T A^T: its first operand is our B, its
+// second our A. The algorithm its heuristic picks for a shape, dtypes, alignments and workspace is kept, per device.
 #include <cublasLt.h>
 
 #include <cstdlib>
@@ -166,7 +166,8 @@ bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const Ge
   const std::vector<int64_t> key = {device, int64_t(t), int64_t(out), x->op, y->op, int64_t(x->rows),
                                     int64_t(x->cols), x->ld, int64_t(y->rows), int64_t(y->cols), y->ld, s.m, s.n,
                                     batch->count, batch->a, batch->b, base, alignment(a), alignment(b),
-                                    alignment(c), alignment(base == kBias ? s.c0 : base_matrix)};
+                                    alignment(c), alignment(base == kBias ? s.c0 : base_matrix),
+                                    int64_t(s.workspace.bytes)};
   std::lock_guard<std::mutex> lock(mu());
   static std::map<std::vector<int64_t>, std::optional<cublasLtMatmulAlgo_t>> algos;
   auto found = algos.find(key);
@@ -174,7 +175,7 @@ bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const Ge
     Owned<cublasLtMatmulPreference_t, decltype(&cublasLtMatmulPreferenceDestroy)> pref{nullptr,
                                                                                        lt.preference_destroy};
     lt_check(lt.preference_create(&pref.d), "preference");
-    const size_t workspace = 0;
+    const size_t workspace = s.workspace.bytes;
     lt_check(lt.preference_set(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)),
              "workspace");
     const uint32_t aligns[4] = {alignment(b), alignment(a), alignment(base_matrix), alignment(c)};
@@ -193,7 +194,7 @@ bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const Ge
   }
   if (!found->second) return false;  // (no algorithm for it: the tiled kernel computes it)
   lt_check(lt.matmul(handle(device), desc.d, &alpha, b, lay_x, a, lay_y, &beta, base_matrix, lay_d, c, lay_d,
-                     &*found->second, nullptr, 0, stream),
+                     &*found->second, s.workspace.at, s.workspace.bytes, stream),
            "matmul");
   return true;
 }

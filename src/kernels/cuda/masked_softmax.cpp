@@ -2,6 +2,7 @@
 // matmul.cu's GEMM, every column computed, then the masked softmax in place), on masked_softmax.cu's launchers.
 // Scale and fill stay on the device.
 #include "kernels/cuda/indexing.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/strides.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -63,14 +64,15 @@ void attention_softmax(KernelCtx& c) {
   for (auto& v : sa) v *= s.m * s.k;
   for (auto& v : sb) v *= s.k * s.n;
   s.batch = indexing(c, batch, {sa, sb});
+  s.workspace = workspace_in(c, 0, c.scratch_bytes);
   gemm(A.dtype(), out.dtype(), A.raw(), B.raw(), out.raw(), s, stream());
   softmax_of(c, out, 2, out);
 }
 
-const bool kRegistered = register_kernels(cuda_device(0),
-                                          {{"com.onnxtrain", "MaskedSoftmax", kernel(masked_softmax_node)},
-                                           {"com.onnxtrain", "MaskedSoftmaxGrad", kernel(masked_softmax_grad_node)},
-                                           {"com.onnxtrain", "AttentionSoftmax", kernel(attention_softmax)}});
+const bool kRegistered = register_kernels(
+    cuda_device(0), {{"com.onnxtrain", "MaskedSoftmax", kernel(masked_softmax_node)},
+                     {"com.onnxtrain", "MaskedSoftmaxGrad", kernel(masked_softmax_grad_node)},
+                     {"com.onnxtrain", "AttentionSoftmax", kernel(attention_softmax), product_scratch}});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda

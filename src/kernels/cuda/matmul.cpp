@@ -3,6 +3,7 @@
 // FusedMatMul or Linear with attribute `to` writes float32 from 16-bit operands. And product.h's one product.
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/product.h"
+#include "kernels/cuda/workspace.h"
 #include "kernels/matmul_dims.h"
 #include "kernels/strides.h"
 #include "ops/matmul.h"
@@ -27,6 +28,7 @@ void matmul(const ops::MatMulAttrs& at, KernelCtx& c) {
   for (auto& v : sa) v *= d.a[d.a.size() - 2] * a_cols;
   for (auto& v : sb) v *= d.b[d.b.size() - 2] * b_cols;
   s.batch = indexing(c, d.batch, {sa, sb});
+  s.workspace = workspace_in(c, 0, c.scratch_bytes);
   gemm(A.dtype(), c.out(0).dtype(), A.raw(), B.raw(), c.out(0).raw(), s, stream());
 }
 
@@ -52,6 +54,7 @@ void gemm_node(const ops::GemmAttrs& at, KernelCtx& c) {
     s.c0_cs = st[1];
   }
   s.batch = indexing(c, {}, {});
+  s.workspace = workspace_in(c, 0, c.scratch_bytes);
   gemm(A.dtype(), c.out(0).dtype(), A.raw(), B.raw(), c.out(0).raw(), s, stream());
 }
 
@@ -66,22 +69,24 @@ void linear(KernelCtx& c) {
            dtype_name(X.dtype()) + " value for each of W's " + std::to_string(n) + " rows");
   // (W read transposed; the bias a row added to each)
   product(X.dtype(), c.out(0).dtype(), X.raw(), k, 1, W.raw(), 1, k, rows, n, k, c.has(2) ? c.in(2).raw() : nullptr,
-          0, c.out(0).raw());
+          0, c.out(0).raw(), workspace_in(c, 0, c.scratch_bytes));
 }
 
-const bool kRegistered = register_kernels(cuda_device(0), {{"", "MatMul", kernel(matmul)},
-                                                           {"com.onnxtrain", "FusedMatMul", kernel(matmul)},
-                                                           {"", "Gemm", kernel(gemm_node)},
-                                                           {"com.onnxtrain", "Linear", kernel(linear)}});
+const bool kRegistered =
+    register_kernels(cuda_device(0), {{"", "MatMul", kernel(matmul), product_scratch},
+                                      {"com.onnxtrain", "FusedMatMul", kernel(matmul), product_scratch},
+                                      {"", "Gemm", kernel(gemm_node), product_scratch},
+                                      {"com.onnxtrain", "Linear", kernel(linear), product_scratch}});
 
 }  // namespace
 
 void product(DType t, DType out, const void* a, int64_t a_rs, int64_t a_cs, const void* b, int64_t b_rs,
-             int64_t b_cs, int64_t m, int64_t n, int64_t k, const void* base, int64_t base_rs, void* c) {
+             int64_t b_cs, int64_t m, int64_t n, int64_t k, const void* base, int64_t base_rs, void* c, Workspace ws) {
   GemmShape s;
   s.m = m, s.n = n, s.k = k;
   s.a_rs = a_rs, s.a_cs = a_cs, s.b_rs = b_rs, s.b_cs = b_cs;
   if (base) s.beta = 1, s.c0 = base, s.c0_rs = base_rs, s.c0_cs = 1;
+  s.workspace = ws;
   gemm(t, out, a, b, c, s, stream());  // (s.batch: rank 0, one product)
 }
 
