@@ -5,24 +5,15 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/parameter_math.h"
 #include "onnxtrain/tensor.h"
 
 namespace onnxtrain::kernels {
-
-struct AdamWHyper {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-2;
-  bool amsgrad = false, maximize = false;
-};
 
 // One parameter's AdamW update at `step` (1 the first): x, its gradient g, the moving averages m and v (and, with
 // amsgrad, the largest v so far, else null), all of one dtype and size. Throws InputError naming `where` when not.
 void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,
                   int64_t step, const AdamWHyper& h);
-
-struct SgdHyper {
-  double lr = 1e-3, weight_decay = 0, momentum = 0, dampening = 0;
-  bool nesterov = false, maximize = false;
-};
 
 // One parameter's SGD update; `buf` is the momentum buffer (null without momentum), which a first step sets to the
 // gradient (as PyTorch's first step clones it).
