@@ -57,7 +57,7 @@ if want cpp; then
 fi
 mkdir -p /tmp/pkg && cp -r python/onnxtrain /tmp/pkg/ && cp /tmp/gb/_onnxtrain*.so /tmp/pkg/onnxtrain/
 want pytest && step pytest_cuda 300 env PYTHONPATH=/tmp/pkg "$py" -m pytest -q -p no:cacheprovider --tb=short -rA \
-  tests/python/test_cuda.py
+  tests/python/test_cuda.py tests/python/test_cuda_optim.py
 want attention && step attention 150 env PYTHONPATH=/tmp/pkg "$py" bench/gpu_attention.py --steps 10 &&
   tail -6 "$out/attention.log"
 if want example; then

@@ -132,17 +132,17 @@ class Runner:
         # them again before backward, elsewhere; the stash reads them where they are.
         held = held_state(self.module)
         refeeds = {n: as_input(held[n]) for n in self.exported.state_names if n in self.model_inputs}
+        queue = self.stream() if stream is None else stream
         if self.applied:
             handed = on_gradient
 
             def on_gradient(name, gradient):
-                if name in self.applied:  # (its last use: the session frees it when this returns)
-                    optim.apply_in_backward(held[name], torch.from_dlpack(gradient))
+                if name in self.applied:  # (its last use: the session frees it when this returns; on its queue)
+                    optim.apply_in_backward(held[name], torch.from_dlpack(gradient), queue)
                 elif handed is not None:
                     handed(name, gradient)
 
-        result = self.session.run_backward(state, output_grads, refeeds, on_gradient,
-                                           stream=self.stream() if stream is None else stream)
+        result = self.session.run_backward(state, output_grads, refeeds, on_gradient, stream=queue)
         if self.timeline_path:
             from onnxtrain import timeline
 

@@ -1,5 +1,6 @@
 """onnxtrain.optim: PyTorch's AdamW and SGD as torch.optim.Optimizers (param groups, LR schedulers, state_dict,
-PyTorch's numerics), each parameter's update one fused pass in C++ on every core.
+PyTorch's numerics), each parameter's update one fused pass in C++: on every core for a parameter on the CPU, one
+kernel on PyTorch's current stream for a parameter on a GPU (the same roundings as on the CPU).
 
 With in_backward=True, the parameters an onnxtrain.Module owns are updated inside its backward, each as soon as
 its gradient is final and nothing in backward reads the parameter any more, and the gradient is freed at once: no
@@ -32,9 +33,10 @@ def owner_of(p):
     return owner and owner()
 
 
-def apply_in_backward(p, gradient):
-    """Called by onnxtrain.Module's backward with a parameter's final gradient (its last use)."""
-    owner_of(p)._apply_in_backward(p, gradient)
+def apply_in_backward(p, gradient, stream):
+    """Called by onnxtrain.Module's backward with a parameter's final gradient (its last use), and the queue the
+    backward runs on (an integer handle: a CUDA stream; 0 on the CPU), where the update goes too."""
+    owner_of(p)._apply_in_backward(p, gradient, stream)
 
 
 class _Fused(torch.optim.Optimizer):
@@ -48,9 +50,9 @@ class _Fused(torch.optim.Optimizer):
         super().add_param_group(param_group)
         self._groups_seen = None
         for p in self.param_groups[-1]["params"]:
-            if p.device.type != "cpu":
-                raise ValueError(f"{type(self).__name__}: a parameter is on {p.device}; onnxtrain.optim runs on "
-                                 "the CPU")
+            if p.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"{type(self).__name__}: a parameter is on {p.device}; onnxtrain.optim updates "
+                                 "parameters on the CPU and on CUDA GPUs")
             if self.in_backward:
                 other = owner_of(p)
                 if other is not None and other is not self:
@@ -64,14 +66,14 @@ class _Fused(torch.optim.Optimizer):
             self._groups_seen = self.param_groups
         return self._group_of[id(p)]
 
-    def _apply_in_backward(self, p, gradient):
+    def _apply_in_backward(self, p, gradient, stream):
         if self._stepped and id(p) in self._since_step:
             raise RuntimeError(f"onnxtrain.optim.{type(self).__name__}(in_backward=True): a second backward before "
                                "step(): each backward applies its update, so gradients cannot accumulate over "
                                "micro-batches; use in_backward=False to accumulate, or one larger batch")
         self._since_step.add(id(p))
         with torch.no_grad():
-            self._update(self._group(p), [p], [gradient])
+            self._update(self._group(p), [p], [gradient], [stream])
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -86,6 +88,15 @@ class _Fused(torch.optim.Optimizer):
             if params:
                 self._update(group, params, [p.grad for p in params])
         return loss
+
+
+def _streams(xs):
+    """Each parameter's queue: PyTorch's current stream of its GPU (0 on the CPU)."""
+    of = {}
+    for x in xs:
+        if x.device.type == "cuda" and x.device not in of:
+            of[x.device] = torch.cuda.current_stream(x.device).cuda_stream
+    return [of.get(x.device, 0) for x in xs]
 
 
 def _checked(p, g):
@@ -115,7 +126,7 @@ class AdamW(_Fused):
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize)
         super().__init__(params, defaults, in_backward)
 
-    def _update(self, group, params, grads):
+    def _update(self, group, params, grads, streams=None):
         xs, gs, ms, vs, tops, steps = [], [], [], [], [], []
         for p, g in zip(params, grads):
             x, g = _checked(p, g)
@@ -134,7 +145,7 @@ class AdamW(_Fused):
         hyper = C.AdamWHyper(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=group["eps"],
                              weight_decay=group["weight_decay"], amsgrad=group["amsgrad"],
                              maximize=group["maximize"])
-        C.adamw_update(xs, gs, ms, vs, tops, steps, hyper)
+        C.adamw_update(xs, gs, ms, vs, tops, steps, hyper, streams or _streams(xs))
 
 
 class SGD(_Fused):
@@ -154,7 +165,7 @@ class SGD(_Fused):
                         maximize=maximize)
         super().__init__(params, defaults, in_backward)
 
-    def _update(self, group, params, grads):
+    def _update(self, group, params, grads, streams=None):
         xs, gs, bufs, first = [], [], [], []
         momentum = group["momentum"]
         for p, g in zip(params, grads):
@@ -167,4 +178,4 @@ class SGD(_Fused):
             xs.append(x), gs.append(g), bufs.append(buf if momentum != 0 else None)
         hyper = C.SgdHyper(lr=float(group["lr"]), weight_decay=group["weight_decay"], momentum=momentum,
                            dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"])
-        C.sgd_update(xs, gs, bufs, first, hyper)
+        C.sgd_update(xs, gs, bufs, first, hyper, streams or _streams(xs))

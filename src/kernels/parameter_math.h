@@ -21,7 +21,7 @@ struct SgdHyper {
 };
 
 // a b + c rounded once, and the square root rounded to nearest, in float or double: the same numbers on both
-// devices.
+// devices (float division rounds to nearest on both too).
 template <typename A>
 ONNXTRAIN_HOST_DEVICE A fused(A a, A b, A c) {
 #ifdef __CUDA_ARCH__
@@ -29,6 +29,17 @@ ONNXTRAIN_HOST_DEVICE A fused(A a, A b, A c) {
   else return __fma_rn(a, b, c);
 #else
   return std::fma(a, b, c);
+#endif
+}
+// a b rounded, then + c rounded: never one fused operation (nvcc fuses a * b + c unless told not to; the host's
+// parameter_update.cpp compiles with -ffp-contract=off).
+template <typename A>
+ONNXTRAIN_HOST_DEVICE A product_then_sum(A a, A b, A c) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(A) == 4) return __fadd_rn(__fmul_rn(a, b), c);
+  else return __dadd_rn(__dmul_rn(a, b), c);
+#else
+  return a * b + c;
 #endif
 }
 template <typename A>
@@ -75,7 +86,7 @@ ONNXTRAIN_HOST_DEVICE void adamw_element(const AdamWScalars<A>& s, A g, A& x, A&
     vmax = top;
   }
   const A denom = root(top) / s.bc2_sqrt + s.eps;
-  x = x * s.decay + (-s.step_size * m) / denom;  // addcdiv
+  x = product_then_sum(x, s.decay, (-s.step_size * m) / denom);  // x (1 - lr wd), then addcdiv
 }
 
 template <typename A>

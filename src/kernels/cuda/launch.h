@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/parameter_math.h"
 #include "onnxtrain/dtype.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -211,6 +212,14 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* kt,
 void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
                           const void* y, const float* lse, float* row_dots, void* dq, void* dkt, void* dv,
                           cudaStream_t stream);
+
+// onnxtrain.optim's updates (kernels/parameter_update.h) over n elements of dtype t (float32, bfloat16, float16;
+// float64), in place: AdamW at `step` (vmax with amsgrad, else null), SGD (buf with momentum, else null; `first` sets
+// it), and acc += g.
+void adamw(DType t, void* x, const void* g, void* m, void* v, void* vmax, int64_t n, const AdamWHyper& h,
+           int64_t step, cudaStream_t stream);
+void sgd(DType t, void* x, const void* g, void* buf, bool first, int64_t n, const SgdHyper& h, cudaStream_t stream);
+void accumulate(DType t, void* acc, const void* g, int64_t n, cudaStream_t stream);
 
 enum class Reduce { kSum, kMean, kMax, kMin, kSumSquare, kL2 };
 // out[o] = reduce of x over the reduced sub-space: output index o decomposed over `kept` (strides 0: x), each
