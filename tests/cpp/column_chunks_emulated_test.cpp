@@ -1,7 +1,7 @@
 // The norms' column sums over chunks of rows (kernels/cuda/column_chunks.cuh, behind LayerNormalizationGrad's and
 // RMSNormalizationGrad's dscale and dbias) run on the host through the warp emulation: a kernel summing a matrix's
 // columns by chunk_span() and write_partial(), then sum_chunks_kernel, against sums in float64, for no rows, one
-// chunk, a last chunk shorter than the others, and more rows than kNormChunks chunks of kRowsPerChunk hold; columns
+// chunk, a last chunk shorter than the others, and more rows than kRowChunks chunks of kRowsPerChunk hold; columns
 // past a block's 32.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
@@ -28,13 +28,13 @@ TEST(ColumnChunks, ColumnsAreSummedOverEveryRowOnce) {
     std::vector<float> x(size_t(rows * n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 2654435761u % 1000) - 500) / 256.f;  // exact sums
     const Chunks ch = chunks_of(rows);
-    EXPECT_LE(ch.count, kNormChunks);
+    EXPECT_LE(ch.count, kRowChunks);
     EXPECT_GE(int64_t(ch.count) * ch.rows, rows);
-    std::vector<float> partial(size_t(kNormChunks * n), 1e30f), out(size_t(n), 1e30f);
+    std::vector<float> partial(size_t(kRowChunks * n), 1e30f), out(size_t(n), 1e30f);
     const dim3 grid = chunk_grid(n, ch);
     testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads,
                      [&] { column_sums_kernel(x.data(), partial.data(), rows, n, ch.rows); });
-    testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, n, out.data()); });
+    testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, n, 1.f, out.data()); });
     for (int64_t j = 0; j < n; ++j) {
       double want = 0;
       for (int64_t r = 0; r < rows; ++r) want += x[size_t(r * n + j)];

@@ -188,6 +188,10 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
     expect_like_cpu("com.onnxtrain.LayerNormalizationGrad",
                     {random_tensor(t, {3, 700, 32}, 22), xs, w, stats.at("o1"), stats.at("o2")},
                     {{"axis", int64_t(2)}, {"epsilon", 1e-5f}}, tol, 3);
+    const ir::Attributes kept{{"keepdims", int64_t(0)}};  // over leading dims: by columns over chunks of rows
+    expect_like_cpu("ReduceSum", {xs, int64s({2}, {0, 1})}, kept, tol);
+    expect_like_cpu("ReduceMean", {xs, int64s({1}, {0})}, kept, tol);
+    expect_like_cpu("ReduceSum", {x, int64s({2}, {0, 2})}, kept, tol);  // (not leading: a block per output)
     Tensor lw = random_tensor(t, {24, 32}, 15), lb = random_tensor(t, {24}, 16);
     expect_like_cpu("com.onnxtrain.Linear", {x, lw, lb}, {}, tol);
     if (t != DType::kFloat32)  // (a float32 output of 16-bit operands: cast_into_product's `to`)
@@ -209,8 +213,9 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
   expect_like_cpu("Range", {scalar(DType::kFloat32, -1), scalar(DType::kFloat32, 2), scalar(DType::kFloat32, 0.25)});
 }
 
-// Llama's fused ops: RMSNorm and its gradient (dscale over one chunk of rows and over several), SwiGLU and its gradient, rotary embeddings (cos and sin broadcast
-// from (T, D) and (B, 1, T, D), and the transposed map of the gradient), in three dtypes.
+// Llama's fused ops: RMSNorm and its gradient (dscale over one chunk of rows and over several), SwiGLU and its
+// gradient, rotary embeddings (cos and sin broadcast from (T, D) and (B, 1, T, D), and the transposed map of the
+// gradient), in three dtypes.
 TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {

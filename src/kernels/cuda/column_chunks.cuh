@@ -1,4 +1,5 @@
-// Column sums over many rows, for the norms' scale and bias gradients: the rows are cut into chunks (one block row of
+// Column sums over many rows, for the norms' scale and bias gradients and the reductions over leading dims (a
+// Linear's bias gradient): the rows are cut into chunks (one block row of
 // the grid each), a block sums 32 columns over its chunk, 8 lanes of rows at a time, and writes float32 partial sums
 // into scratch; sum_chunks adds each column's partials in chunk order (deterministic) into the output. Thousands of
 // rows thus spread over as many blocks as the GPU has room for instead of a block per 32 columns.
@@ -12,13 +13,13 @@ namespace onnxtrain::kernels::cuda {
 constexpr int kColumns = 32, kRowLanes = kThreads / kColumns;
 constexpr int64_t kRowsPerChunk = 256;
 
-// How the rows are cut: `count` chunks (at most kNormChunks) of `rows` rows each (the last one shorter).
+// How the rows are cut: `count` chunks (at most kRowChunks) of `rows` rows each (the last one shorter).
 struct Chunks {
   int count;
   int64_t rows;
 };
 inline Chunks chunks_of(int64_t rows) {
-  const int64_t count = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kNormChunks);
+  const int64_t count = std::clamp<int64_t>((rows + kRowsPerChunk - 1) / kRowsPerChunk, 1, kRowChunks);
   return {int(count), (rows + count - 1) / count};
 }
 inline dim3 chunk_grid(int64_t n, const Chunks& c) { return dim3(unsigned((n + kColumns - 1) / kColumns), c.count); }
@@ -46,12 +47,13 @@ __device__ __forceinline__ void write_partial(float v, const ChunkSpan& s, float
   partial[int64_t(blockIdx.y) * n + s.j] = v;
 }
 
+// out[j] = the sum of column j's partials, divided by `divisor`.
 template <typename T>
-__global__ void sum_chunks_kernel(const float* partial, int chunks, int64_t n, T* out) {
+__global__ void sum_chunks_kernel(const float* partial, int chunks, int64_t n, float divisor, T* out) {
   ONNXTRAIN_GRID_LOOP(j, n) {
     float a = 0;
     for (int c = 0; c < chunks; ++c) a += partial[int64_t(c) * n + j];
-    out[j] = from_float<T>(a);
+    out[j] = from_float<T>(a / divisor);
   }
 }
 

@@ -154,13 +154,16 @@ void masked_softmax(DType t, const void* x, const bool* cond, const Indexing& ro
 void masked_softmax_grad(DType t, const void* dy, const void* y, const bool* cond, const Indexing& rows,
                          int64_t cond_col, int64_t n, const void* scale, void* dx, cudaStream_t stream);
 
+// Sums over many rows go by columns over at most kRowChunks chunks of the rows (column_chunks.cuh), their partial
+// sums in the node's scratch.
+constexpr int kRowChunks = 64;
+
 // LayerNormalization over `rows` rows of n elements: y = (x - mean) rstd w[j % nw] + b[j % nb] (b optional), each
 // row's mean and rstd written where given; all of dtype t, statistics computed in float32.
 void layer_norm(DType t, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd, int64_t rows,
                 int64_t n, int64_t nw, int64_t nb, float epsilon, cudaStream_t stream);
 // Its gradient from dy, x, w (n values) and the rows' mean and rstd: dx, dw and db (n values), each where given;
-// `partial`: 2 * kNormChunks * n floats of scratch, for dw's and db's sums over chunks of the rows.
-constexpr int kNormChunks = 64;
+// `partial`: 2 * kRowChunks * n floats of scratch, for dw's and db's sums over chunks of the rows.
 void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* mean, const void* rstd,
                      void* dx, void* dw, void* db, int64_t rows, int64_t n, float* partial, cudaStream_t stream);
 
@@ -169,7 +172,7 @@ void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, cons
 void rms_norm(DType t, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t n, float epsilon,
               cudaStream_t stream);
 // Its gradient from dy, x, w (n values) and the rows' rstd: dx = rstd (g - x k), g = dy w, k = mean(g x) rstd^2;
-// dw = the sum over rows of dy x rstd; each where given. `partial`: kNormChunks * n floats of scratch, as
+// dw = the sum over rows of dy x rstd; each where given. `partial`: kRowChunks * n floats of scratch, as
 // layer_norm_grad's.
 void rms_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* rstd, void* dx, void* dw,
                    int64_t rows, int64_t n, float* partial, cudaStream_t stream);
@@ -226,6 +229,10 @@ enum class Reduce { kSum, kMean, kMax, kMin, kSumSquare, kL2 };
 // reduced element r over `reduced` (strides 0: x). float32 accumulation.
 void reduce(Reduce op, DType t, const void* x, void* out, const Indexing& kept, const Indexing& reduced,
             cudaStream_t stream);
+// out (n) = the sum of x's rows (rows, n) divided by `divisor` (1, or rows for a mean), by columns over chunks of
+// the rows (a reduction over leading dims: a Linear's bias gradient); partial: kRowChunks * n floats of scratch.
+void column_reduce(DType t, const void* x, int64_t rows, int64_t n, float divisor, float* partial, void* out,
+                   cudaStream_t stream);
 // Softmax (or LogSoftmax) along the middle dim of an [outer, cols, inner] array.
 void softmax(DType t, bool log, const void* x, void* y, int64_t outer, int64_t cols, int64_t inner,
              cudaStream_t stream);

@@ -42,11 +42,11 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   cuda::layer_norm_grad(x.dtype(), dy.raw(), x.raw(), c.in(2).raw(), c.in(3).raw(), c.in(4).raw(),
                         c.wants(0) ? c.out(0).raw() : nullptr, c.wants(1) ? c.out(1).raw() : nullptr,
                         c.wants(2) ? c.out(2).raw() : nullptr, r.rows, r.n,
-                        c.scratch_as<float>(0, size_t(2 * kNormChunks * r.n)), stream());
+                        c.scratch_as<float>(0, size_t(2 * kRowChunks * r.n)), stream());
 }
 
 // LayerNormalizationGrad's scratch: dscale's and dbias's partial sums over chunks of the rows.
-Dim partial_sums_bytes(const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(2 * kNormChunks * 4); }
+Dim partial_sums_bytes(const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(2 * kRowChunks * 4); }
 
 const bool kRegistered =
     register_kernels(cuda_device(0), {{"", "LayerNormalization", kernel(layer_norm)},

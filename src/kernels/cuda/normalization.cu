@@ -105,8 +105,9 @@ void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, cons
       float* partial_b = partial + int64_t(ch.count) * n;
       layer_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, m, rs, partial, partial_b, rows, n,
                                                                        ch.rows);
-      if (dw) sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, static_cast<T*>(dw));
-      if (db) sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial_b, ch.count, n, static_cast<T*>(db));
+      const unsigned blocks = blocks_for(n);
+      if (dw) sum_chunks_kernel<<<blocks, kThreads, 0, stream>>>(partial, ch.count, n, 1.f, static_cast<T*>(dw));
+      if (db) sum_chunks_kernel<<<blocks, kThreads, 0, stream>>>(partial_b, ch.count, n, 1.f, static_cast<T*>(db));
     }
   });
   if (!ok) unsupported_dtype("LayerNormalizationGrad", t);

@@ -21,10 +21,39 @@ Reduce kind_of(const ops::ReduceAttrs& at, KernelCtx& c) {
   }
 }
 
+// Whether a sum or mean reduces x's leading dims and keeps the others (x as rows of the kept elements): then it goes
+// by columns over chunks of the rows (column_reduce), its partial sums in scratch, rather than a block per output
+// walking a column.
+bool by_columns(const ops::ReduceAttrs& at, const std::vector<bool>& mask) {
+  using K = ops::ReduceAttrs::Kind;
+  size_t lead = 0;
+  while (lead < mask.size() && mask[lead]) ++lead;
+  if ((at.kind != K::kSum && at.kind != K::kMean) || lead == 0 || lead == mask.size()) return false;
+  for (size_t d = lead; d < mask.size(); ++d)
+    if (mask[d]) return false;
+  return true;
+}
+
+Dim reduce_scratch(const ops::Op& op, ops::InferCtx& s) {
+  const auto& at = attrs_of<ops::ReduceAttrs>(op);
+  const std::vector<bool> mask = at.mask(s);
+  if (!by_columns(at, mask)) return Dim(0);
+  Dim kept(1);
+  for (size_t d = 0; d < mask.size(); ++d)
+    if (!mask[d]) kept = kept * s.shape(0)[d];
+  return kept * Dim(kRowChunks * 4);
+}
+
 void reduce_node(const ops::ReduceAttrs& at, KernelCtx& c) {
   const Reduce op = kind_of(at, c);
   const Tensor& x = c.in(0);
   std::vector<bool> mask = at.mask(*c.shapes);
+  if (by_columns(at, mask)) {
+    int64_t rows = 1, n = 1;
+    for (size_t d = 0; d < mask.size(); ++d) (mask[d] ? rows : n) *= x.dims()[d];
+    return column_reduce(x.dtype(), x.raw(), rows, n, op == Reduce::kMean ? float(rows) : 1.f,
+                         c.scratch_as<float>(0, size_t(kRowChunks * n)), c.out(0).raw(), stream());
+  }
   auto st = contiguous_strides(x.dims());
   std::vector<int64_t> kept_dims, kept_st, red_dims, red_st;
   for (size_t d = 0; d < mask.size(); ++d) {
@@ -56,7 +85,7 @@ void softmax_node(const ops::SoftmaxAttrs& a, KernelCtx& c) {
   softmax(x.dtype(), a.kind == ops::SoftmaxAttrs::kLogSoftmax, x.raw(), c.out(0).raw(), outer, cols, inner, stream());
 }
 
-KernelDef reduce_def(const char* name) { return {"", name, kernel(reduce_node)}; }
+KernelDef reduce_def(const char* name) { return {"", name, kernel(reduce_node), reduce_scratch}; }
 
 const bool kRegistered = register_kernels(cuda_device(0), {reduce_def("ReduceSum"),
                                                            reduce_def("ReduceMean"),

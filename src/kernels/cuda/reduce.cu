@@ -1,6 +1,7 @@
 // Reductions and softmax on the GPU: one block per output element (or row), the block's partial results combined
 // by CUB's block reduction, float32 accumulation.
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/column_chunks.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -29,6 +30,16 @@ __global__ void reduce_kernel(Reduce op, const T* x, T* out, Indexing kept, Inde
   if (op == Reduce::kL2) total = sqrtf(total);
   if (extreme && count == 0) total = op == Reduce::kMax ? -INFINITY : INFINITY;
   out[blockIdx.x] = from_float<T>(total);
+}
+
+template <typename T>
+__global__ void column_partials_kernel(const T* x, float* partial, int64_t rows, int64_t n, int64_t per_chunk) {
+  __shared__ float lanes[kRowLanes][kColumns + 1];
+  const ChunkSpan s = chunk_span(rows, per_chunk);
+  float a = 0;
+  if (s.j < n)
+    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) a += to_float(x[r * n + s.j]);
+  write_partial(a, s, lanes, partial, n);
 }
 
 template <typename T>
@@ -66,6 +77,20 @@ void reduce(Reduce op, DType t, const void* x, void* out, const Indexing& kept, 
   });
   if (!ok) unsupported_dtype("reduce", t);
   check_launch("reduce");
+}
+
+void column_reduce(DType t, const void* x, int64_t rows, int64_t n, float divisor, float* partial, void* out,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    const Chunks ch = chunks_of(rows);
+    column_partials_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(static_cast<const T*>(x), partial, rows, n,
+                                                                        ch.rows);
+    sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, divisor, static_cast<T*>(out));
+  });
+  if (!ok) unsupported_dtype("column_reduce", t);
+  check_launch("column_reduce");
 }
 
 void softmax(DType t, bool log, const void* x, void* y, int64_t outer, int64_t cols, int64_t inner,

@@ -36,12 +36,12 @@ void rms_norm_grad_node(const ops::NormAttrs& at, KernelCtx& c) {
     c.fail("dY " + dims_str(dy.dims()) + ", X " + dims_str(x.dims()) + " and the statistic " + dims_str(rstd.dims()) +
            " do not fit together");
   rms_norm_grad(x.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(), c.wants(0) ? c.out(0).raw() : nullptr,
-                c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n, c.scratch_as<float>(0, size_t(kNormChunks * r.n)),
+                c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n, c.scratch_as<float>(0, size_t(kRowChunks * r.n)),
                 stream());
 }
 
 // RMSNormalizationGrad's scratch: dscale's partial sums over chunks of the rows.
-Dim partial_sums_bytes(const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(kNormChunks * 4); }
+Dim partial_sums_bytes(const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(kRowChunks * 4); }
 
 const bool kRegistered =
     register_kernels(cuda_device(0), {{"com.onnxtrain", "RMSNormalization", kernel(rms_norm_node)},

@@ -80,7 +80,7 @@ void rms_norm_grad(DType t, const void* dy, const void* x, const void* w, const 
     if (dw) {
       const Chunks ch = chunks_of(rows);
       rms_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, rs, partial, rows, n, ch.rows);
-      sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, static_cast<T*>(dw));
+      sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, 1.f, static_cast<T*>(dw));
     }
   });
   if (!ok) unsupported_dtype("RMSNormalizationGrad", t);

@@ -1,0 +1,85 @@
+// The scratch CUDA kernels declare (so that the allocation plan and the predicted peak count it), on the host:
+// cuBLASLt's workspace as a product node's (kernels/cuda/workspace.h) at small, middling and large outputs of a
+// symbolic batch, and where in the scratch a kernel finds it (aligned to 256 bytes, inside what was declared); a
+// reduction's partial sums over chunks of rows, when it reduces leading dims.
+#ifdef ONNXTRAIN_WITH_CUDA
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/workspace.h"
+#include "kernels/shape_inference.h"
+#include "ops/bind.h"
+#include "test_graphs.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+constexpr int64_t kMiB = int64_t(1) << 20;
+
+// A graph of one `op` on x (batch, 64, 48) of dtype t and `more` inputs, bound and shaped.
+std::unique_ptr<ir::Graph> one_node(const std::string& op, DType t, std::vector<ir::Value*> (*more)(ir::Graph&)) {
+  auto g = std::make_unique<ir::Graph>();
+  g->opsets[""] = 20;
+  std::vector<ir::Value*> in{test_graphs::add_input(*g, "x", t, {Dim::symbol("batch"), Dim(64), Dim(48)})};
+  for (ir::Value* v : more(*g)) in.push_back(v);
+  g->outputs.push_back(test_graphs::add_op(*g, op, in, {{"keepdims", int64_t(0)}}));
+  ops::bind_graph(*g);
+  kernels::infer_shapes(*g);
+  return g;
+}
+
+ir::Value* axes(ir::Graph& g, std::vector<int64_t> values) {
+  ir::Value* v = g.add_value("axes");
+  Tensor t(DType::kInt64, {int64_t(values.size())});
+  for (size_t i = 0; i < values.size(); ++i) t.data<int64_t>()[i] = values[i];
+  v->initializer = t;
+  v->dtype = DType::kInt64;
+  v->shape = const_shape({int64_t(values.size())});
+  v->has_shape = true;
+  g.initializers.push_back(v);
+  return v;
+}
+
+TEST(CudaScratch, AProductDeclaresCublasLtsWorkspace) {
+  auto g = one_node("MatMul", DType::kBFloat16, [](ir::Graph& g) {
+    return std::vector<ir::Value*>{test_graphs::add_input(g, "w", DType::kBFloat16, {Dim(48), Dim(48)})};
+  });
+  const Dim bytes = scratch_bytes(cuda_device(0), *g->nodes().front());
+  ASSERT_FALSE(bytes.is_const()) << bytes.str();
+  EXPECT_EQ(bytes.eval(Bindings{{"batch", 1}}), kMiB + 256);                // at least 1 MiB
+  EXPECT_EQ(bytes.eval(Bindings{{"batch", 100}}), 16 * 100 * 64 * 48 + 256);  // four float32 copies of the output
+  EXPECT_EQ(bytes.eval(Bindings{{"batch", 1000}}), 32 * kMiB + 256);         // Hopper's recommended 32 MiB at most
+  EXPECT_EQ(scratch_bytes(kCpu, *g->nodes().front()), Dim(0));         // none on the host
+}
+
+TEST(CudaScratch, AReductionOverLeadingDimsDeclaresItsPartialSums) {
+  auto leading = one_node("ReduceSum", DType::kFloat32, [](ir::Graph& g) { return std::vector{axes(g, {0, 1})}; });
+  EXPECT_EQ(scratch_bytes(cuda_device(0), *leading->nodes().front()), Dim(48 * 64 * 4));  // kRowChunks floats a column
+  auto mean = one_node("ReduceMean", DType::kBFloat16, [](ir::Graph& g) { return std::vector{axes(g, {0})}; });
+  EXPECT_EQ(scratch_bytes(cuda_device(0), *mean->nodes().front()), Dim(64 * 48 * 64 * 4));
+  for (const char* op : {"ReduceSum", "ReduceMax"}) {  // a middle dim; an extreme: a block per output, no scratch
+    auto other = one_node(op, DType::kFloat32, [](ir::Graph& g) { return std::vector{axes(g, {1})}; });
+    EXPECT_EQ(scratch_bytes(cuda_device(0), *other->nodes().front()), Dim(0)) << op;
+  }
+}
+
+TEST(CudaScratch, TheKernelFindsTheWorkspaceAlignedInsideItsScratch) {
+  ir::Graph g;
+  g.opsets[""] = 20;
+  test_graphs::add_op(g, "MatMul", {test_graphs::add_input(g, "a", DType::kFloat32, {Dim(2), Dim(2)}),
+                                    test_graphs::add_input(g, "b", DType::kFloat32, {Dim(2), Dim(2)})});
+  const size_t declared = size_t(kMiB + 256);
+  std::vector<char> scratch(declared + 512);
+  for (size_t shift : {size_t(0), size_t(64), size_t(192), size_t(255)}) {
+    char* start = scratch.data() + (256 - reinterpret_cast<uintptr_t>(scratch.data()) % 256) % 256 + shift;
+    KernelCtx c{*g.nodes().front(), {}, {}, 0, nullptr, nullptr, start, declared};
+    const Workspace ws = workspace_in(c, 0, declared);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ws.at) % 256, 0u) << shift;
+    EXPECT_GE(static_cast<char*>(ws.at), start);
+    EXPECT_LE(static_cast<char*>(ws.at) + ws.bytes, start + declared) << shift;
+    EXPECT_EQ(ws.bytes, size_t(kMiB));
+  }
+}
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda
+#endif
