@@ -1,8 +1,7 @@
-// The norms' column sums over chunks of rows (kernels/cuda/column_chunks.cuh, behind LayerNormalizationGrad's and
-// RMSNormalizationGrad's dscale and dbias) run on the host through the warp emulation: a kernel summing a matrix's
-// columns by chunk_span() and write_partial(), then sum_chunks_kernel, against sums in float64, for no rows, one
-// chunk, a last chunk shorter than the others, and more rows than kRowChunks chunks of kRowsPerChunk hold; columns
-// past a block's 32.
+// Column sums over chunks of rows (kernels/cuda/column_chunks.cuh, behind the reductions over leading dims and, with
+// chunk_span() and write_partial(), the norms' dscale and dbias) run on the host through the warp emulation:
+// column_partials_kernel then sum_chunks_kernel against sums in float64, for no rows, one chunk, a last chunk
+// shorter than the others, and more rows than kRowChunks chunks of kRowsPerChunk hold; columns past a block's 32.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/column_chunks.cuh"
@@ -14,15 +13,6 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-void column_sums_kernel(const float* x, float* partial, int64_t rows, int64_t n, int64_t per_chunk) {
-  __shared__ float lanes[kRowLanes][kColumns + 1];
-  const ChunkSpan s = chunk_span(rows, per_chunk);
-  float a = 0;
-  if (s.j < n)
-    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) a += x[r * n + s.j];
-  write_partial(a, s, lanes, partial, n);
-}
-
 TEST(ColumnChunks, ColumnsAreSummedOverEveryRowOnce) {
   for (auto [rows, n] : {std::pair<int64_t, int64_t>{0, 5}, {7, 33}, {300, 40}, {20000, 3}}) {
     std::vector<float> x(size_t(rows * n));
@@ -33,7 +23,7 @@ TEST(ColumnChunks, ColumnsAreSummedOverEveryRowOnce) {
     std::vector<float> partial(size_t(kRowChunks * n), 1e30f), out(size_t(n), 1e30f);
     const dim3 grid = chunk_grid(n, ch);
     testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads,
-                     [&] { column_sums_kernel(x.data(), partial.data(), rows, n, ch.rows); });
+                     [&] { column_partials_kernel<float>(x.data(), partial.data(), rows, n, ch.rows); });
     testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, n, 1.f, out.data()); });
     for (int64_t j = 0; j < n; ++j) {
       double want = 0;

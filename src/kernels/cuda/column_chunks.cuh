@@ -47,6 +47,17 @@ __device__ __forceinline__ void write_partial(float v, const ChunkSpan& s, float
   partial[int64_t(blockIdx.y) * n + s.j] = v;
 }
 
+// The partial sums of x's columns (rows, n) over this block's chunk of rows.
+template <typename T>
+__global__ void column_partials_kernel(const T* x, float* partial, int64_t rows, int64_t n, int64_t per_chunk) {
+  __shared__ float lanes[kRowLanes][kColumns + 1];
+  const ChunkSpan s = chunk_span(rows, per_chunk);
+  float a = 0;
+  if (s.j < n)
+    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) a += to_float(x[r * n + s.j]);
+  write_partial(a, s, lanes, partial, n);
+}
+
 // out[j] = the sum of column j's partials, divided by `divisor`.
 template <typename T>
 __global__ void sum_chunks_kernel(const float* partial, int chunks, int64_t n, float divisor, T* out) {

@@ -33,16 +33,6 @@ __global__ void reduce_kernel(Reduce op, const T* x, T* out, Indexing kept, Inde
 }
 
 template <typename T>
-__global__ void column_partials_kernel(const T* x, float* partial, int64_t rows, int64_t n, int64_t per_chunk) {
-  __shared__ float lanes[kRowLanes][kColumns + 1];
-  const ChunkSpan s = chunk_span(rows, per_chunk);
-  float a = 0;
-  if (s.j < n)
-    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) a += to_float(x[r * n + s.j]);
-  write_partial(a, s, lanes, partial, n);
-}
-
-template <typename T>
 __global__ void softmax_kernel(bool log, const T* x, T* y, int64_t cols, int64_t inner) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
