@@ -12,8 +12,8 @@ first step and as measured, and the copies it made from the GPU to the host per 
 
 --headline replays the seeds' claim: torch.cuda.set_per_process_memory_fraction is set where eager-bf16 just fits
 batch B (its peak reserved memory, plus 2%); eager-bf16 at 2B is tried under it, then onnxtrain under bf16 autocast
-at 2B with level 1, level 2, and budgets of a third and a tenth of the stash, until one fits: its tokens/s beside
-eager's at B.
+at 2B with onnxtrain.optim.AdamW(in_backward=True) (no recompute: each gradient freed at its update), level 1, both,
+level 2, and budgets of a third and a tenth of the stash, until one fits: its tokens/s beside eager's at B.
 
     python bench/gpu.py [--model gpt2|llama] [--batch 16] [--seq 1024] [--steps 10] [--rounds 1] [--only a,b]
                         [--headline] [--tiny]
@@ -35,7 +35,8 @@ from real_size import VOCAB, build, parse  # noqa: E402
 
 CONFIGS = ["eager", "eager-bf16", "compile", "compile-bf16", "onnxtrain-l0", "onnxtrain-l1", "onnxtrain-bf16",
            "onnxtrain-l1-bf16"]
-HEADLINE_TRIES = ["onnxtrain-l1-bf16", "onnxtrain-l2-bf16", "onnxtrain-0.3-bf16", "onnxtrain-0.1-bf16"]
+HEADLINE_TRIES = ["onnxtrain-inbw-bf16", "onnxtrain-l1-bf16", "onnxtrain-l1-inbw-bf16", "onnxtrain-l2-bf16",
+                  "onnxtrain-0.3-bf16", "onnxtrain-0.1-bf16"]
 # Dense peak TFLOPS (no sparsity) by device name: bf16, float32 without TF32.
 PEAKS = {"H100 PCIe": (756, 51), "H100": (989, 67), "H200": (989, 67), "A100": (312, 19.5)}
 MIB = 2**20
