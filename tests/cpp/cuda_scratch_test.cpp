@@ -78,6 +78,8 @@ TEST(CudaScratch, TheKernelFindsTheWorkspaceAlignedInsideItsScratch) {
     EXPECT_LE(static_cast<char*>(ws.at) + ws.bytes, start + declared) << shift;
     EXPECT_EQ(ws.bytes, size_t(kMiB));
   }
+  KernelCtx none{*g.nodes().front(), {}, {}, 0, nullptr, nullptr, nullptr, 0};  // a kernel run without scratch
+  EXPECT_EQ(workspace_in(none, 0, 0).bytes, 0u);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ Dim workspace_scratch(const Dim& outputs);
 // AttentionSoftmax): its workspace.
 Dim product_scratch(const ops::Op&, ops::InferCtx& s);
 // The workspace in c's scratch bytes [at, at + bytes), where a workspace_scratch() was laid out: its start aligned to
-// 256 bytes.
+// 256 bytes (none in 256 bytes or fewer).
 Workspace workspace_in(const KernelCtx& c, size_t at, size_t bytes);
 
 }  // namespace onnxtrain::kernels::cuda
