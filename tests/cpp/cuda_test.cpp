@@ -120,6 +120,10 @@ TEST(Cuda, NodesComputeAsOnTheCpu) {
     const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
     Tensor a = random_tensor(t, {3, 1, 5, 7}, 1), b = random_tensor(t, {4, 1, 7}, 2);
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Greater"}) expect_like_cpu(op, {a, b}, {}, tol);
+    Tensor same = random_tensor(t, {3, 1, 5, 7}, 8);  // one shape: packs of 16 bytes, and a tail past the last one
+    for (const char* op : {"Add", "Mul", "Greater"}) expect_like_cpu(op, {a, same}, {}, tol);
+    for (DType to : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt64})
+      expect_like_cpu("Cast", {a}, {{"to", int64_t(to)}}, tol);  // (an ONNX code)
     for (const char* op : {"Relu", "Exp", "Tanh", "Sigmoid", "Neg", "Erf"}) expect_like_cpu(op, {a}, {}, tol);
     expect_like_cpu("Gelu", {a}, {{"approximate", std::string("tanh")}}, tol);
     expect_like_cpu("Softmax", {a}, {{"axis", int64_t(2)}}, tol);

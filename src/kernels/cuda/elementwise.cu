@@ -1,6 +1,7 @@
 // Elementwise CUDA kernels: unary and binary ops (broadcast by strides), Where, Cast, fills and Dropout.
 #include "kernels/counter_random.h"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/packed_map.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -27,6 +28,13 @@ __device__ __forceinline__ float apply(Unary op, float x) {
   }
   return x;
 }
+
+// The ops as functions of one element (a second operand ignored where there is none), for packed_map.
+template <typename T>
+struct UnaryOf {
+  Unary op;
+  __device__ T operator()(T x, T) const { return from_float<T>(apply(op, to_float(x))); }
+};
 
 template <typename T>
 __global__ void unary_float(Unary op, const T* x, T* y, int64_t n) {
@@ -92,6 +100,12 @@ __device__ __forceinline__ bool compare(Binary op, T a, T b) {
 __host__ __device__ __forceinline__ bool is_comparison(Binary op) { return op >= Binary::kEqual; }
 
 template <typename T>
+struct BinaryOf {
+  Binary op;
+  __device__ T operator()(T x, T y) const { return from_float<T>(arith_float(op, to_float(x), to_float(y))); }
+};
+
+template <typename T>
 __global__ void binary_float(Binary op, const T* a, const T* b, void* out, Indexing ix, int64_t n) {
   ONNXTRAIN_GRID_LOOP(i, n) {
     Offsets<2> o = offsets<2>(ix, i);
@@ -140,6 +154,11 @@ __device__ __forceinline__ To narrowed(W x) {
   else
     return To(x);
 }
+
+template <typename From, typename To>
+struct CastOf {
+  __device__ To operator()(From x, From) const { return narrowed<To>(widened(x)); }
+};
 
 template <typename From, typename To>
 __global__ void cast_kernel(const From* x, To* y, int64_t n) {
@@ -199,7 +218,10 @@ void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t st
   }
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    unary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n);
+    const T* xs = static_cast<const T*>(x);
+    T* ys = static_cast<T*>(y);
+    if (!packed_map(UnaryOf<T>{op}, xs, static_cast<const T*>(nullptr), ys, n, stream))
+      unary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, xs, ys, n);
   });
   if (!ok) {
     if (op != Unary::kRelu && op != Unary::kNeg && op != Unary::kAbs) unsupported_dtype("unary", t);
@@ -225,10 +247,13 @@ void binary(Binary op, DType t, const void* a, const void* b, void* out, const I
                                                          out, ix, n);
     return check_launch("binary");
   }
+  // (operands of the output's one shape, contiguous after coalescing: packs of 16 bytes where they align)
+  const bool flat = ix.rank == 1 && ix.strides[0][0] == 1 && ix.strides[1][0] == 1 && !is_comparison(op);
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    binary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
-                                                            out, ix, n);
+    const T *as = static_cast<const T*>(a), *bs = static_cast<const T*>(b);
+    if (!flat || !packed_map(BinaryOf<T>{op}, as, bs, static_cast<T*>(out), n, stream))
+      binary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, as, bs, out, ix, n);
   });
   if (!ok) {
     // Integer Div and Pow keep the CPU's rules (division by zero, negative exponents): not here.
@@ -260,6 +285,16 @@ void where(int elem_bytes, const bool* cond, const void* a, const void* b, void*
 
 void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
+  bool packed = false;  // (between float types: packs of 16 bytes where they align)
+  with_float_type(from, [&](auto f) {
+    with_float_type(to, [&](auto t) {
+      using F = decltype(f);
+      using T = decltype(t);
+      packed = packed_map(CastOf<F, T>{}, static_cast<const F*>(x), static_cast<const F*>(nullptr),
+                          static_cast<T*>(y), n, stream);
+    });
+  });
+  if (packed) return check_launch("Cast");
   with_any_type(from, "Cast", [&](auto f) {
     with_any_type(to, "Cast", [&](auto t) {
       using F = decltype(f);
