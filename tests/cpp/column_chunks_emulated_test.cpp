@@ -14,7 +14,8 @@ namespace onnxtrain::kernels::cuda {
 namespace {
 
 TEST(ColumnChunks, ColumnsAreSummedOverEveryRowOnce) {
-  for (auto [rows, n] : {std::pair<int64_t, int64_t>{0, 5}, {7, 33}, {300, 40}, {20000, 3}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{0, 5}, {7, 33}, {300, 40}, {20000, 3}}) {
+    const int64_t rows = shape.first, n = shape.second;  // (not bindings: lambdas below capture them)
     std::vector<float> x(size_t(rows * n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 2654435761u % 1000) - 500) / 256.f;  // exact sums
     const Chunks ch = chunks_of(rows);
