@@ -1,6 +1,5 @@
-// `onnxtrain train MODEL --loss NAME --dims sym=value,... --steps N`: trains on
-// synthetic batches and prints, per step, the loss, the step time and the
-// allocator's statistics.
+// `onnxtrain train MODEL --loss NAME --dims sym=value,... --steps N [--device cuda]`: trains on synthetic batches and
+// prints, per step, the loss, the step time and the device's allocator's statistics.
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -13,7 +12,7 @@ namespace onnxtrain::cli {
 namespace {
 
 struct TrainArgs {
-  std::string model, loss, dims, optimizer = "adamw", int_range = "0,2";
+  std::string model, loss, dims, optimizer = "adamw", int_range = "0,2", device = "cpu";
   MemoryArgs memory;
   int64_t steps = 10;
   double lr = 1e-3;
@@ -100,23 +99,25 @@ void train(const TrainArgs& a) {
   OptimizerOptions opt;
   opt.kind = a.optimizer;
   opt.lr = a.lr;
-  TrainingSession s = TrainingSession::load(a.model, a.loss, opt, session_options(a.memory, dims));
+  SessionOptions options = session_options(a.memory, dims);
+  options.device = parse_device(a.device);
+  TrainingSession s = TrainingSession::load(a.model, a.loss, opt, options);
   if (a.memory.level || !a.memory.budget.empty() || !a.memory.config.empty())
     std::printf("%s", s.session().memory_report_text(dims).c_str());
   std::mt19937_64 rng(a.seed);
   std::map<std::string, Tensor> batch = synthetic_batch(s, dims, range, rng);
-  std::printf("training %s: %zu parameters, optimizer %s, lr %g\n", a.model.c_str(), s.parameter_names().size(),
-              a.optimizer.c_str(), a.lr);
+  std::printf("training %s on %s: %zu parameters, optimizer %s, lr %g\n", a.model.c_str(),
+              options.device.str().c_str(), s.parameter_names().size(), a.optimizer.c_str(), a.lr);
   std::printf("%6s %12s %10s %14s %14s %12s %12s\n", "step", "loss", "ms", "allocated MiB", "peak MiB", "cached MiB",
               "stash MiB");
   for (int64_t step = 1; step <= a.steps; ++step) {
-    reset_peak_stats();
+    reset_peak_stats(options.device);
     auto t0 = std::chrono::steady_clock::now();
     double loss = s.train_step(batch);
     s.optimizer_step();
     s.lazy_reset_grad();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    MemoryStats st = memory_stats();
+    MemoryStats st = memory_stats(options.device);
     std::printf("%6lld %12.6f %10.2f %14.2f %14.2f %12.2f %12.2f\n", (long long)step, loss, ms, mib(st.allocated),
                 mib(st.peak_allocated), mib(st.cached), mib(s.last_stash_bytes()));
   }
@@ -135,6 +136,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--lr", a->lr, "learning rate (default 1e-3)");
   cmd->add_option("--int-range", a->int_range, "integer inputs are drawn uniformly from LOW,HIGH-1 (default 0,2)");
   cmd->add_option("--seed", a->seed, "seed of the synthetic batch");
+  cmd->add_option("--device", a->device, "where to train: cpu (the default), cuda, cuda:1, ... (the statistics are "
+                  "that device's allocator's)");
   add_memory_options(cmd, a->memory);
   cmd->callback([a] { train(*a); });
 }

@@ -41,6 +41,7 @@ class Tensor {
   // A new tensor from the allocator (the host's when null), on its device; uninitialized.
   Tensor(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc = nullptr);
   Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<Storage> storage);
+  // Zeros, on alloc's device (the host's when null).
   static Tensor zeros(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc = nullptr);
 
   bool defined() const { return storage_ != nullptr; }
@@ -60,7 +61,11 @@ class Tensor {
   Tensor reshaped(std::vector<int64_t> dims) const;
   // A copy on alloc's device (the host when null), from any device.
   Tensor clone(CachingAllocator* alloc = nullptr) const;
-  // Elements as int64 (for shape-like integer tensors) or double.
+  // src's elements into this tensor's memory, from any device (an InputError when src's dtype or element count
+  // differs).
+  void copy_from(const Tensor& src);
+  // Elements as int64 (for shape-like integer tensors) or double, read on the host (copied there first from a
+  // device whose memory the host cannot read).
   std::vector<int64_t> to_int64() const;
   std::vector<double> to_double() const;
 

@@ -40,7 +40,8 @@ class TrainingSession {
                                     OptimizerOptions optimizer = {}, SessionOptions options = {});
 
   // Forward and backward on one batch; returns the loss. Gradients add up until
-  // lazy_reset_grad (gradient accumulation over micro-batches).
+  // lazy_reset_grad (gradient accumulation over micro-batches). Inputs on another device than the session's
+  // (SessionOptions::device) are copied there.
   double train_step(const std::map<std::string, Tensor>& inputs);
   // The loss of one batch, without gradients.
   double eval_step(const std::map<std::string, Tensor>& inputs);
@@ -63,7 +64,8 @@ class TrainingSession {
 
   std::vector<std::string> parameter_names() const { return params_; }
   std::vector<std::string> input_names() const { return inputs_; }
-  Tensor& tensor(const std::string& name) { return values_.at(name); }  // a parameter or buffer
+  // A parameter or buffer, on the session's device (clone() it to read it on the host).
+  Tensor& tensor(const std::string& name) { return values_.at(name); }
   const Session& session() const { return *session_; }
   // Bytes held by the last train_step's stash while it was alive (for reports).
   int64_t last_stash_bytes() const { return last_stash_; }
@@ -72,10 +74,12 @@ class TrainingSession {
   struct Model;  // the loaded graph (runtime/training_session.cpp)
   TrainingSession(Model model, const std::string& loss, OptimizerOptions optimizer, SessionOptions options);
   std::map<std::string, Tensor> feeds(const std::map<std::string, Tensor>& inputs) const;
+  Tensor on_device(const Tensor& t) const;  // t, or its copy on the session's device
 
   std::string model_bytes_;  // the original model, for export
   std::string loss_;
   std::unique_ptr<Session> session_;
+  CachingAllocator* alloc_ = nullptr;  // the session's device's: parameters, buffers, gradients, optimizer state
   OptimizerOptions opt_;
   LrSchedule schedule_;
   std::vector<std::string> inputs_;                 // the user's inputs

@@ -60,7 +60,17 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc)
 Tensor::Tensor(DType dtype, std::vector<int64_t> dims, std::shared_ptr<Storage> storage)
     : dtype_(dtype), dims_(std::move(dims)), storage_(std::move(storage)) {}
 
+// The memory t's bytes are in: memory without an allocator is the caller's, of its device's kind.
+static DeviceMemory& memory_of(const Tensor& t) {
+  const CachingAllocator* alloc = t.storage()->allocator();
+  return alloc ? alloc->memory() : CachingAllocator::of(t.device()).memory();
+}
+
+// Whether the host can read t's memory in place.
+static bool on_host(const Tensor& t) { return !t.storage() || t.device() == kCpu || memory_of(t).host_readable(); }
+
 Tensor Tensor::zeros(DType dtype, std::vector<int64_t> dims, CachingAllocator* alloc) {
+  if (alloc && !alloc->memory().host_readable()) return zeros(dtype, std::move(dims)).clone(alloc);
   Tensor t(dtype, std::move(dims), alloc);
   std::memset(t.raw(), 0, t.nbytes());
   return t;
@@ -75,18 +85,24 @@ Tensor Tensor::reshaped(std::vector<int64_t> dims) const {
 
 Tensor Tensor::clone(CachingAllocator* alloc) const {
   Tensor t(dtype_, dims_, alloc);
-  if (!nbytes()) return t;
-  // Memory without an allocator is the caller's, on its device.
-  DeviceMemory& from =
-      storage_->allocator() ? storage_->allocator()->memory() : CachingAllocator::of(device()).memory();
-  DeviceMemory& to = t.storage()->allocator()->memory();
-  if (from.host_readable())
-    to.copy_from_host(t.raw(), raw(), nbytes());
-  else if (to.host_readable())
-    from.copy_to_host(t.raw(), raw(), nbytes());
-  else
-    return clone(&CachingAllocator::global()).clone(alloc);  // between two devices, through the host
+  t.copy_from(*this);
   return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.dtype() != dtype_ || src.numel() != numel())
+    throw InputError("copy: " + dtype_name(src.dtype()) + " " + dims_str(src.dims()) + " into " +
+                     dtype_name(dtype_) + " " + dims_str(dims_));
+  if (!nbytes()) return;
+  DeviceMemory &from = memory_of(src), &to = memory_of(*this);
+  if (from.host_readable() && to.host_readable())
+    std::memmove(raw(), src.raw(), nbytes());
+  else if (from.host_readable())
+    to.copy_from_host(raw(), src.raw(), nbytes());
+  else if (to.host_readable())
+    from.copy_to_host(raw(), src.raw(), nbytes());
+  else
+    copy_from(src.clone());  // between two devices' memories, through the host
 }
 
 template <typename F>
@@ -124,6 +140,7 @@ static void for_each_value(const Tensor& t, F f) {
 }
 
 std::vector<int64_t> Tensor::to_int64() const {
+  if (!on_host(*this)) return clone().to_int64();
   std::vector<int64_t> r;
   r.reserve(size_t(numel()));
   for_each_value(*this, [&](auto v) { r.push_back(int64_t(v)); });
@@ -131,6 +148,7 @@ std::vector<int64_t> Tensor::to_int64() const {
 }
 
 std::vector<double> Tensor::to_double() const {
+  if (!on_host(*this)) return clone().to_double();
   std::vector<double> r;
   r.reserve(size_t(numel()));
   for_each_value(*this, [&](auto v) { r.push_back(double(v)); });

@@ -17,6 +17,11 @@ bool register_parameter_updates(DeviceType type, ParameterUpdateKernels k) {
   return true;
 }
 
+const ParameterUpdateKernels* parameter_updates_of(DeviceType type) {
+  auto k = table().find(type);
+  return k == table().end() ? nullptr : &k->second;
+}
+
 static void check_like(const std::string& where, const Tensor& x, const Tensor* t, const char* what) {
   if (!t) return;
   if (t->dtype() != x.dtype() || t->numel() != x.numel())
@@ -36,9 +41,9 @@ static const ParameterUpdateKernels& kernels_for(const std::string& where, std::
     device = d;
   }
   Device d = device.value_or(kCpu);
-  auto k = table().find(d.type);
-  if (k == table().end()) throw UnsupportedError(where + ": no parameter update kernel on " + d.str());
-  return k->second;
+  const ParameterUpdateKernels* k = parameter_updates_of(d.type);
+  if (!k) throw UnsupportedError(where + ": no parameter update kernel on " + d.str());
+  return *k;
 }
 
 void adamw_update(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,

@@ -32,5 +32,8 @@ struct ParameterUpdateKernels {
 // Registers them for every device of `type`, as kernel files register theirs (kernels/kernel.h): once, from a
 // static initializer of kernels/<device>/parameter_update.cpp.
 bool register_parameter_updates(DeviceType type, ParameterUpdateKernels k);
+// The update kernels registered for `type` (null when none): a device whose memory is the host's in disguise (the
+// tests' second device) registers the host's as its own.
+const ParameterUpdateKernels* parameter_updates_of(DeviceType type);
 
 }  // namespace onnxtrain::kernels

@@ -2,7 +2,6 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -57,6 +56,8 @@ TrainingSession::TrainingSession(Model m, const std::string& loss, OptimizerOpti
   // their buffers after each step.
   TrainingSpec spec{wrt, loss, std::set<std::string>(wrt.begin(), wrt.end())};
   session_ = std::make_unique<Session>(training_session(std::move(model), spec, options));
+  alloc_ = session_->impl().alloc;
+  for (auto& [name, t] : values_) t = on_device(t);
   buffer_updates_ = session_->buffer_updates();
   const auto& reached = session_->grads_reached();
   for (size_t i = 0; i < wrt.size(); ++i) (reached[i] ? params_ : buffers_).push_back(wrt[i]);
@@ -72,8 +73,13 @@ TrainingSession TrainingSession::from_bytes(const std::string& bytes, const std:
   return TrainingSession(Model{ir::load_model_bytes(bytes)}, loss, optimizer, std::move(options));
 }
 
+Tensor TrainingSession::on_device(const Tensor& t) const {
+  return t.device() == alloc_->device() ? t : t.clone(alloc_);
+}
+
 std::map<std::string, Tensor> TrainingSession::feeds(const std::map<std::string, Tensor>& inputs) const {
-  std::map<std::string, Tensor> f = inputs;
+  std::map<std::string, Tensor> f;
+  for (auto& [name, t] : inputs) f[name] = on_device(t);
   for (auto& [name, t] : values_) {
     if (inputs.count(name)) throw InputError("input '" + name + "' is a parameter of the model, owned by the session");
     f[name] = t;
@@ -85,15 +91,12 @@ double TrainingSession::train_step(const std::map<std::string, Tensor>& inputs) 
   auto [outs, state] = session_->run_forward(feeds(inputs));
   last_stash_ = state->stash_bytes();
   auto grads = session_->run_backward(*state);
-  for (auto& [out, buffer] : buffer_updates_) {
-    Tensor& dst = values_.at(buffer);
-    std::memcpy(dst.raw(), outs.at(out).raw(), dst.nbytes());
-  }
+  for (auto& [out, buffer] : buffer_updates_) values_.at(buffer).copy_from(outs.at(out));
   for (auto& name : params_) {
     Tensor& g = grads.at(name);
     auto it = grads_.find(name);
     if (reset_grad_ || it == grads_.end()) {
-      grads_[name] = g.storage().use_count() > 1 ? g.clone() : g;
+      grads_[name] = g.storage().use_count() > 1 ? g.clone(alloc_) : g;
       continue;
     }
     kernels::accumulate_gradient("train_step: " + name, it->second, g);
@@ -116,8 +119,8 @@ void TrainingSession::optimizer_step() {
     const Tensor& g = grads_.at(name);
     const bool first = !state1_.count(name);
     if (first) {
-      state1_[name] = Tensor::zeros(x.dtype(), x.dims());
-      state2_[name] = Tensor::zeros(x.dtype(), x.dims());
+      state1_[name] = Tensor::zeros(x.dtype(), x.dims(), alloc_);
+      state2_[name] = Tensor::zeros(x.dtype(), x.dims(), alloc_);
     }
     const std::string where = "optimizer_step: " + name;
     if (opt_.kind == "adamw") {
@@ -137,10 +140,10 @@ void TrainingSession::save_checkpoint(const std::string& path) const {
   c.step = step_;
   c.learning_rate = opt_.lr;
   c.optimizer = opt_.kind;
-  for (auto& n : params_) c.tensors["param/" + n] = values_.at(n);
-  for (auto& n : buffers_) c.tensors["buffer/" + n] = values_.at(n);
-  for (auto& [n, t] : state1_) c.tensors["state1/" + n] = t;
-  for (auto& [n, t] : state2_) c.tensors["state2/" + n] = t;
+  for (auto& n : params_) c.tensors["param/" + n] = values_.at(n).clone();  // (on the host, from any device)
+  for (auto& n : buffers_) c.tensors["buffer/" + n] = values_.at(n).clone();
+  for (auto& [n, t] : state1_) c.tensors["state1/" + n] = t.clone();
+  for (auto& [n, t] : state2_) c.tensors["state2/" + n] = t.clone();
   runtime::write_checkpoint(path, c);
 }
 
@@ -169,7 +172,9 @@ void TrainingSession::load_checkpoint(const std::string& path) {
     if (param == values.end()) throw CheckpointError(where + ": '" + key + "' is the state of no parameter");
     (first ? s1 : s2)[param->first] = take(key, param->second);
   }
-  for (auto& [n, t] : values) std::memcpy(values_.at(n).raw(), t.raw(), t.nbytes());  // in place: feeds share storage
+  for (auto& [n, t] : values) values_.at(n).copy_from(t);  // in place: tensor() handed out stays the parameter
+  for (auto& [n, t] : s1) t = on_device(t);
+  for (auto& [n, t] : s2) t = on_device(t);
   state1_ = s1;
   state2_ = s2;
   step_ = c.step;

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "onnxtrain/session.h"
+#include "onnxtrain/training_session.h"
 #include "runtime/session_impl.h"
 #include "test_graphs.h"
 
@@ -449,6 +450,33 @@ TEST(Cuda, AnMlpTrainsAsOnTheCpu) {
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * std::abs(cpu[i])) << "step " << i;
   EXPECT_LT(gpu.back(), 0.5f * gpu.front());
   EXPECT_EQ(CachingAllocator::of(kGpu).stats().allocated, 0) << "every device buffer returned";
+}
+
+// TrainingSession (the C++ API's and the CLI's training) on the GPU: host batches copied there, AdamW and SGD on
+// the GPU's update kernels, gradients accumulated over two micro-batches, as on the CPU.
+TEST(Cuda, ATrainingSessionTrainsOnTheGpuAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  SessionOptions on_gpu;
+  on_gpu.device = kGpu;
+  for (const OptimizerOptions& opt : {OptimizerOptions{"adamw", 1e-2, 0.01}, OptimizerOptions{"sgd", 0.1, 0, 0.9}}) {
+    TrainingSession gpu = TrainingSession::from_bytes(test_graphs::mlp_model_bytes(), "loss", opt, on_gpu);
+    TrainingSession cpu = TrainingSession::from_bytes(test_graphs::mlp_model_bytes(), "loss", opt);
+    for (int step = 0; step < 5; ++step) {
+      for (int micro = 0; micro < 2; ++micro) {
+        Tensor x = test_graphs::pattern_tensor({4, 8}), t = test_graphs::pattern_tensor({4, 4});
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = t.data<float>()[i] * 0.5f + 0.1f * float(micro);
+        const double want = cpu.train_step({{"x", x}, {"t", t}}), got = gpu.train_step({{"x", x}, {"t", t}});
+        EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << opt.kind << " step " << step;
+      }
+      gpu.optimizer_step(), cpu.optimizer_step();
+      gpu.lazy_reset_grad(), cpu.lazy_reset_grad();
+    }
+    for (const std::string& name : gpu.parameter_names()) {
+      ASSERT_TRUE(gpu.tensor(name).device() == kGpu) << name;
+      auto got = gpu.tensor(name).to_double(), want = cpu.tensor(name).to_double();
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << opt.kind << " " << name;
+    }
+  }
 }
 
 }  // namespace

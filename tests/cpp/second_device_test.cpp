@@ -10,7 +10,9 @@
 
 #include "core/allocator.h"
 #include "kernels/kernel.h"
+#include "kernels/parameter_update.h"
 #include "onnxtrain/session.h"
+#include "onnxtrain/training_session.h"
 #include "runtime/session_impl.h"
 #include "test_graphs.h"
 
@@ -78,7 +80,31 @@ kernels::KernelDef on_device(const std::string& domain, const std::string& name)
   return {domain, name, run, scratch};
 }
 
-// The ops an MLP with a squared-error loss and its gradient graph need.
+// The device's parameter updates: the host's, on tensors that must all be on the device.
+void all_here(const std::string& where, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t && !(t->device() == kTestDevice)) throw InputError(where + ": a tensor on " + t->device().str());
+}
+const kernels::ParameterUpdateKernels& host_updates() { return *kernels::parameter_updates_of(DeviceType::kCpu); }
+void adamw_here(const std::string& where, Tensor& x, const Tensor& g, Tensor& m, Tensor& v, Tensor* max_v,
+                int64_t step, const kernels::AdamWHyper& h) {
+  all_here(where, {&x, &g, &m, &v, max_v});
+  calls()["AdamW"]++;
+  host_updates().adamw(where, x, g, m, v, max_v, step, h);
+}
+void sgd_here(const std::string& where, Tensor& x, const Tensor& g, Tensor* buf, bool first,
+              const kernels::SgdHyper& h) {
+  all_here(where, {&x, &g, buf});
+  calls()["SGD"]++;
+  host_updates().sgd(where, x, g, buf, first, h);
+}
+void accumulate_here(const std::string& where, Tensor& acc, const Tensor& g) {
+  all_here(where, {&acc, &g});
+  calls()["accumulate"]++;
+  host_updates().accumulate(where, acc, g);
+}
+
+// The ops an MLP with a squared-error loss and its gradient graph need, and the parameter updates.
 const bool kRegistered = [] {
   CachingAllocator::register_device(kTestDevice, test_memory());
   std::vector<kernels::KernelDef> defs;
@@ -89,6 +115,7 @@ const bool kRegistered = [] {
     defs.push_back(on_device("", op));
   defs.push_back(on_device("com.onnxtrain", "Linear"));
   defs.push_back(on_device("com.onnxtrain", "FusedMatMul"));
+  kernels::register_parameter_updates(DeviceType::kExtDev, {adamw_here, sgd_here, accumulate_here});
   return kernels::register_kernels(kTestDevice, defs);
 }();
 
@@ -206,6 +233,51 @@ TEST(SecondDevice, InputsOnAnotherDeviceAreRefused) {
                                          {"b1", test_graphs::pattern_tensor({16})},
                                          {"w2", test_graphs::pattern_tensor({16, 4})}};
   EXPECT_THROW(s.run_forward(feeds), InputError);
+}
+
+// 4 optimizer steps of s, each over 2 accumulated micro-batches (host tensors, copied to s's device): each
+// micro-batch's loss.
+std::vector<double> train_session(TrainingSession& s) {
+  std::vector<double> losses;
+  for (int step = 0; step < 4; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      Tensor x = test_graphs::pattern_tensor({4, 8}), t = test_graphs::pattern_tensor({4, 4});
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = t.data<float>()[i] * 0.5f + 0.1f * float(micro);
+      losses.push_back(s.train_step({{"x", x}, {"t", t}}));
+    }
+    s.optimizer_step();
+    s.lazy_reset_grad();
+  }
+  return losses;
+}
+
+TEST(SecondDevice, ATrainingSessionTrainsThereAsOnTheCpu) {
+  SessionOptions there;
+  there.device = kTestDevice;
+  const OptimizerOptions adamw{"adamw", 1e-2, 0.01};
+  TrainingSession device = TrainingSession::from_bytes(test_graphs::mlp_model_bytes(), "loss", adamw, there);
+  TrainingSession host = TrainingSession::from_bytes(test_graphs::mlp_model_bytes(), "loss", adamw);
+  calls().clear();
+  const std::vector<double> on_device = train_session(device), on_cpu = train_session(host);
+  EXPECT_EQ(on_device, on_cpu);
+  EXPECT_LT(on_device.back(), on_device.front());
+  EXPECT_EQ(calls()["AdamW"], 4 * 3);       // 4 steps of 3 parameters, there
+  EXPECT_EQ(calls()["accumulate"], 4 * 3);  // each second micro-batch's gradients
+  for (const std::string& name : device.parameter_names()) {
+    const Tensor& p = device.tensor(name);
+    ASSERT_TRUE(p.device() == kTestDevice) << name;
+    EXPECT_EQ(p.clone().to_double(), host.tensor(name).to_double()) << name;
+  }
+  // A checkpoint written there loads on the host, and back there: the same parameters and optimizer state.
+  const std::string path = ::testing::TempDir() + "second_device.ckpt";
+  device.save_checkpoint(path);
+  TrainingSession resumed = TrainingSession::from_bytes(test_graphs::mlp_model_bytes(), "loss", adamw);
+  resumed.load_checkpoint(path);
+  device.load_checkpoint(path);
+  EXPECT_EQ(resumed.step(), 4);
+  for (const std::string& name : device.parameter_names())
+    EXPECT_EQ(resumed.tensor(name).to_double(), host.tensor(name).to_double()) << name;
+  EXPECT_EQ(train_session(resumed), train_session(device));
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "test_graphs.h"
 
+#include <onnx/onnx_pb.h>
+
+#include "ir/onnx_io.h"
 #include "kernels/run_node.h"
 #include "ops/bind.h"
 
@@ -79,21 +82,31 @@ Tensor pattern_tensor(std::vector<int64_t> dims) {
   return t;
 }
 
-std::unique_ptr<ir::Graph> mlp_with_loss() {
+// mlp_with_loss's graph, its parameters graph inputs or (`held`) initializers.
+static std::unique_ptr<ir::Graph> mlp_loss_graph(bool held) {
   auto g = std::make_unique<ir::Graph>();
   g->opsets[""] = 20;
   Dim batch = Dim::symbol("batch");
   ir::Value* x = add_input(*g, "x", DType::kFloat32, {batch, Dim(8)});
   ir::Value* t = add_input(*g, "t", DType::kFloat32, {batch, Dim(4)});
-  ir::Value* w1 = add_input(*g, "w1", DType::kFloat32, {Dim(8), Dim(16)});
-  ir::Value* b1 = add_input(*g, "b1", DType::kFloat32, {Dim(16)});
-  ir::Value* w2 = add_input(*g, "w2", DType::kFloat32, {Dim(16), Dim(4)});
+  auto param = [&](const std::string& name, std::vector<int64_t> dims) {
+    return held ? add_weight(*g, name, dims) : add_input(*g, name, DType::kFloat32, const_shape(dims));
+  };
+  ir::Value *w1 = param("w1", {8, 16}), *b1 = param("b1", {16}), *w2 = param("w2", {16, 4});
   ir::Value* h = add_op(*g, "Relu", {add_op(*g, "Add", {add_op(*g, "MatMul", {x, w1}), b1})});
   ir::Value* d = add_op(*g, "Sub", {add_op(*g, "MatMul", {h, w2}), t});
   ir::Value* loss = g->add_value("loss");
   g->add_node("ReduceMean", {add_op(*g, "Mul", {d, d})}, {loss}, {{"keepdims", int64_t(0)}})->opset = 20;
   g->outputs.push_back(loss);
   return g;
+}
+
+std::unique_ptr<ir::Graph> mlp_with_loss() { return mlp_loss_graph(false); }
+
+std::string mlp_model_bytes() {
+  onnx::ModelProto proto;
+  ir::export_model(*mlp_loss_graph(true), &proto);
+  return proto.SerializeAsString();
 }
 
 std::vector<Tensor> run_onnxtrain_node(const std::string& op, const std::vector<Tensor>& inputs,

@@ -23,6 +23,8 @@ std::unique_ptr<ir::Graph> mlp_graph();
 // loss = mean((relu(x W1 + b1) W2 - t)^2), x (batch, 8), t (batch, 4), the parameters w1, b1 and w2 graph inputs
 // as onnxtrain.Module passes them.
 std::unique_ptr<ir::Graph> mlp_with_loss();
+// mlp_with_loss() as a model file holds it (its parameters w1, b1, w2 initializers), serialized.
+std::string mlp_model_bytes();
 // One com.onnxtrain node `op` run on `inputs` (graph inputs of their dtypes and shapes) with the outputs `wanted`
 // marks (the others omitted): its output slots.
 std::vector<Tensor> run_onnxtrain_node(const std::string& op, const std::vector<Tensor>& inputs,

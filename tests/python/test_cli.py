@@ -67,6 +67,7 @@ def test_train_prints_falling_loss_and_memory(mlp):
     (["--dims", "batch=4", "--int-range", "5,1"], "--int-range: '5,1' is not LOW,HIGH"),
     (["--steps", "2"], "needs the size of batch: give it with --dims"),
     (["--dims", "batch=4", "--optimizer", "lamb"], "lamb not in {adamw,sgd}"),
+    (["--dims", "batch=4", "--device", "gpu"], "device 'gpu': expected cpu, cuda or cuda:N"),
 ])
 def test_train_rejects_bad_options_clearly(mlp, args, message):
     path, _ = mlp
