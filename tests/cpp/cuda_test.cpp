@@ -273,6 +273,31 @@ TEST(Cuda, TheLlamaGraphsOtherOpsComputeAsOnTheCpu) {
   expect_like_cpu("Pad", {int64s({5}, {-100, 3, 4, 5, 6}), int64s({2}, {0, 1}), scalar(DType::kInt64, -100)}, {});
 }
 
+// GatherElements (BERT's graph: its token types) and ScatterElements (its gradient: added, or written), along
+// each axis, with negative indices, int64 and int32 ones, indices smaller than the data off the axis.
+TEST(Cuda, ElementIndexingComputesAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    const double tol = t == DType::kFloat32 ? 1e-5 : 1e-2;
+    Tensor x = random_tensor(t, {3, 4, 5}, 61);
+    Tensor idx = int64s({2, 3, 5}, {0, 1, 2, -1, -2, 3, 3, 0, 1, 2, 1, 1, 1, 1, 1, 0, 2, 0, 2, 0, -4, 3, 2, 1, 0,
+                                    0, 0, 0, 0, 0});
+    expect_like_cpu("GatherElements", {x, idx}, {{"axis", int64_t(1)}});
+    Tensor narrow(DType::kInt32, {3, 2, 2});
+    for (int i = 0; i < 12; ++i) narrow.data<int32_t>()[i] = int32_t(i % 5) - 2;
+    expect_like_cpu("GatherElements", {x, narrow}, {{"axis", int64_t(-1)}});
+    expect_like_cpu("GatherElements", {x, int64s({1, 4, 5}, std::vector<int64_t>(20, 2))}, {{"axis", int64_t(0)}});
+    Tensor upd = random_tensor(t, {2, 3, 5}, 62);
+    for (const char* reduction : {"add", "none"}) {
+      Tensor unique = int64s({2, 3, 5}, {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
+                                         3, 3, 3, 3, 3, -4, 1, 2, 0, -3, 1, 2, 0, 1, 2});
+      // (repeated positions only where the updates add: written ones would race)
+      expect_like_cpu("ScatterElements", {x, std::string(reduction) == "add" ? idx : unique, upd},
+                      {{"axis", int64_t(1)}, {"reduction", std::string(reduction)}}, tol);
+    }
+  }
+}
+
 // The random ops draw the CPU's numbers for the same seed (counter-based: element i from the hash of the seed and i).
 TEST(Cuda, RandomOpsDrawTheCpusNumbers) {
   SKIP_WITHOUT_GPU();

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_copy.h"
+#include "kernels/elements_shape.h"
 #include "kernels/kernel.h"
 #include "ops/axis_util.h"
 
@@ -18,15 +19,6 @@ int64_t checked_index(const KernelCtx& c, int64_t i, int64_t n) {
   if (i < -n || i >= n)
     c.fail("index " + std::to_string(i) + " is out of range for a dim of size " + std::to_string(n));
   return i < 0 ? i + n : i;
-}
-
-// GatherElements/ScatterElements: the indices have the data's rank and, off the axis, no larger dims.
-void check_elements_shape(const KernelCtx& c, const Tensor& idx, const Tensor& x, int64_t axis) {
-  bool fits = idx.rank() == x.rank() && axis >= 0 && axis < x.rank();
-  for (int64_t d = 0; fits && d < x.rank(); ++d) fits = d == axis || idx.dims()[size_t(d)] <= x.dims()[size_t(d)];
-  if (!fits)
-    c.fail("indices " + dims_str(idx.dims()) + " do not fit data " + dims_str(x.dims()) + " along axis " +
-           std::to_string(axis));
 }
 
 // GatherElements/ScatterElements: the data offset of position i of the index

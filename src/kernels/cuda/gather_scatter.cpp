@@ -1,6 +1,8 @@
-// The CUDA kernels of Gather (any axis, int32 or int64 indices), GatherND (int64 indices, batch dims) and ScatterND
-// (reduction none or add: Gather's gradient), on gather_scatter.cu's launchers. The indices stay on the device.
+// The CUDA kernels of Gather (any axis, int32 or int64 indices), GatherND (int64 indices, batch dims), ScatterND
+// (reduction none or add: Gather's gradient), GatherElements and ScatterElements (reduction none or add:
+// GatherElements' gradient), on gather_scatter.cu's launchers. The indices stay on the device.
 #include "kernels/cuda/indexing.h"
+#include "kernels/elements_shape.h"
 #include "kernels/strides.h"
 #include "ops/axis_util.h"
 #include "ops/indexing.h"
@@ -67,9 +69,43 @@ void scatter_nd_node(const ops::IndexAttrs& at, KernelCtx& c) {
              nd, stream());
 }
 
+// Where GatherElements' and ScatterElements' indices lead in the data x along `axis` (checked).
+ElementIndex element_index(const KernelCtx& c, const Tensor& idx, const Tensor& x, int64_t axis) {
+  check_elements_shape(c, idx, x, axis);
+  std::vector<int64_t> data = contiguous_strides(x.dims());
+  ElementIndex e;
+  e.n = x.dims()[size_t(axis)];
+  e.axis_stride = data[size_t(axis)];
+  data[size_t(axis)] = 0;
+  e.walk = indexing(c, idx.dims(), {data, contiguous_strides(idx.dims())});
+  return e;
+}
+
+void gather_elements_node(const ops::IndexAttrs& at, KernelCtx& c) {
+  const Tensor &x = c.in(0), &idx = c.in(1);
+  const ElementIndex e = element_index(c, idx, x, at.axis < 0 ? at.axis + x.rank() : at.axis);
+  gather_elements(int(dtype_size(x.dtype())), x.raw(), idx.dtype(), idx.raw(), c.out(0).raw(), e, stream());
+}
+
+void scatter_elements_node(const ops::IndexAttrs& at, KernelCtx& c) {
+  using Reduction = ops::IndexAttrs::Reduction;
+  const Tensor &x = c.in(0), &idx = c.in(1), &upd = c.in(2);
+  if (at.reduction != Reduction::kNone && at.reduction != Reduction::kAdd)
+    throw UnsupportedError(c.node.where() + ": ScatterElements' reductions mul, max and min have no CUDA kernel yet");
+  if (upd.dims() != idx.dims() || upd.dtype() != x.dtype())
+    c.fail("updates " + dtype_name(upd.dtype()) + " " + dims_str(upd.dims()) + " are not the data's dtype shaped as "
+           "indices " + dims_str(idx.dims()));
+  const ElementIndex e = element_index(c, idx, x, at.axis < 0 ? at.axis + x.rank() : at.axis);
+  copy(x, c.out(0));  // (nothing when in place)
+  scatter_elements(x.dtype(), at.reduction == Reduction::kAdd, idx.dtype(), idx.raw(), upd.raw(), c.out(0).raw(), e,
+                   stream());
+}
+
 const bool kRegistered = register_kernels(cuda_device(0), {{"", "Gather", kernel(gather_node)},
                                                            {"", "GatherND", kernel(gather_nd_node)},
-                                                           {"", "ScatterND", kernel(scatter_nd_node)}});
+                                                           {"", "ScatterND", kernel(scatter_nd_node)},
+                                                           {"", "GatherElements", kernel(gather_elements_node)},
+                                                           {"", "ScatterElements", kernel(scatter_elements_node)}});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda

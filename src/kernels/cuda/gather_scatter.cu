@@ -1,5 +1,5 @@
-// Gather and ScatterND on the GPU: one thread per element moved; ScatterND's additions are atomic, so repeated
-// indices (an embedding's gradient) add up whatever the order.
+// Gather, GatherND, GatherElements, ScatterND and ScatterElements on the GPU: one thread per element moved; the
+// scatters' additions are atomic, so repeated indices (an embedding's gradient) add up whatever the order.
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -53,6 +53,44 @@ __global__ void gather_nd_kernel(const int64_t* idx, const T* x, T* y, int64_t p
     const int64_t row = e / slice, off = nd_offset(idx, row, nd);
     y[e] = off < 0 ? T(0) : x[row / per_batch * batch_stride + off + e % slice];
   }
+}
+
+// GatherElements' and ScatterElements' element i of the indices: its data offset, its coordinate along the axis
+// the index there (negative ones from the end); -1 when out of range.
+template <typename I>
+__device__ __forceinline__ int64_t element_offset(const I* idx, const ElementIndex& e, int64_t i) {
+  const Offsets<2> o = offsets<2>(e.walk, i);
+  int64_t k = int64_t(idx[o.at[1]]);
+  if (k < 0) k += e.n;
+  return k < 0 || k >= e.n ? -1 : o.at[0] + k * e.axis_stride;
+}
+
+template <typename T, typename I>
+__global__ void gather_elements_kernel(const T* x, const I* idx, T* y, ElementIndex e, int64_t total) {
+  ONNXTRAIN_GRID_LOOP(i, total) {
+    const int64_t off = element_offset(idx, e, i);
+    y[i] = off < 0 ? T(0) : x[off];
+  }
+}
+
+template <typename T, typename I, bool kAdd>
+__global__ void scatter_elements_kernel(const I* idx, const T* upd, T* out, ElementIndex e, int64_t total) {
+  ONNXTRAIN_GRID_LOOP(i, total) {
+    const int64_t off = element_offset(idx, e, i);
+    if (off < 0) continue;
+    if constexpr (kAdd)
+      atomicAdd(out + off, upd[i]);
+    else
+      out[off] = upd[i];
+  }
+}
+
+// Calls f with a value of the index type (int64 or int32).
+template <typename F>
+void with_index_type(DType t, const char* kernel, F&& f) {
+  if (t == DType::kInt64) return f(int64_t{});
+  if (t == DType::kInt32) return f(int32_t{});
+  unsupported_dtype(kernel, t);
 }
 
 }  // namespace
@@ -110,6 +148,47 @@ void scatter_nd(DType t, bool add, const int64_t* idx, const void* updates, void
   else if (!with_float_type(t, launch))
     unsupported_dtype("ScatterND's addition", t);
   check_launch("ScatterND");
+}
+
+void gather_elements(int elem_bytes, const void* x, DType idx_type, const void* idx, void* y, const ElementIndex& e,
+                     cudaStream_t stream) {
+  const int64_t total = numel(e.walk);
+  if (total == 0) return;
+  with_bytes(elem_bytes, "GatherElements", [&](auto v) {
+    using T = decltype(v);
+    with_index_type(idx_type, "GatherElements' indices", [&](auto i) {
+      using I = decltype(i);
+      gather_elements_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const I*>(idx), static_cast<T*>(y), e, total);
+    });
+  });
+  check_launch("GatherElements");
+}
+
+void scatter_elements(DType t, bool add, DType idx_type, const void* idx, const void* updates, void* out,
+                      const ElementIndex& e, cudaStream_t stream) {
+  const int64_t total = numel(e.walk);
+  if (total == 0) return;
+  with_index_type(idx_type, "ScatterElements' indices", [&](auto i) {
+    using I = decltype(i);
+    const I* ip = static_cast<const I*>(idx);
+    if (!add)
+      return with_bytes(int(dtype_size(t)), "ScatterElements", [&](auto v) {
+        using T = decltype(v);
+        scatter_elements_kernel<T, I, false><<<blocks_for(total), kThreads, 0, stream>>>(
+            ip, static_cast<const T*>(updates), static_cast<T*>(out), e, total);
+      });
+    auto launch = [&](auto v) {
+      using T = decltype(v);
+      scatter_elements_kernel<T, I, true><<<blocks_for(total), kThreads, 0, stream>>>(
+          ip, static_cast<const T*>(updates), static_cast<T*>(out), e, total);
+    };
+    if (t == DType::kFloat64)
+      launch(double{});
+    else if (!with_float_type(t, launch))
+      unsupported_dtype("ScatterElements' addition", t);
+  });
+  check_launch("ScatterElements");
 }
 
 }  // namespace onnxtrain::kernels::cuda

@@ -81,6 +81,20 @@ void scatter_nd(DType t, bool add, const int64_t* idx, const void* updates, void
 void gather_nd(int elem_bytes, const int64_t* idx, const void* x, void* y, int64_t rows, int64_t per_batch,
                int64_t batch_stride, int64_t slice, const NdIndex& nd, cudaStream_t stream);
 
+// GatherElements and ScatterElements: element i of the indices (ordered as `walk`'s shape, the indices') lies at
+// offsets<2>(walk, i) in the data without its axis coordinate (strides 0) and in the indices (strides 1, as the
+// updates); its index along the axis of n elements, `axis_stride` apart, is the data's coordinate there (negative
+// ones counting from the end; one out of range gives a zero, or is dropped).
+struct ElementIndex {
+  Indexing walk;
+  int64_t n = 0, axis_stride = 0;
+};
+void gather_elements(int elem_bytes, const void* x, DType idx_type, const void* idx, void* y, const ElementIndex& e,
+                     cudaStream_t stream);
+// out (holding the data already) at each index = the update there, or += it (`add`, atomic: float types).
+void scatter_elements(DType t, bool add, DType idx_type, const void* idx, const void* updates, void* out,
+                      const ElementIndex& e, cudaStream_t stream);
+
 // Pad: y (out dims) from x (in dims), `before` elements added ahead on each dim (negative: cropped); a position
 // outside x takes `value` (its first elem_bytes bytes; mode 0, constant), x reflected without repeating the edge
 // (1), the edge (2) or x wrapped (3): ops::PadAttrs::Mode's order.
