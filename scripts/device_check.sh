@@ -71,4 +71,5 @@ if want conformance; then
 fi
 want memcheck && step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
   --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask:Cuda.FlashAttention*:Cuda.TrainingGraph*:'\
-'Cuda.TheLlama*:Cuda.ProductsThroughCublasLt*:Cuda.TheFusedHeadComputes*:Cuda.TensorCoreAttention*'
+'Cuda.TheLlama*:Cuda.ProductsThroughCublasLt*:Cuda.TheFusedHeadComputes*:Cuda.TensorCoreAttention*:'\
+'Cuda.ElementIndexing*:Cuda.NodesCompute*'
