@@ -19,11 +19,13 @@ void init_training(py::module_& m) {
            py::arg("kind") = "adamw", py::arg("lr") = 1e-3, py::arg("weight_decay") = 0.0, py::arg("momentum") = 0.0,
            py::arg("nesterov") = false, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8);
 
-  py::class_<TrainingSession>(m, "TrainingSession", "Trains an ONNX model whose graph computes a scalar loss.")
-      .def(py::init([](const std::string& path, const std::string& loss, const OptimizerOptions& opt) {
-             return TrainingSession::load(path, loss, opt);
-           }),
-           py::arg("path"), py::arg("loss"), py::arg("optimizer") = OptimizerOptions())
+  py::class_<TrainingSession>(m, "TrainingSession",
+                              "Trains an ONNX model whose graph computes a scalar loss, on options.device (its "
+                              "parameters, gradients and optimizer state there; batches copied there).")
+      .def(py::init([](const std::string& path, const std::string& loss, const OptimizerOptions& opt,
+                       const SessionOptions& options) { return TrainingSession::load(path, loss, opt, options); }),
+           py::arg("path"), py::arg("loss"), py::arg("optimizer") = OptimizerOptions(),
+           py::arg("options") = SessionOptions())
       .def(
           "train_step",
           [](TrainingSession& s, const py::dict& inputs) {
@@ -56,7 +58,9 @@ void init_training(py::module_& m) {
       .def_property_readonly("last_stash_bytes", &TrainingSession::last_stash_bytes)
       .def(
           "parameter", [](TrainingSession& s, const std::string& name) { return to_numpy(s.tensor(name)); },
-          py::arg("name"), "A parameter or buffer (shares memory with the session).")
+          py::arg("name"),
+          "A parameter or buffer, sharing memory with the session: a numpy array on the CPU, an onnxtrain tensor "
+          "(DLPack: torch.from_dlpack) on a GPU.")
       .def("save_checkpoint", &TrainingSession::save_checkpoint, py::arg("path"))
       .def("load_checkpoint", &TrainingSession::load_checkpoint, py::arg("path"))
       .def("export_model_for_inferencing", &TrainingSession::export_model_for_inferencing, py::arg("path"),

@@ -342,3 +342,24 @@ def test_a_custom_function_trains_on_the_gpu_as_eager():
         for m in (eager, ours):
             for p in m.parameters():
                 p.grad = None
+
+
+def test_a_training_session_trains_on_the_gpu_as_on_the_cpu(tmp_path):
+    """TrainingSession with SessionOptions(device="cuda"): numpy batches copied to the GPU, its parameters and the
+    optimizer's moments there, the losses of 5 AdamW steps as the CPU's."""
+    from test_training_session import gpt_model
+
+    _, path, batch = gpt_model(tmp_path)
+    opt = onnxtrain.OptimizerOptions("adamw", lr=1e-2)
+    gpu = onnxtrain.TrainingSession(path, "loss", opt, onnxtrain.SessionOptions(device="cuda"))
+    cpu = onnxtrain.TrainingSession(path, "loss", opt)
+    for step in range(5):
+        want, got = cpu.train_step(batch), gpu.train_step(batch)
+        assert abs(got - want) <= 1e-4 * abs(want), (step, got, want)
+        gpu.optimizer_step(), cpu.optimizer_step()
+        gpu.lazy_reset_grad(), cpu.lazy_reset_grad()
+    name = gpu.parameter_names[0]
+    on_gpu = torch.from_dlpack(gpu.parameter(name))
+    assert on_gpu.is_cuda
+    np.testing.assert_allclose(on_gpu.cpu().numpy(), cpu.parameter(name), rtol=1e-4, atol=1e-5)
+

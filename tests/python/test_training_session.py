@@ -84,6 +84,26 @@ def test_gradients_accumulate_until_reset(tmp_path):
     np.testing.assert_allclose(delta(2), 2 * delta(1), rtol=1e-4, atol=1e-7)  # float32 parameter differences
 
 
+def test_session_options_reach_the_training_session(tmp_path):
+    """SessionOptions (here the memory optimizer's level 1: layer-wise recompute) are the TrainingSession's: it
+    stashes less, and its numbers do not change."""
+    _, path, batch = gpt_model(tmp_path)
+
+    def losses(options):
+        s = onnxtrain.TrainingSession(path, "loss", onnxtrain.OptimizerOptions("adamw", lr=1e-2), options)
+        out = []
+        for _ in range(3):
+            out.append(s.train_step(batch))
+            s.optimizer_step()
+            s.lazy_reset_grad()
+        return out, s.last_stash_bytes
+
+    (plain, stash), (recomputed, less) = losses(onnxtrain.SessionOptions()), losses(
+        onnxtrain.SessionOptions(memory_level=1))
+    assert recomputed == plain
+    assert less < stash
+
+
 def test_checkpoint_round_trip_resumes_identically(tmp_path):
     _, path, batch = gpt_model(tmp_path)
     ckpt = str(tmp_path / "run.ckpt")
