@@ -130,6 +130,9 @@ class Session {
   int64_t largest_fitting(const std::string& symbol, Bindings dims, int64_t limit) const;
   // Saves the graph it runs (training: forward and backward, after the passes) as an ONNX model, atomically.
   void save(const std::string& path) const;
+  // The ops of the graph it runs (domain.op_type; views aside) with no kernel on `device`'s type, sorted: what keeps
+  // this model from running there. An UnsupportedError when this build has no kernels for that type at all.
+  std::vector<std::string> ops_without_kernel(Device device) const;
 
   bool is_training() const;
   std::vector<std::string> input_names() const;        // forward inputs

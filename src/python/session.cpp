@@ -165,6 +165,12 @@ void init_session(py::module_& m) {
       .def(
           "save", &Session::save, py::arg("path"),
           "Saves the graph the session runs (training graphs: forward and backward, after the passes) as ONNX.")
+      .def(
+          "ops_without_kernel",
+          [](const Session& s, const std::string& device) { return s.ops_without_kernel(parse_device(device)); },
+          py::arg("device"),
+          "The ops of the graph the session runs with no kernel on `device` ('cuda', ...): what keeps the model "
+          "from running there (UnsupportedError: this build has no kernels for that device).")
       .def("set_profiling", &Session::set_profiling, py::arg("on"),
            "Switches per-op-type timing on (resetting it) or off.")
       .def(
