@@ -140,10 +140,11 @@ void TrainingSession::save_checkpoint(const std::string& path) const {
   c.step = step_;
   c.learning_rate = opt_.lr;
   c.optimizer = opt_.kind;
-  for (auto& n : params_) c.tensors["param/" + n] = values_.at(n).clone();  // (on the host, from any device)
-  for (auto& n : buffers_) c.tensors["buffer/" + n] = values_.at(n).clone();
-  for (auto& [n, t] : state1_) c.tensors["state1/" + n] = t.clone();
-  for (auto& [n, t] : state2_) c.tensors["state2/" + n] = t.clone();
+  auto on_host = [](const Tensor& t) { return t.device() == kCpu ? t : t.clone(); };  // (a copy from a device)
+  for (auto& n : params_) c.tensors["param/" + n] = on_host(values_.at(n));
+  for (auto& n : buffers_) c.tensors["buffer/" + n] = on_host(values_.at(n));
+  for (auto& [n, t] : state1_) c.tensors["state1/" + n] = on_host(t);
+  for (auto& [n, t] : state2_) c.tensors["state2/" + n] = on_host(t);
   runtime::write_checkpoint(path, c);
 }
 
