@@ -37,11 +37,6 @@ struct UnaryOf {
 };
 
 template <typename T>
-__global__ void unary_float(Unary op, const T* x, T* y, int64_t n) {
-  ONNXTRAIN_GRID_LOOP(i, n) y[i] = from_float<T>(apply(op, to_float(x[i])));
-}
-
-template <typename T>
 __global__ void unary_int(Unary op, const T* x, T* y, int64_t n) {
   ONNXTRAIN_GRID_LOOP(i, n) {
     T v = x[i];
@@ -160,10 +155,8 @@ struct CastOf {
   __device__ To operator()(From x, From) const { return narrowed<To>(widened(x)); }
 };
 
-template <typename From, typename To>
-__global__ void cast_kernel(const From* x, To* y, int64_t n) {
-  ONNXTRAIN_GRID_LOOP(i, n) y[i] = narrowed<To>(widened(x[i]));
-}
+template <typename T>
+constexpr bool kFloatType = std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
 template <typename T>
 __global__ void fill_kernel(T value, T* dst, int64_t n) {
@@ -218,10 +211,8 @@ void unary(Unary op, DType t, const void* x, void* y, int64_t n, cudaStream_t st
   }
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    const T* xs = static_cast<const T*>(x);
-    T* ys = static_cast<T*>(y);
-    if (!packed_map(UnaryOf<T>{op}, xs, static_cast<const T*>(nullptr), ys, n, stream))
-      unary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, xs, ys, n);
+    packed_map(UnaryOf<T>{op}, static_cast<const T*>(x), static_cast<const T*>(nullptr), static_cast<T*>(y), n,
+               stream);
   });
   if (!ok) {
     if (op != Unary::kRelu && op != Unary::kNeg && op != Unary::kAbs) unsupported_dtype("unary", t);
@@ -252,7 +243,9 @@ void binary(Binary op, DType t, const void* a, const void* b, void* out, const I
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
     const T *as = static_cast<const T*>(a), *bs = static_cast<const T*>(b);
-    if (!flat || !packed_map(BinaryOf<T>{op}, as, bs, static_cast<T*>(out), n, stream))
+    if (flat)
+      packed_map(BinaryOf<T>{op}, as, bs, static_cast<T*>(out), n, stream);
+    else
       binary_float<T><<<blocks_for(n), kThreads, 0, stream>>>(op, as, bs, out, ix, n);
   });
   if (!ok) {
@@ -285,21 +278,15 @@ void where(int elem_bytes, const bool* cond, const void* a, const void* b, void*
 
 void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  bool packed = false;  // (between float types: packs of 16 bytes where they align)
-  with_float_type(from, [&](auto f) {
-    with_float_type(to, [&](auto t) {
-      using F = decltype(f);
-      using T = decltype(t);
-      packed = packed_map(CastOf<F, T>{}, static_cast<const F*>(x), static_cast<const F*>(nullptr),
-                          static_cast<T*>(y), n, stream);
-    });
-  });
-  if (packed) return check_launch("Cast");
   with_any_type(from, "Cast", [&](auto f) {
     with_any_type(to, "Cast", [&](auto t) {
       using F = decltype(f);
       using T = decltype(t);
-      cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const F*>(x), static_cast<T*>(y), n);
+      const F *xs = static_cast<const F*>(x), *none = nullptr;
+      if constexpr (kFloatType<F> && kFloatType<T>)  // (between float types: packs of 16 bytes where they align)
+        packed_map(CastOf<F, T>{}, xs, none, static_cast<T*>(y), n, stream);
+      else
+        packed_map_kernel<1><<<blocks_for(n), kThreads, 0, stream>>>(CastOf<F, T>{}, xs, none, static_cast<T*>(y), n);
     });
   });
   check_launch("Cast");

@@ -99,16 +99,13 @@ void gather(int elem_bytes, const void* x, DType idx_type, const void* idx, void
             int64_t count, int64_t inner, cudaStream_t stream) {
   const int64_t total = outer * count * inner;
   if (total == 0) return;
-  if (idx_type != DType::kInt64 && idx_type != DType::kInt32) unsupported_dtype("Gather's indices", idx_type);
   with_bytes(elem_bytes, "Gather", [&](auto v) {
     using T = decltype(v);
-    const T* xt = static_cast<const T*>(x);
-    if (idx_type == DType::kInt64)
-      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(xt, static_cast<const int64_t*>(idx),
+    with_index_type(idx_type, "Gather's indices", [&](auto i) {
+      using I = decltype(i);
+      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const I*>(idx),
                                                                 static_cast<T*>(y), n, count, inner, total);
-    else
-      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(xt, static_cast<const int32_t*>(idx),
-                                                                static_cast<T*>(y), n, count, inner, total);
+    });
   });
   check_launch("Gather");
 }

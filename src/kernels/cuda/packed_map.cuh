@@ -1,6 +1,6 @@
 // Flat elementwise passes 16 bytes at a time: each thread loads a pack of V elements of every input with one
 // vector load, applies f to each, and stores the pack of outputs with one vector store (the elementwise kernels'
-// fast path for contiguous operands, where single 2-byte accesses leave much of the bandwidth unused). The n % V
+// pass over contiguous operands, where single 2-byte accesses leave much of the bandwidth unused). The n % V
 // elements past the last whole pack go one each to the grid's first threads.
 #pragma once
 #include <cstdint>
@@ -44,13 +44,15 @@ __global__ void packed_map_kernel(F f, const In* a, const In* b, Out* y, int64_t
 }
 
 #ifdef __CUDACC__
-// Launches packed_map_kernel when a, b and y align to whole packs: false, launching nothing, when they do not.
+// y[i] = f(a[i], b[i]) for i < n: packed_map_kernel's packs where a, b and y align to whole packs, else one element
+// a thread (packs of one).
 template <typename In, typename Out, typename F>
-bool packed_map(F f, const In* a, const In* b, Out* y, int64_t n, cudaStream_t stream) {
+void packed_map(F f, const In* a, const In* b, Out* y, int64_t n, cudaStream_t stream) {
   constexpr int V = pack_lanes<In, Out>();
-  if (!packs_align<In>(a, V) || !packs_align<In>(b, V) || !packs_align<Out>(y, V)) return false;
-  packed_map_kernel<V><<<blocks_for((n + V - 1) / V), kThreads, 0, stream>>>(f, a, b, y, n);
-  return true;
+  if (packs_align<In>(a, V) && packs_align<In>(b, V) && packs_align<Out>(y, V))
+    packed_map_kernel<V><<<blocks_for((n + V - 1) / V), kThreads, 0, stream>>>(f, a, b, y, n);
+  else
+    packed_map_kernel<1><<<blocks_for(n), kThreads, 0, stream>>>(f, a, b, y, n);
 }
 #endif
 
