@@ -118,14 +118,16 @@ struct Workspace {
 
 // Batched C = alpha * op(A) op(B) + beta * C0: A's element (i, k) of batch b at a[a_off[b] + i * a_rs + k * a_cs],
 // likewise B's (k, j); C contiguous [batch, m, n]; C0 (optional) read at c0[i * c0_rs + j * c0_cs], the same in
-// every batch. Batch offsets: the batch index decomposed over `batch` (strides 0: A, 1: B). float32 accumulation;
-// C of dtype `out`: t, or float32 for 16-bit operands (the `to` attribute).
+// every batch, of dtype c0_dtype (t, or `out`). Batch offsets: the batch index decomposed over `batch` (strides 0: A,
+// 1: B). float32 accumulation; C of dtype `out`: t, or float32 for 16-bit operands (the `to` attribute). C may be C0
+// (an accumulation in place) where C0 is shaped as C.
 struct GemmShape {
   int64_t m, n, k;
   int64_t a_rs, a_cs, b_rs, b_cs;
   Indexing batch;
   float alpha = 1, beta = 0;
   const void* c0 = nullptr;
+  DType c0_dtype = DType::kFloat32;
   int64_t c0_rs = 0, c0_cs = 0;
   Workspace workspace;
 };

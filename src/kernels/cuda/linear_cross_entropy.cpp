@@ -82,14 +82,14 @@ void scores(const KernelCtx& c, const Head& h, size_t x, size_t w, size_t b, int
 }
 
 // dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
-// block of rows' G at a time: dW and dB summed over the blocks, dW of 16-bit operands in float32 (`sum`, `part`:
-// c x k floats of scratch each) and rounded once by finish().
+// block of rows' G at a time: dW and dB summed over the blocks, dW of 16-bit operands in float32 (`sum`: c x k floats
+// of scratch, each block's product added to it in place) and rounded once by finish().
 struct Gradients {
   KernelCtx& c;
   const Head& h;
   size_t x, w, first;
   Workspace ws;
-  float *sum = nullptr, *part = nullptr;
+  float* sum = nullptr;
 
   static bool in_float32(const KernelCtx& c, const Head& h, size_t first) {
     return h.t != DType::kFloat32 && c.wants(first + 1);
@@ -97,24 +97,15 @@ struct Gradients {
   Gradients(KernelCtx& ctx, const Head& head, size_t x_, size_t w_, size_t first_, ScratchCarver& scratch,
             Workspace workspace)
       : c(ctx), h(head), x(x_), w(w_), first(first_), ws(workspace) {
-    if (in_float32(c, h, first)) sum = scratch.take<float>(h.c * h.k), part = scratch.take<float>(h.c * h.k);
+    if (in_float32(c, h, first)) sum = scratch.take<float>(h.c * h.k);
   }
   void add(const void* g, int64_t r0, int64_t m) {
     if (c.wants(first))
       product(h.t, h.t, g, h.c, 1, c.in(w).raw(), h.k, 1, m, h.k, h.c, nullptr, 0, row(c.out(first), r0, h.k), ws);
     if (c.wants(first + 1)) {
-      const void* xs = row(c.in(x), r0, h.k);
-      if (sum) {
-        product(h.t, DType::kFloat32, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, nullptr, 0, r0 ? part : sum, ws);
-        if (r0) {
-          Indexing ix;
-          ix.rank = 1, ix.dims[0] = h.c * h.k, ix.strides[0][0] = ix.strides[1][0] = 1;
-          binary(Binary::kAdd, DType::kFloat32, sum, part, sum, ix, stream());
-        }
-      } else {
-        void* dw = c.out(first + 1).raw();
-        product(h.t, h.t, g, 1, h.c, xs, h.k, 1, h.c, h.k, m, r0 ? dw : nullptr, h.k, dw, ws);
-      }
+      void* dw = sum ? static_cast<void*>(sum) : c.out(first + 1).raw();
+      product(h.t, sum ? DType::kFloat32 : h.t, g, 1, h.c, row(c.in(x), r0, h.k), h.k, 1, h.c, h.k, m,
+              r0 ? dw : nullptr, h.k, dw, ws);
     }
     if (c.wants(first + 2)) {
       void* db = c.out(first + 2).raw();
@@ -216,7 +207,7 @@ Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements *
 
 // As the kernels carve it: cuBLASLt's workspace, a block's scores (float32), the totals, forward's log-sum-exps when
 // output 1 is not asked for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit
-// operands, its float32 sum and a block's part.
+// operands, its float32 sum.
 Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, int64_t totals) {
   const Shape& xs = s.shape(x);
   const DType t = s.dtype(x);
@@ -226,7 +217,7 @@ Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, boo
   if (lse) r = r + span_of(rows, 4);
   r = r + span_of(Dim(totals), 8);
   if (grads) r = r + span_of(block * classes, int64_t(dtype_size(t)));
-  if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * s.shape(w)[1], 4) * Dim(2);
+  if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * s.shape(w)[1], 4);
   return r;
 }
 

@@ -1,9 +1,10 @@
 // gemm's products through cuBLASLt (kernels/cuda/cublaslt.h): float32, bfloat16 and float16 operands, float32
 // accumulation (CUBLAS_COMPUTE_32F: no TF32, as PyTorch's default), for the products whose operands have a unit
 // stride along their rows or their columns, whose batch folds into one stride per operand, and whose base is none,
-// a bias row (the bias epilogue) or one matrix shaped as the output, in the workspace the caller gives (the node's
-// scratch: workspace.h). Row-major C = A B is cuBLASLt's column-major C^T = B^T A^T: its first operand is our B, its
-// second our A. The algorithm its heuristic picks for a shape, dtypes, alignments and workspace is kept, per device.
+// a bias row (the bias epilogue) or one matrix shaped as the output in its dtype (C, which may be D), in the
+// workspace the caller gives (the node's scratch: workspace.h). Row-major C = A B is cuBLASLt's column-major
+// C^T = B^T A^T: its first operand is our B, its second our A. The algorithm its heuristic picks for a shape,
+// dtypes, alignments and workspace is kept, per device.
 #include <cublasLt.h>
 
 #include <cstdlib>
@@ -135,8 +136,8 @@ bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const Ge
   if (!x || !y || !batch) return false;
   enum Base { kNone, kBias, kMatrix } base = kNone;
   if (s.c0) {
-    if (out != t) return false;
-    if (s.c0_rs == 0 && (s.c0_cs == 1 || s.n == 1) && s.beta == 1)
+    if (s.c0_dtype != out) return false;  // (C's dtype is D's; a bias of 16-bit operands into float32: the tiled GEMM)
+    if (out == t && s.c0_rs == 0 && (s.c0_cs == 1 || s.n == 1) && s.beta == 1)
       base = kBias;
     else if (batch->count == 1 && (s.c0_cs == 1 || s.n == 1) && (s.c0_rs == s.n || s.m == 1))
       base = kMatrix;

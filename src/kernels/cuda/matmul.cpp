@@ -50,6 +50,7 @@ void gemm_node(const ops::GemmAttrs& at, KernelCtx& c) {
     auto st = broadcast_strides(C.dims(), c.out(0).dims());
     s.beta = at.beta;
     s.c0 = C.raw();
+    s.c0_dtype = C.dtype();
     s.c0_rs = st[0];
     s.c0_cs = st[1];
   }
@@ -85,7 +86,7 @@ void product(DType t, DType out, const void* a, int64_t a_rs, int64_t a_cs, cons
   GemmShape s;
   s.m = m, s.n = n, s.k = k;
   s.a_rs = a_rs, s.a_cs = a_cs, s.b_rs = b_rs, s.b_cs = b_cs;
-  if (base) s.beta = 1, s.c0 = base, s.c0_rs = base_rs, s.c0_cs = 1;
+  if (base) s.beta = 1, s.c0 = base, s.c0_dtype = base_rs == 0 ? t : out, s.c0_rs = base_rs, s.c0_cs = 1;
   s.workspace = ws;
   gemm(t, out, a, b, c, s, stream());  // (s.batch: rank 0, one product)
 }

@@ -8,7 +8,8 @@ namespace {
 
 constexpr int kTile = 32;
 
-template <typename T, typename O>
+// (C0 of the operands' type T, or the output's O.)
+template <typename T, typename O, typename C0>
 __global__ void gemm_kernel(const T* a, const T* b, O* c, GemmShape s) {
   __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
   const int64_t batch = blockIdx.z;
@@ -28,7 +29,7 @@ __global__ void gemm_kernel(const T* a, const T* b, O* c, GemmShape s) {
   }
   if (row >= s.m || col >= s.n) return;
   float v = s.alpha * acc;
-  if (s.c0) v += s.beta * to_float(static_cast<const T*>(s.c0)[row * s.c0_rs + col * s.c0_cs]);
+  if (s.c0) v += s.beta * to_float(static_cast<const C0*>(s.c0)[row * s.c0_rs + col * s.c0_cs]);
   c[batch * s.m * s.n + row * s.n + col] = from_float<O>(v);
 }
 
@@ -38,6 +39,7 @@ void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmS
   const int64_t batches = numel(s.batch);
   if (batches == 0 || s.m == 0 || s.n == 0) return;
   if (out != t && (out != DType::kFloat32 || t == DType::kFloat32)) unsupported_dtype("gemm's output", out);
+  if (s.c0 && s.c0_dtype != t && s.c0_dtype != out) unsupported_dtype("gemm's base", s.c0_dtype);
   if (lt_gemm(t, out, a, b, c, s, stream)) return;
   if (batches > 65535) launch_error("gemm: more than 65535 batches");
   dim3 grid(unsigned((s.n + kTile - 1) / kTile), unsigned((s.m + kTile - 1) / kTile), unsigned(batches));
@@ -46,9 +48,11 @@ void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmS
     using T = decltype(v);
     const T *at = static_cast<const T*>(a), *bt = static_cast<const T*>(b);
     if (out == t)
-      gemm_kernel<<<grid, block, 0, stream>>>(at, bt, static_cast<T*>(c), s);
+      gemm_kernel<T, T, T><<<grid, block, 0, stream>>>(at, bt, static_cast<T*>(c), s);
+    else if (!s.c0 || s.c0_dtype == t)
+      gemm_kernel<T, float, T><<<grid, block, 0, stream>>>(at, bt, static_cast<float*>(c), s);
     else
-      gemm_kernel<<<grid, block, 0, stream>>>(at, bt, static_cast<float*>(c), s);
+      gemm_kernel<T, float, float><<<grid, block, 0, stream>>>(at, bt, static_cast<float*>(c), s);
   });
   if (!ok) unsupported_dtype("gemm", t);
   check_launch("gemm");
