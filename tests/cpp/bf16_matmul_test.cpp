@@ -82,6 +82,10 @@ std::vector<Case> cases() {
       {"com.onnxtrain", "FusedMatMul", {{8, 6, 128, 64}, {8, 6, 128, 32}}, ta},  // dV = P^T dY
       {"com.onnxtrain", "Linear", {{8, 128, 384}, {1536, 384}, {1536}}, {}},     // GPT: MLP, with bias
       {"", "Gemm", {{16, 32}, {24, 32}, {24}}, {{"transB", int64_t(1)}, {"alpha", 0.5f}, {"beta", 2.0f}}},
+      // Between 48 and 64 columns, where oneDNN 2.6's AMX kernels split among threads compute wrong products.
+      {"com.onnxtrain", "Linear", {{2, 7, 16}, {50, 16}}, {}},                  // a tiny LM's head
+      {"", "MatMul", {{3, 20, 32}, {32, 63}}, {}},
+      {"com.onnxtrain", "FusedMatMul", {{2, 32, 64}, {2, 49, 64}}, tb},
   };
 }
 
