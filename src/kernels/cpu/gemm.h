@@ -1,4 +1,4 @@
-// GEMM through CBLAS (OpenBLAS) for float and double, a plain loop for integers.
+// GEMM through oneDNN for float, CBLAS (OpenBLAS) for double, a plain loop for integers.
 #pragma once
 #include <cstdint>
 
