@@ -78,11 +78,12 @@ void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
 }  // namespace
 
 // The gradients of forward (outputs 2-4: dX, dW, dB for a loss gradient of 1) a block of classes at a time: each
-// block's scores are computed again over all rows, turned into their gradient, and multiplied into its rows of dW
-// and dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the
-// block's gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather
-// than of rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per
-// block of rows, at the price of the scores' product once more.
+// block's scores are computed again over all rows (or, where the loss pass wrote them to output 5 as they are, in
+// float32 or float64, read back from there), turned into their gradient, and multiplied into its rows of dW and
+// dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the block's
+// gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather than of
+// rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per block of
+// rows, at the price of the scores' product once more where they were not kept.
 template <typename S, typename A>
 void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch) {
   const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
@@ -101,11 +102,17 @@ void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, co
     g = scratch.take<BFloat16>(r.n * width);
     dx32 = dx ? scratch.take<float>(r.n * r.k) : nullptr;
   }
+  const S* kept = std::is_same_v<S, A> && c.wants(5) ? c.out(5).data<S>() : nullptr;  // (N, C): the loss pass's
   const A one(1), scale = mean_scale<A>(a, r);
   for (int64_t c0 = 0; c0 < r.c; c0 += width) {
     const int64_t cb = std::min(width, r.c - c0);
     const Block block{0, r.n, c0, cb};
-    block_scores(r, x, w, b, block, s);
+    if (kept)
+      parallel_for(r.n, cb, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) std::copy(kept + i * r.c + c0, kept + i * r.c + c0 + cb, s + i * cb);
+      });
+    else
+      block_scores(r, x, w, b, block, s);
     block_gradients(a, r, &one, scale, lse, block, s);
     if (db) column_sums(r, s, c0, cb, db);
     if constexpr (std::is_same_v<S, BFloat16>) {
