@@ -56,15 +56,65 @@ class Ops(torch.nn.Module):
         return (y.float() * torch.rsqrt(y.float().abs() + 1)).mean() + F.silu(h).sum(dim=(1, 2)).mean() * 0.01
 
 
+class FamilyOps(Ops):
+    """Ops other families bring: Bloom's ALiBi (pow of two tensors, baddbmm), GPT-J's rotary (repeat_interleave,
+    stack), Falcon's weight.T, ModernBERT's unbind, Mixtral's routing weights divided in place, repeat."""
+
+    def forward(self, x, ids):
+        B, T, D = x.shape
+        h = x @ self.w.T + torch.pow(self.fc(x).abs() + 1, self.b.sigmoid()) + torch.pow(2.0, x * 0.1)
+        q = h.view(B, T, 2, D // 2).transpose(1, 2).reshape(B * 2, T, D // 2)
+        bias = torch.arange(T, dtype=h.dtype)[None, None, :] * self.b[:1]
+        k = q.transpose(1, 2)
+        s = (torch.baddbmm(bias, q, k, beta=0.5, alpha=0.25) + torch.baddbmm(bias, q, k)
+             + torch.baddbmm(torch.full_like(bias, float("nan")), q, k, beta=0.0))
+        r = (torch.repeat_interleave(h[..., : D // 2], 2, dim=-1)
+             + torch.repeat_interleave(h[:, 0], 2).view(B, 1, -1)[..., :D])
+        u, v = torch.stack([h, r], dim=-1).unbind(-1)
+        tiled = h.repeat(2, 1, 1, 1).sum(0) + u * v
+        weights, _ = torch.topk(tiled.softmax(-1), 3, dim=-1)
+        weights /= weights.sum(-1, keepdim=True)
+        return s.softmax(-1).square().mean() + (weights * tiled[..., :3]).mean()
+
+
+class MoreOps(Ops):
+    """Activations, reductions with indices, dims moved and narrowed, triangles, bounds of tensors, RMSNorm."""
+
+    def forward(self, x, ids):
+        B, T, D = x.shape
+        h = (self.fc(x) + x @ self.w).float()  # (lerp wants one dtype)
+        a = (F.leaky_relu(h, 0.2) + F.elu(h, 0.7) + F.softplus(h) + F.softplus(h, beta=2.0) + F.hardtanh(h, -0.5, 0.5)
+             + F.relu6(h * 4) + F.mish(h) + F.hardswish(h) + F.hardsigmoid(h) + F.selu(h) + F.celu(h, 0.5)
+             + torch.sign(h) * h)
+        g = F.glu(torch.cat([a, h], -1), dim=-1)
+        values, at = torch.max(g, dim=1)
+        lowest, _ = torch.min(g, dim=-1, keepdim=True)
+        s = (g + torch.amax(g, dim=-1, keepdim=True) + torch.amin(g, dim=(1, 2))[:, None, None] + lowest
+             + torch.logsumexp(g, dim=-1, keepdim=True) + torch.gather(g, 1, at[:, None, :]) + values[:, None, :]
+             + torch.gather(g, -1, torch.argmax(g, -1, keepdim=True)) + torch.gather(g, 1, torch.argmin(g, 1)[:, None])
+             + (torch.argmax(g) % 3).to(g.dtype))
+        m = s.movedim(1, -1).swapaxes(0, 1).swapdims(0, 1).movedim(-1, 1)
+        m = m + F.pad(torch.narrow(m, 1, 1, T - 2), (0, 0, 1, 1)) + torch.triu(m, 1) - torch.tril(m, -1)
+        m = m.reshape(B, T * D).view_as(m) + torch.index_select(m, 2, torch.tensor([0, 2, 3])).sum(-1, keepdim=True)
+        m = m + m[:, :1].squeeze()[:, None, :] + torch.clamp(m, min=self.b * 0.1, max=self.b.abs() + 0.5)
+        m = (1 - m) * 0.5 + torch.rsub(m, h) + torch.addcmul(m, m, self.b, value=0.5)
+        m = m + torch.addcdiv(m, h, self.b.abs() + 1, value=0.5) + torch.lerp(m, h, 0.3) + torch.lerp(m, h, h.sigmoid())
+        m = F.rms_norm(m, (D,), self.b, 1e-5) + F.rms_norm(m, (D,)) + m @ torch.outer(self.b, self.b) * 0.1
+        keep = torch.logical_and(ids > 2, ids < 7) | torch.logical_or(ids == 0, torch.logical_xor(ids > 4, ids > 5))
+        m = torch.where(torch.isnan(m) | torch.isinf(m), 0.0, m).masked_fill(~keep[..., None], torch.tensor(0.5))
+        return m.square().mean()
+
+
 def _capture_of(ours):
     return ours.runners()[0].exported.model
 
 
+@pytest.mark.parametrize("make", [Ops, FamilyOps, MoreOps])
 @pytest.mark.parametrize("bf16", [False, True])
-def test_translated_ops_give_eager_values_and_gradients(bf16):
+def test_translated_ops_give_eager_values_and_gradients(make, bf16):
     torch.manual_seed(0)
-    eager = Ops()
-    ours = onnxtrain.Module(Ops(), onnxtrain.Options(exporter="torch.export"))
+    eager = make()
+    ours = onnxtrain.Module(make(), onnxtrain.Options(exporter="torch.export"))
     ours.load_state_dict(eager.state_dict())
     x, ids = torch.randn(2, 6, 8), torch.randint(0, 9, (2, 6))
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()

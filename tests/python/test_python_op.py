@@ -3,7 +3,7 @@ place (com.onnxtrain.PythonOp): forward in forward, their own backward in backwa
 eager's (1e-5 of the largest), through onnxtrain.Module and torch.compile: a straight-through rounding, a gradient
 scaling with a non-tensor argument, a Function of two tensors with two results that saves tensors for its
 backward, and the scaling inside a transformers Llama's MLP; a Function whose result is shaped as none of its
-arguments is refused by name."""
+arguments is refused by name, and one beside an op the direct capture does not translate names both."""
 
 import copy
 
@@ -133,6 +133,17 @@ def test_a_result_shaped_as_no_argument_is_refused_by_name():
             return Flatten.apply(x * 2)
 
     with pytest.raises(onnxtrain.UnsupportedError, match="Flatten"):
+        onnxtrain.Module(Net())(torch.randn(3, 4, requires_grad=True))
+
+
+def test_a_function_beside_an_op_the_capture_does_not_translate_names_both(monkeypatch):
+    monkeypatch.setenv("ONNXTRAIN_CAPTURE_CACHE", "0")
+
+    class Net(nn.Module):
+        def forward(self, x):
+            return StraightThroughRound.apply(torch.atan2(x, x + 1))  # (atan2: no translation of its own)
+
+    with pytest.raises(onnxtrain.UnsupportedError, match=r"StraightThroughRound.*no translation of aten\.atan2"):
         onnxtrain.Module(Net())(torch.randn(3, 4, requires_grad=True))
 
 

@@ -100,6 +100,55 @@ def pow_scalar(out, b, x, exponent):
     return b.Pow(x, cast(b, exponent, out.dtype))
 
 
+def pow_tensor(out, b, x, exponent):
+    """x ** exponent, a tensor or a number either (PyTorch's promotion: both in the result's dtype)."""
+    return b.Pow(cast(b, x, out.dtype), cast(b, exponent, out.dtype))
+
+
+def clamp_tensor(out, b, x, min=None, max=None):
+    """Bounds of any shape that broadcasts to x's: Max and Min."""
+    x, lo, hi = floats_to(b, out.dtype, x, min, max)
+    x = b.Max(x, lo) if lo is not None else x
+    return b.Min(x, hi) if hi is not None else x
+
+
+def rsub(out, b, x, other, alpha=1):
+    x, other = cast(b, x, out.dtype), cast(b, other, out.dtype)
+    return b.Sub(other, b.Mul(x, cast(b, alpha, out.dtype)) if alpha != 1 else x)
+
+
+def _add_product(onnx_op):
+    """addcmul and addcdiv: x + value * (t1 op t2)."""
+    def translate(out, b, x, t1, t2, value=1):
+        x, t1, t2 = floats_to(b, out.dtype, x, t1, t2)
+        product = getattr(b, onnx_op)(t1, t2)
+        return b.Add(x, b.Mul(product, cast(b, value, out.dtype)) if value != 1 else product)
+    return translate
+
+
+def lerp(out, b, x, end, weight):
+    x, end, weight = floats_to(b, out.dtype, x, end, weight)
+    return b.Add(x, b.Mul(weight, b.Sub(end, x)))
+
+
+def rms_norm(out, b, x, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2) + eps) over the normalized dims, in float32 for 16-bit x, rounded back, then times the
+    weight (as PyTorch's rms_norm; eps by default the machine epsilon of the dtype it computes in): the form
+    onnxtrain fuses."""
+    dtype = out.dtype if out.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else ir.DataType.FLOAT
+    wide = cast(b, x, dtype)
+    if eps is None:  # (of the computing dtype)
+        eps = float(torch.finfo(torch.float32 if dtype == ir.DataType.FLOAT else torch.float64).eps)
+    axes = b.ints(list(range(-len(normalized_shape), 0)))
+    mean = b.ReduceMean(b.Pow(wide, cast(b, 2.0, dtype)), axes, keepdims=1)
+    y = cast(b, b.Mul(wide, b.Reciprocal(b.Sqrt(b.Add(mean, cast(b, eps, dtype))))), x.dtype)
+    return b.Mul(y, cast(b, weight, x.dtype)) if weight is not None else y
+
+
+def outer(out, b, x, y):
+    return b.Mul(b.Unsqueeze(cast(b, x, out.dtype), b.ints([-1])), cast(b, y, out.dtype))
+
+
 def clamp(out, b, x, min=None, max=None):
     x, lo, hi = floats_to(b, out.dtype, x, min, max)
     return b.Clip(x, lo, hi)
@@ -140,6 +189,18 @@ def linear(out, b, x, weight, bias=None):
 def addmm(out, b, bias, m1, m2, beta=1, alpha=1):
     bias, m1, m2 = floats_to(b, out.dtype, bias, m1, m2)
     return b.Gemm(m1, m2, bias, alpha=float(alpha), beta=float(beta))
+
+
+def baddbmm(out, b, base, batch1, batch2, beta=1, alpha=1):
+    """beta * base + alpha * batch1 @ batch2 (ALiBi's biased attention scores, Bloom's); PyTorch ignores the base
+    where beta is 0, NaNs included."""
+    base, batch1, batch2 = floats_to(b, out.dtype, base, batch1, batch2)
+    product = b.MatMul(batch1, batch2)
+    if alpha != 1:
+        product = b.Mul(product, cast(b, alpha, out.dtype))
+    if beta == 0:
+        return product
+    return b.Add(b.Mul(base, cast(b, beta, out.dtype)) if beta != 1 else base, product)
 
 
 def matmul(out, b, x, y):
@@ -231,6 +292,7 @@ TABLE = {
     aten.mul.Scalar: _binary("Mul"), aten.div.Scalar: _binary("Div"), aten.maximum.default: _binary("Max"),
     aten.minimum.default: _binary("Min"), aten.min.other: _binary("Min"), aten.max.other: _binary("Max"),
     aten.remainder.Scalar: remainder, aten.remainder.Tensor: remainder, aten.pow.Tensor_Scalar: pow_scalar,
+    aten.pow.Tensor_Tensor: pow_tensor, aten.pow.Scalar: pow_tensor,
     aten.neg.default: _unary("Neg"), aten.tanh.default: _unary("Tanh"), aten.relu.default: _unary("Relu"),
     aten.abs.default: _unary("Abs"), aten.log.default: _unary("Log"), aten.exp.default: _unary("Exp"),
     aten.sqrt.default: _unary("Sqrt"), aten.sigmoid.default: _unary("Sigmoid"), aten.sin.default: _unary("Sin"),
@@ -248,15 +310,22 @@ TABLE = {
     aten.__or__.Tensor: _logical("Or", "BitwiseOr"), aten.bitwise_or.Tensor: _logical("Or", "BitwiseOr"),
     aten.logical_not.default: _unary("Not"), aten.bitwise_not.default: _unary("Not"), aten.mean.dim: mean_dim,
     aten.mean.default: mean_dim, aten.sum.dim_IntList: sum_dim, aten.sum.default: sum_dim,
-    aten.linear.default: linear, aten.addmm.default: addmm, aten.matmul.default: matmul, aten.mm.default: matmul,
-    aten.bmm.default: matmul, aten.embedding.default: embedding, aten.layer_norm.default: layer_norm,
+    aten.linear.default: linear, aten.addmm.default: addmm, aten.baddbmm.default: baddbmm,
+    aten.matmul.default: matmul, aten.mm.default: matmul, aten.bmm.default: matmul, aten.embedding.default: embedding,
+    aten.layer_norm.default: layer_norm,
     aten.dropout.default: dropout, aten.rand.default: _random("RandomUniformLike"),
     aten.rand_like.default: _random("RandomUniformLike"), aten.randn.default: _random("RandomNormalLike"),
     aten.randn_like.default: _random("RandomNormalLike"), aten.bernoulli.default: bernoulli,
     aten.bernoulli.p: bernoulli, aten.softmax.int: softmax("Softmax"), aten.log_softmax.int: softmax("LogSoftmax"),
     aten.scaled_dot_product_attention.default: sdpa, aten.cross_entropy_loss.default: cross_entropy,
     aten.where.self: where, aten.where.ScalarOther: where, aten.where.ScalarSelf: where, aten.where.Scalar: where,
-    aten.masked_fill.Scalar: masked_fill, aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to,
+    aten.masked_fill.Scalar: masked_fill, aten.masked_fill.Tensor: masked_fill, aten.clamp.Tensor: clamp_tensor,
+    aten.rsub.Scalar: rsub, aten.rsub.Tensor: rsub, aten.addcmul.default: _add_product("Mul"),
+    aten.addcdiv.default: _add_product("Div"), aten.lerp.Scalar: lerp, aten.lerp.Tensor: lerp,
+    aten.rms_norm.default: rms_norm, aten.isnan.default: lambda out, b, x: b.IsNaN(x),
+    aten.isinf.default: lambda out, b, x: b.IsInf(x), aten.logical_and.default: _logical("And", "And"),
+    aten.logical_or.default: _logical("Or", "Or"), aten.logical_xor.default: _logical("Xor", "Xor"),
+    aten.outer.default: outer, aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to,
     aten.type_as.default: _to, aten._to_copy.default: _to, aten.contiguous.default: _same, aten.clone.default: _same,
     aten.alias.default: _same, aten.lift_fresh_copy.default: _same, aten.detach.default: _same,
 }

@@ -18,6 +18,11 @@ def cat(out, b, tensors, dim=0):
     return b.Concat(*[cast(b, t, out.dtype) for t in tensors], axis=dim)
 
 
+def stack(out, b, tensors, dim=0):
+    """The tensors each with a dim of 1 at `dim` (of the result's rank), concatenated along it."""
+    return b.Concat(*[b.Unsqueeze(cast(b, t, out.dtype), b.ints([dim])) for t in tensors], axis=dim)
+
+
 def split(out, b, x, split_size, dim=0):
     """torch.split and torch.chunk: the parts' sizes as the graph records them (static ones only)."""
     dim %= len(x.shape)
@@ -83,6 +88,38 @@ def transpose(out, b, x, d0, d1):
 def permute(out, b, x, dims):
     rank = len(x.shape)
     return b.Transpose(x, perm=[d % rank for d in dims])
+
+
+def movedim(out, b, x, source, destination):
+    """The dims `source` moved to `destination`, the others in their order."""
+    rank = len(x.shape)
+    source = [d % rank for d in ([source] if isinstance(source, int) else source)]
+    destination = [d % rank for d in ([destination] if isinstance(destination, int) else destination)]
+    rest = iter(d for d in range(rank) if d not in source)
+    placed = dict(zip(destination, source))
+    return b.Transpose(x, perm=[placed[i] if i in placed else next(rest) for i in range(rank)])
+
+
+def narrow(out, b, x, dim, start, length):
+    begin = sizes(b, [start])
+    end = b.ints([start + length]) if isinstance(start, int) and isinstance(length, int) else b.Add(
+        begin, sizes(b, [length]))
+    return b.Slice(x, begin, end, b.ints([dim]))
+
+
+def index_select(out, b, x, dim, index):
+    return b.Gather(x, index, axis=dim)
+
+
+def reshape_as(out, b, x, other):
+    return b.Reshape(x, b.Shape(other))
+
+
+def trilu(upper):
+    """triu and tril: the elements on and above (below) the `diagonal`-th diagonal, the others zeros."""
+    def translate(out, b, x, diagonal=0):
+        return b.Trilu(x, scalar_of(b, diagonal), upper=int(upper))
+    return translate
 
 
 def slice_(out, b, x, dim=0, start=None, end=None, step=1):
@@ -213,6 +250,36 @@ def scatter(out, b, x, dim, index, src):
     return b.ScatterElements(x, index, src, axis=dim)
 
 
+def repeat(out, b, x, repeats):
+    """Tile; with more repeats than x has dims, x as a value of leading 1s first."""
+    extra = len(repeats) - len(x.shape)
+    if extra > 0:
+        x = b.Reshape(x, b.Concat(b.ints([1] * extra), b.Shape(x), axis=0))
+    return b.Tile(x, sizes(b, list(repeats)))
+
+
+def repeat_interleave(out, b, x, repeats, dim=None, output_size=None):
+    """Each element `repeats` times in a row along `dim` (x flattened first where there is none): x with a dim of
+    `repeats` after `dim`, expanded to it and merged into `dim`."""
+    if dim is None:
+        x, dim = b.Reshape(x, b.ints([-1])), 0
+    dim %= out.rank
+    head = [b.Shape(x, end=dim)] if dim else []
+    tail = [b.Shape(x, start=dim + 1)] if dim + 1 < out.rank else []
+    widened = b.Expand(b.Unsqueeze(x, b.ints([dim + 1])),
+                       b.Concat(*head, b.Shape(x, start=dim, end=dim + 1), sizes(b, [repeats]), *tail, axis=0))
+    return b.Reshape(widened, b.Concat(*head, b.ints([-1]), *tail, axis=0))
+
+
+def unbind(out, b, x, dim=0):
+    """The slices of x along `dim`, that dim dropped (a dim of static size only)."""
+    dim %= len(x.shape)
+    n = len(out.val)
+    if n == 1:
+        return (b.Squeeze(x, b.ints([dim])),)
+    return tuple(b.Squeeze(part, b.ints([dim])) for part in b.op("Split", x, b.ints([1] * n), axis=dim, _outputs=n))
+
+
 def t(out, b, x):
     """A matrix transposed (a vector as it is)."""
     return transpose(out, b, x, 0, 1) if out.rank == 2 else b.Identity(x)
@@ -220,7 +287,14 @@ def t(out, b, x):
 
 TABLE = {
     aten.topk.default: topk, aten.scatter.src: scatter, aten.t.default: t,
-    aten.cat.default: cat, aten.split.Tensor: split, aten.split_with_sizes.default: split, aten.chunk.default: chunk,
+    aten.numpy_T.default: lambda out, b, x: b.Transpose(x, perm=list(range(len(x.shape)))[::-1]),
+    aten.repeat.default: repeat, aten.unbind.int: unbind, aten.repeat_interleave.self_int: repeat_interleave,
+    aten.movedim.int: movedim, aten.movedim.intlist: movedim, aten.swapaxes.default: transpose,
+    aten.swapdims.default: transpose, aten.narrow.default: narrow, aten.index_select.default: index_select,
+    aten.squeeze.default: squeeze, aten.triu.default: trilu(True), aten.tril.default: trilu(False),
+    aten.view_as.default: reshape_as, aten.reshape_as.default: reshape_as,
+    aten.cat.default: cat, aten.stack.default: stack, aten.split.Tensor: split,
+    aten.split_with_sizes.default: split, aten.chunk.default: chunk,
     aten.expand.default: expand, aten.expand_as.default: expand_as, aten.flatten.using_ints: flatten,
     aten.reshape.default: reshape, aten.view.default: reshape,
     aten.unsqueeze.default: unsqueeze, aten.squeeze.dim: squeeze, aten.squeeze.dims: squeeze,

@@ -1,5 +1,6 @@
 """The direct capture: torch.export's training-mode ATen graph translated straight into an ONNX graph as onnxtrain reads
-it, each ATen op by its translation in aten_math, aten_shapes or aten_convolutions, without PyTorch's ONNX exporter
+it, each ATen op by its translation in aten_math, aten_activations, aten_reductions, aten_shapes or
+aten_convolutions, without PyTorch's ONNX exporter
 (whose decomposition traces the whole module a second time: 9 of the 21 s a 30-layer Llama took to capture; its
 translation and onnxscript's optimizer 6 more). onnxtrain's own passes fold, deduplicate and fuse what the graph
 holds.
@@ -20,13 +21,15 @@ import torch
 from onnx import helper
 
 from onnxtrain import _onnxtrain as C
-from onnxtrain._capture import aten_convolutions, aten_math, aten_shapes, custom_functions
+from onnxtrain._capture import (aten_activations, aten_convolutions, aten_math, aten_reductions, aten_shapes,
+                                custom_functions)
 from onnxtrain._capture.aten_values import Untranslatable, onnx_dtype
 from onnxtrain._capture.graph_builder import OPSET, GraphBuilder, Value
 
 _SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
             torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten.sym_constrain_range.default}
-TABLE = {**aten_math.TABLE, **aten_shapes.TABLE, **aten_convolutions.TABLE}
+TABLE = {**aten_math.TABLE, **aten_activations.TABLE, **aten_reductions.TABLE, **aten_shapes.TABLE,
+         **aten_convolutions.TABLE}
 _INLINED = ("wrap_with_set_grad_enabled", "wrap_with_autocast")  # their subgraph, as the exporter inlines them
 
 
@@ -146,8 +149,11 @@ class _Walk:
         else sees: not a graph input, a parameter or a buffer, not a view, and without views taken of it before."""
         target, first = node.target, node.args[0] if node.args else None
         functional = _functional(target)
-        safe = (functional is not None and isinstance(first, torch.fx.Node) and first.op == "call_function"
-                and not _aliases(first.target))
+        # (a getitem of an ATen op's results aliases what that op's do: topk's values are a value of their own)
+        made_by = first.args[0] if isinstance(first, torch.fx.Node) and first.target is operator.getitem else first
+        safe = (functional is not None and isinstance(made_by, torch.fx.Node) and made_by.op == "call_function"
+                and (made_by is first or isinstance(made_by.target, torch._ops.OpOverload))
+                and not _aliases(made_by.target))
         if safe and not any(_aliases(u.target) for u in first.users if self.position[u] < self.position[node]):
             return functional
         raise Untranslatable(f"{target} updates a value in place")

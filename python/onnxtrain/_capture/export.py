@@ -156,7 +156,11 @@ def export(module, schema, tensors, names, training, dynamic_dims=None, exporter
         logger.warning("onnxtrain: %s: torch.export cannot capture it (%s: %s); using PyTorch's TorchScript-based "
                        "exporter", type(module).__name__, type(e).__name__, reason)
         used = "torchscript"
-        model, record = _capture(used, module, schema, tensors, names, training, dynamic_dims)
+        try:
+            model, record = _capture(used, module, schema, tensors, names, training, dynamic_dims)
+        except C.UnsupportedError as fallback:  # (what stopped torch.export may be the easier to change)
+            raise C.UnsupportedError(f"{fallback} (torch.export's capture, tried first: {type(e).__name__}: "
+                                     f"{reason})") from None
     # Parameters and buffers arrive as inputs named "module.<name>"; strip the wrapper's prefix.
     rename = {i.name: i.name[len("module."):] for i in model.graph.input if i.name.startswith("module.")}
     for v in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):

@@ -158,7 +158,7 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
     specializing = logging.getLogger("torch._export.non_strict_utils")
     level = specializing.level
     specializing.setLevel(logging.ERROR)
-    program = None
+    program, untranslated = None, ""
     try:
         program = torch.export.export(flat, tuple(tensors), dynamic_shapes=(shapes,), strict=False)
         if direct and opset == aten_to_onnx.OPSET:
@@ -167,6 +167,10 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
             except C.Error:  # (what onnxtrain cannot run, however captured)
                 raise
             except Untranslatable as e:
+                untranslated = f"not translated directly ({e}), "
+                if any(n.target is torch.ops.onnxtrain.python_op.default for n in program.graph.nodes):
+                    raise RuntimeError(f"{untranslated}and PyTorch's ONNX exporter cannot hold the custom autograd "
+                                       "Functions it calls") from None
                 logger.info("onnxtrain: %s: not translated directly (%s); PyTorch's ONNX exporter translates it",
                             type(getattr(flat, "module", flat)).__name__, e)
             except Exception as e:  # noqa: BLE001 (a fault of the translation: the exporter still captures it)
@@ -174,8 +178,15 @@ def to_onnx(flat, tensors, names, dynamic_dims, training, opset, direct=True):
                                "translates it", type(getattr(flat, "module", flat)).__name__, type(e).__name__, e)
         _contiguous_before_reshape(program)
         mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-        exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
-                                     custom_translation_table=TABLE, verbose=False, training=mode)
+        try:
+            exported = torch.onnx.export(program, tuple(tensors), dynamo=True, optimize=False, opset_version=opset,
+                                         custom_translation_table=TABLE, verbose=False, training=mode)
+        except Exception as e:  # (its own message is advice on filing a report: the cause at the root says what)
+            root = e
+            while root.__cause__ is not None:
+                root = root.__cause__
+            raise RuntimeError(f"{untranslated}PyTorch's ONNX exporter failed: {type(root).__name__}: "
+                               f"{(str(root).strip().splitlines() or [''])[0]}") from e
     finally:
         specializing.setLevel(level)
         _drop_tracing_leftovers(program)
