@@ -5,6 +5,7 @@ exporter's graph does (the same fused ops, the same predicted peak); tied weight
 translate goes to the exporter, saying why."""
 
 import collections
+import copy
 import logging
 
 import onnx
@@ -177,6 +178,23 @@ def test_families_translate_directly_and_train_as_the_exporters_graph(make, bf16
     tied = [i.name for i in capture.graph.input if i.name.endswith("embed_tokens.weight") or
             i.name.endswith("lm_head.weight") or i.name.endswith("wte.weight")]
     assert len(tied) == 1, tied  # the tied embedding is one input, its gradient one
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")  # (eager's, under autocast)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_torchs_rms_norm_is_fused(bf16, tmp_path):
+    """torch.nn.RMSNorm (aten.rms_norm) becomes one RMSNormalization, as the families' own RMSNorms do; under
+    autocast, one of a bf16 input stays apart (PyTorch rounds it normalized to bf16, then multiplies by the float32
+    weight)."""
+    net = torch.nn.Sequential(torch.nn.RMSNorm(16), torch.nn.Linear(16, 16), torch.nn.RMSNorm(16, eps=1e-6))
+    ours = onnxtrain.Module(copy.deepcopy(net), onnxtrain.Options(save_onnx=str(tmp_path)))
+    x = torch.randn(4, 16)
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        got, want = ours(x), net(x)
+    torch.testing.assert_close(got.float(), want.float(), **(dict(rtol=2e-2, atol=2e-2) if bf16 else {}))
+    graph = onnx.load(str(tmp_path / "Sequential_train_optimized.onnx")).graph
+    assert got.dtype == want.dtype
+    assert collections.Counter(n.op_type for n in graph.node)["RMSNormalizationGrad"] == (1 if bf16 else 2)
 
 
 class Counts(torch.nn.Module):

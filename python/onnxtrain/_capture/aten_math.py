@@ -13,7 +13,7 @@ import onnx_ir as ir
 import torch
 
 from onnxtrain._capture import translations
-from onnxtrain._capture.aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes
+from onnxtrain._capture.aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes, typed
 from onnxtrain._capture.graph_builder import Value
 
 aten = torch.ops.aten
@@ -133,16 +133,16 @@ def lerp(out, b, x, end, weight):
 
 def rms_norm(out, b, x, normalized_shape, weight=None, eps=None):
     """x / sqrt(mean(x^2) + eps) over the normalized dims, in float32 for 16-bit x, rounded back, then times the
-    weight (as PyTorch's rms_norm; eps by default the machine epsilon of the dtype it computes in): the form
-    onnxtrain fuses."""
+    weight in the dtype they promote to (as PyTorch's rms_norm; eps by default the machine epsilon of the dtype it
+    computes in): the form onnxtrain fuses."""
     dtype = out.dtype if out.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else ir.DataType.FLOAT
     wide = cast(b, x, dtype)
     if eps is None:  # (of the computing dtype)
         eps = float(torch.finfo(torch.float32 if dtype == ir.DataType.FLOAT else torch.float64).eps)
     axes = b.ints(list(range(-len(normalized_shape), 0)))
     mean = b.ReduceMean(b.Pow(wide, cast(b, 2.0, dtype)), axes, keepdims=1)
-    y = cast(b, b.Mul(wide, b.Reciprocal(b.Sqrt(b.Add(mean, cast(b, eps, dtype))))), x.dtype)
-    return b.Mul(y, cast(b, weight, x.dtype)) if weight is not None else y
+    y = cast(b, typed(b.Mul(wide, b.Reciprocal(b.Sqrt(b.Add(mean, cast(b, eps, dtype))))), dtype, x.shape), x.dtype)
+    return b.Mul(cast(b, y, out.dtype), cast(b, weight, out.dtype)) if weight is not None else y
 
 
 def outer(out, b, x, y):
