@@ -109,17 +109,27 @@ class BatchNormOp : public OpWith<NormAttrs> {
     std::vector<int64_t> axes = {0}, channel_axes = {0};  // all but the channel dim; where [C] broadcasts
     for (int64_t i = 2; i < r; ++i) axes.push_back(i), channel_axes.push_back(i);
     auto per_channel = [&](Value* v) { return g.unsqueeze(v, channel_axes); };
+    auto as = [&](Value* v, DType t) { return v->dtype == t ? v : g.cast(v, t); };
     Value *xhat, *rstd;
     if (attrs.training) {
       std::tie(xhat, rstd) = normalize(g, x, axes, attrs.epsilon);
-    } else {
-      rstd = per_channel(g.reciprocal(g.sqrt(g.add(g.x(4), g.like(attrs.epsilon, g.x(4))))));
-      xhat = g.mul(g.sub(x, per_channel(g.x(3))), rstd);
+    } else {  // (the mean and variance given, of their own dtype: the running ones, or a batch's computed before)
+      Value *mean = as(g.x(3), p_type), *var = as(g.x(4), p_type);
+      rstd = per_channel(g.reciprocal(g.sqrt(g.add(var, g.like(attrs.epsilon, var)))));
+      xhat = g.mul(g.sub(x, per_channel(mean)), rstd);
     }
     Value* dxhat = g.mul(dy, per_channel(g.x(1)));
     if (g.needs(0)) g.set_dx(0, as_x(attrs.training ? normalized_dx(g, xhat, rstd, dxhat, axes) : g.mul(dxhat, rstd)));
     if (g.needs(1)) g.set_dx(1, g.reduce_sum(g.mul(dy, xhat), axes, false));
     if (g.needs(2)) g.set_dx(2, g.reduce_sum(dy, axes, false));
+    if (attrs.training) return;  // (the running statistics given do not reach Y)
+    // Given statistics that depend on what is trained (a batch's, as PyTorch's exporter writes an untracked
+    // BatchNorm): d/dmean = -sum(dxhat rstd), d/dvar = -sum(dxhat xhat rstd^2) / 2.
+    if (g.needs(3)) g.set_dx(3, as(g.neg(g.reduce_sum(g.mul(dxhat, rstd), axes, false)), g.x(3)->dtype));
+    if (g.needs(4)) {
+      Value* dvar = g.reduce_sum(g.mul(g.mul(dxhat, xhat), g.mul(rstd, rstd)), axes, false);
+      g.set_dx(4, as(g.mul(dvar, g.like(-0.5, dvar)), g.x(4)->dtype));
+    }
   }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) < 2) ctx.fail("input must be (N, C, ...), got " + shape_str(ctx.shape(0)));

@@ -58,6 +58,23 @@ def test_training_batchnorm_and_buffers_match_eager(exporter):
     torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("exporter", ["torch.export", "torch.onnx"])
+def test_an_untracked_batchnorm_trains_as_eager(exporter):
+    """BatchNorm without running statistics: the batch's, which PyTorch's exporter computes before the norm and
+    onnxtrain differentiates through (the gradient of BatchNormalization's mean and variance inputs)."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4, track_running_stats=False)).train()
+    model = copy.deepcopy(ref)
+    ours = wrapped(model, exporter)
+    x, weights = torch.randn(4, 3, 6, 6), torch.randn(4, 4, 4, 4)
+    y, expected = ours(x), ref(x)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    (y * weights).sum().backward()
+    (expected * weights).sum().backward()
+    torch.testing.assert_close(model[0].weight.grad, ref[0].weight.grad, rtol=1e-4, atol=1e-5)
+    assert (ours.runners()[0].exported.model.producer_name == "onnxtrain") == (exporter == "torch.export")
+
+
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_dropout_drops_in_training_only_and_its_gradient_follows_the_mask(exporter):
     drop = nn.Sequential(nn.Dropout(0.25))

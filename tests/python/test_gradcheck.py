@@ -175,6 +175,8 @@ CASES += [
          {"epsilon": 1e-3}),
     Case("BatchNormalization", [r(4, 3, 2), r(3, lo=0.5, hi=1.5), r(3), Const(r(3)), Const(r(3, lo=0.5, hi=1.5))],
          {"training_mode": 1}, rtol=1e-4),
+    Case("BatchNormalization", [r(4, 3, 2, 2), r(3, lo=0.5, hi=1.5), r(3), r(3), r(3, lo=0.5, hi=1.5)],
+         {"epsilon": 1e-3}),  # statistics that are trained through (an untracked BatchNorm's, as PyTorch exports it)
     Case("InstanceNormalization", [r(2, 3, 5), r(3), r(3)], rtol=1e-4),
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))], {"seed": 3}, outputs=2),
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))]),  # the mask from the run's seed
