@@ -106,11 +106,32 @@ class MoreOps(Ops):
         return m.square().mean()
 
 
+class VisionOps(torch.nn.Module):
+    """Batch norms (affine, not, untracked), max and average pooling, nearest and bilinear upsampling."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)  # (a bias before the norms: no gradient)
+        self.norms = torch.nn.ModuleList([torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4, affine=False),
+                                          torch.nn.BatchNorm2d(4, track_running_stats=False)])
+
+    def forward(self, x, ids):
+        h = self.conv(x.reshape(2, 3, 4, 4).repeat(1, 1, 2, 2))  # (2, 4, 8, 8)
+        h = sum(norm(h) for norm in self.norms)
+        p = (F.max_pool2d(h, 3, 2, 1) + F.max_pool2d(h, 2, dilation=2, stride=2, padding=1)[..., :4, :4]
+             + F.avg_pool2d(h, 3, 2, 1) + F.avg_pool2d(h, 3, 2, 1, count_include_pad=False))
+        u = (F.interpolate(p, scale_factor=2.0) + F.interpolate(p, size=(8, 8), mode="bilinear")
+             + F.interpolate(p, size=(8, 8), mode="bilinear", align_corners=True)
+             + F.interpolate(p, scale_factor=2.0, mode="bilinear"))
+        q = F.max_pool1d(u.flatten(2), 4) + F.avg_pool1d(u.flatten(2), 4)
+        return (u * h).mean() + q.square().mean()
+
+
 def _capture_of(ours):
     return ours.runners()[0].exported.model
 
 
-@pytest.mark.parametrize("make", [Ops, FamilyOps, MoreOps])
+@pytest.mark.parametrize("make", [Ops, FamilyOps, MoreOps, VisionOps])
 @pytest.mark.parametrize("bf16", [False, True])
 def test_translated_ops_give_eager_values_and_gradients(make, bf16):
     torch.manual_seed(0)

@@ -55,3 +55,20 @@ def test_swinv2_with_stochastic_depth_trains():
     assert model.export_count == 1 and all(np.isfinite(losses)) and min(losses[-3:]) < losses[0], losses
     graph = model.runners()[0].exported.model.graph
     assert sum(n.op_type == "RandomUniformLike" for n in graph.node) == 2  # one drop path per block
+
+
+def test_resnet_trains_as_eager_captured_directly():
+    """transformers' ResNet (convolutions, BatchNorm in training, max pooling): loss, logits, every gradient and 3
+    AdamW steps as eager's, captured by the direct translation, the running statistics and the batch count as
+    eager's after them."""
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    eager = T.ResNetForImageClassification(T.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                                          image_size=32, num_labels=5)).train()
+    ours = copy.deepcopy(eager)
+    wrapped = onnxtrain.Module(ours)
+    kw = dict(pixel_values=torch.randn(2, 3, 32, 32), labels=torch.tensor([1, 3]))
+    assert_trains_as_eager(eager, ours, wrapped, kw, steps=3)
+    assert wrapped.runners()[0].exported.model.producer_name == "onnxtrain"
+    for (name, got), (_, want) in zip(ours.named_buffers(), eager.named_buffers()):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6, msg=name)

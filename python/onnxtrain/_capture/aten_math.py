@@ -1,4 +1,4 @@
-"""Translations of ATen's arithmetic, activations, reductions, products and layers (linear, layer norm, dropout,
+"""Translations of ATen's arithmetic, activations, reductions, products and layers (linear, dropout,
 softmax, attention, cross-entropy) into ONNX nodes, for the direct capture (aten_to_onnx). Each is called as
 f(out, b, *args, **kwargs): `out` what is known of the op's value (dtype, shape, rank), `b` the GraphBuilder, then
 the ATen op's arguments with tensors as Values and sizes as ints or int64 Values of shape [1]. Nodes are written as
@@ -13,7 +13,7 @@ import onnx_ir as ir
 import torch
 
 from onnxtrain._capture import translations
-from onnxtrain._capture.aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes, typed
+from onnxtrain._capture.aten_values import FLOATS, Untranslatable, cast, floats_to, result_dtype, sizes
 from onnxtrain._capture.graph_builder import Value
 
 aten = torch.ops.aten
@@ -131,20 +131,6 @@ def lerp(out, b, x, end, weight):
     return b.Add(x, b.Mul(weight, b.Sub(end, x)))
 
 
-def rms_norm(out, b, x, normalized_shape, weight=None, eps=None):
-    """x / sqrt(mean(x^2) + eps) over the normalized dims, in float32 for 16-bit x, rounded back, then times the
-    weight in the dtype they promote to (as PyTorch's rms_norm; eps by default the machine epsilon of the dtype it
-    computes in): the form onnxtrain fuses."""
-    dtype = out.dtype if out.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE) else ir.DataType.FLOAT
-    wide = cast(b, x, dtype)
-    if eps is None:  # (of the computing dtype)
-        eps = float(torch.finfo(torch.float32 if dtype == ir.DataType.FLOAT else torch.float64).eps)
-    axes = b.ints(list(range(-len(normalized_shape), 0)))
-    mean = b.ReduceMean(b.Pow(wide, cast(b, 2.0, dtype)), axes, keepdims=1)
-    y = cast(b, typed(b.Mul(wide, b.Reciprocal(b.Sqrt(b.Add(mean, cast(b, eps, dtype))))), dtype, x.shape), x.dtype)
-    return b.Mul(cast(b, y, out.dtype), cast(b, weight, out.dtype)) if weight is not None else y
-
-
 def outer(out, b, x, y):
     return b.Mul(b.Unsqueeze(cast(b, x, out.dtype), b.ints([-1])), cast(b, y, out.dtype))
 
@@ -219,14 +205,6 @@ def embedding(out, b, weight, indices, padding_idx=-1, scale_grad_by_freq=False,
     index_type = np.int32 if indices.dtype == ir.DataType.INT32 else np.int64
     at_padding = b.Unsqueeze(b.Equal(indices, b.constant(np.array(padding_idx, index_type))), b.ints([-1]))
     return b.Where(at_padding, b.op("StopGradient", rows, _domain="com.onnxtrain"), rows)
-
-
-def layer_norm(out, b, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
-    x, weight, bias = floats_to(b, out.dtype, x, weight, bias)
-    if weight is None:
-        weight = b.Expand(cast(b, 1.0, out.dtype), b.Shape(x, start=-len(normalized_shape)))
-    y, *_ = b.LayerNormalization(x, weight, bias, axis=-len(normalized_shape), epsilon=float(eps))
-    return y
 
 
 def dropout(out, b, x, p, train):
@@ -312,7 +290,6 @@ TABLE = {
     aten.mean.default: mean_dim, aten.sum.dim_IntList: sum_dim, aten.sum.default: sum_dim,
     aten.linear.default: linear, aten.addmm.default: addmm, aten.baddbmm.default: baddbmm,
     aten.matmul.default: matmul, aten.mm.default: matmul, aten.bmm.default: matmul, aten.embedding.default: embedding,
-    aten.layer_norm.default: layer_norm,
     aten.dropout.default: dropout, aten.rand.default: _random("RandomUniformLike"),
     aten.rand_like.default: _random("RandomUniformLike"), aten.randn.default: _random("RandomNormalLike"),
     aten.randn_like.default: _random("RandomNormalLike"), aten.bernoulli.default: bernoulli,
@@ -322,7 +299,7 @@ TABLE = {
     aten.masked_fill.Scalar: masked_fill, aten.masked_fill.Tensor: masked_fill, aten.clamp.Tensor: clamp_tensor,
     aten.rsub.Scalar: rsub, aten.rsub.Tensor: rsub, aten.addcmul.default: _add_product("Mul"),
     aten.addcdiv.default: _add_product("Div"), aten.lerp.Scalar: lerp, aten.lerp.Tensor: lerp,
-    aten.rms_norm.default: rms_norm, aten.isnan.default: lambda out, b, x: b.IsNaN(x),
+    aten.isnan.default: lambda out, b, x: b.IsNaN(x),
     aten.isinf.default: lambda out, b, x: b.IsInf(x), aten.logical_and.default: _logical("And", "And"),
     aten.logical_or.default: _logical("Or", "Or"), aten.logical_xor.default: _logical("Xor", "Xor"),
     aten.outer.default: outer, aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to,

@@ -1,6 +1,6 @@
 """The direct capture: torch.export's training-mode ATen graph translated straight into an ONNX graph as onnxtrain reads
-it, each ATen op by its translation in aten_math, aten_activations, aten_reductions, aten_shapes or
-aten_convolutions, without PyTorch's ONNX exporter
+it, each ATen op by its translation in aten_math, aten_activations, aten_reductions, aten_normalization,
+aten_shapes or aten_convolutions, without PyTorch's ONNX exporter
 (whose decomposition traces the whole module a second time: 9 of the 21 s a 30-layer Llama took to capture; its
 translation and onnxscript's optimizer 6 more). onnxtrain's own passes fold, deduplicate and fuse what the graph
 holds.
@@ -21,15 +21,15 @@ import torch
 from onnx import helper
 
 from onnxtrain import _onnxtrain as C
-from onnxtrain._capture import (aten_activations, aten_convolutions, aten_math, aten_reductions, aten_shapes,
-                                custom_functions)
+from onnxtrain._capture import (aten_activations, aten_convolutions, aten_math, aten_normalization, aten_reductions,
+                                aten_shapes, custom_functions)
 from onnxtrain._capture.aten_values import Untranslatable, onnx_dtype
 from onnxtrain._capture.graph_builder import OPSET, GraphBuilder, Value
 
 _SKIPPED = {torch.ops.aten._assert_tensor_metadata.default, torch.ops.aten._assert_scalar.default,
             torch.ops.aten.sym_constrain_range_for_size.default, torch.ops.aten.sym_constrain_range.default}
-TABLE = {**aten_math.TABLE, **aten_activations.TABLE, **aten_reductions.TABLE, **aten_shapes.TABLE,
-         **aten_convolutions.TABLE}
+TABLE = {**aten_math.TABLE, **aten_activations.TABLE, **aten_reductions.TABLE, **aten_normalization.TABLE,
+         **aten_shapes.TABLE, **aten_convolutions.TABLE}
 _INLINED = ("wrap_with_set_grad_enabled", "wrap_with_autocast")  # their subgraph, as the exporter inlines them
 
 
@@ -71,9 +71,10 @@ def _functional(target):
 class _Walk:
     """One graph's translation: FX nodes to Values (tensors), tuples of Values, or ints (sizes known here)."""
 
-    def __init__(self, builder):
+    def __init__(self, builder, counters=()):
         self.b = builder
         self.env = {}
+        self.counters = set(counters)  # placeholders of BatchNorm's num_batches_tracked buffers
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
@@ -111,6 +112,9 @@ class _Walk:
         if target is torch.ops.onnxtrain.python_op.default:
             return self.python_op(node)
         updated = None
+        if node.args and node.args[0] in self.counters and len(node.args[0].users) == 1 and not node.users:
+            return None  # (a BatchNorm counting its batch, read by nothing: the runner counts it, as it writes back
+            # the running statistics)
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             target, updated = self.functional(node), node.args[0]
         translation = TABLE.get(target)
@@ -194,9 +198,11 @@ def translate(program, names):
     sig = program.graph_signature
     b = GraphBuilder()
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
-    infos, dims, bound, user, held = [], {}, [], 0, {}
+    infos, dims, bound, user, held, counters = [], {}, [], 0, {}, []
     for spec, node in zip(sig.input_specs, placeholders, strict=True):
         val = node.meta.get("val")
+        if spec.kind == InputKind.BUFFER and spec.target.endswith("num_batches_tracked"):
+            counters.append(node)
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
             tensor = program.state_dict.get(spec.target, program.constants.get(spec.target))
             key = spec.target if tensor is None else id(tensor)
@@ -225,7 +231,7 @@ def translate(program, names):
         bound.append(value)
     if any(s.kind != OutputKind.USER_OUTPUT for s in sig.output_specs):
         raise Untranslatable("the call updates a buffer or an input")
-    outs = _Walk(b).run(program.graph, bound)
+    outs = _Walk(b, counters).run(program.graph, bound)
     input_names = {v.name for v, _ in infos}
     taken = input_names | {t.name for t in b.initializers}
     outputs = []
