@@ -79,7 +79,8 @@ class FamilyOps(Ops):
 
 
 class MoreOps(Ops):
-    """Activations, reductions with indices, dims moved and narrowed, triangles, bounds of tensors, RMSNorm."""
+    """Activations, reductions with indices, variances, dims moved and narrowed, triangles, bounds of tensors,
+    RMSNorm, einsum."""
 
     def forward(self, x, ids):
         B, T, D = x.shape
@@ -103,17 +104,20 @@ class MoreOps(Ops):
         m = F.rms_norm(m, (D,), self.b, 1e-5) + F.rms_norm(m, (D,)) + m @ torch.outer(self.b, self.b) * 0.1
         keep = torch.logical_and(ids > 2, ids < 7) | torch.logical_or(ids == 0, torch.logical_xor(ids > 4, ids > 5))
         m = torch.where(torch.isnan(m) | torch.isinf(m), 0.0, m).masked_fill(~keep[..., None], torch.tensor(0.5))
-        return m.square().mean()
+        spread = m.var(1, keepdim=True) + m.std((0, 2), keepdim=True) + torch.var(m, -1, correction=0, keepdim=True)
+        return m.square().mean() + spread.mean() + torch.einsum("btd,d->bt", m, self.b).mean()
 
 
 class VisionOps(torch.nn.Module):
-    """Batch norms (affine, not, untracked), max and average pooling, nearest and bilinear upsampling."""
+    """Batch norms (affine, not, untracked), group norms, max and average pooling, nearest and bilinear
+    upsampling."""
 
     def __init__(self):
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 3, padding=1, bias=False)  # (a bias before the norms: no gradient)
         self.norms = torch.nn.ModuleList([torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4, affine=False),
-                                          torch.nn.BatchNorm2d(4, track_running_stats=False)])
+                                          torch.nn.BatchNorm2d(4, track_running_stats=False),
+                                          torch.nn.GroupNorm(2, 4), torch.nn.GroupNorm(4, 4, affine=False)])
 
     def forward(self, x, ids):
         h = self.conv(x.reshape(2, 3, 4, 4).repeat(1, 1, 2, 2))  # (2, 4, 8, 8)

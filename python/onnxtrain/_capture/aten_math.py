@@ -131,6 +131,10 @@ def lerp(out, b, x, end, weight):
     return b.Add(x, b.Mul(weight, b.Sub(end, x)))
 
 
+def einsum(out, b, equation, tensors, path=None):
+    return b.Einsum(*floats_to(b, out.dtype, *tensors), equation=equation)
+
+
 def outer(out, b, x, y):
     return b.Mul(b.Unsqueeze(cast(b, x, out.dtype), b.ints([-1])), cast(b, y, out.dtype))
 
@@ -302,7 +306,8 @@ TABLE = {
     aten.isnan.default: lambda out, b, x: b.IsNaN(x),
     aten.isinf.default: lambda out, b, x: b.IsInf(x), aten.logical_and.default: _logical("And", "And"),
     aten.logical_or.default: _logical("Or", "Or"), aten.logical_xor.default: _logical("Xor", "Xor"),
-    aten.outer.default: outer, aten.to.dtype: _to, aten.to.dtype_layout: _to, aten.to.device: _to,
-    aten.type_as.default: _to, aten._to_copy.default: _to, aten.contiguous.default: _same, aten.clone.default: _same,
-    aten.alias.default: _same, aten.lift_fresh_copy.default: _same, aten.detach.default: _same,
+    aten.outer.default: outer, aten.einsum.default: einsum, aten.to.dtype: _to, aten.to.dtype_layout: _to,
+    aten.to.device: _to, aten.type_as.default: _to, aten._to_copy.default: _to, aten.contiguous.default: _same,
+    aten.clone.default: _same, aten.alias.default: _same, aten.lift_fresh_copy.default: _same,
+    aten.detach.default: _same,
 }

@@ -1,5 +1,5 @@
-"""Translations of ATen's normalization layers (layer norm, RMSNorm, batch norm) into ONNX nodes for the direct
-capture (aten_to_onnx), called as aten_math's are: each in the form onnxtrain's kernels or fusions take."""
+"""Translations of ATen's normalization layers (layer norm, RMSNorm, batch norm, group norm) into ONNX nodes for the
+direct capture (aten_to_onnx), called as aten_math's are: each in the form onnxtrain's kernels or fusions take."""
 
 import onnx_ir as ir
 import torch
@@ -52,6 +52,22 @@ def batch_norm(out, b, x, weight, bias, running_mean, running_var, training, mom
     return cast(b, typed(y, dtype, x.shape), out.dtype)
 
 
+def group_norm(out, b, x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    """Each sample's channels in `num_groups` groups, each group normalized over its channels and positions (an
+    InstanceNormalization of x as (N, groups, the rest)), then the per-channel weight and bias."""
+    x, weight, bias = floats_to(b, out.dtype, x, weight, bias)
+    rank = len(x.shape)
+    grouped = b.Reshape(x, b.ints([0, num_groups, -1]))
+    ones = b.Expand(cast(b, 1.0, out.dtype), b.ints([num_groups]))
+    zeros = b.Expand(cast(b, 0.0, out.dtype), b.ints([num_groups]))
+    y = b.Reshape(b.InstanceNormalization(grouped, ones, zeros, epsilon=float(eps)), b.Shape(x))
+    per_channel = b.ints([-1] + [1] * (rank - 2))
+    if weight is not None:
+        y = b.Mul(y, b.Reshape(weight, per_channel))
+    return b.Add(y, b.Reshape(bias, per_channel)) if bias is not None else y
+
+
 TABLE = {
+    aten.group_norm.default: group_norm,
     aten.layer_norm.default: layer_norm, aten.rms_norm.default: rms_norm, aten.batch_norm.default: batch_norm,
 }
