@@ -199,16 +199,9 @@ def matmul(out, b, x, y):
 
 
 def embedding(out, b, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    """A Gather; with a padding index, the rows gathered at it taken through com.onnxtrain.StopGradient, so that
-    the padding row gets no gradient (as PyTorch's embedding gives it none). Not scaled by frequency."""
     if scale_grad_by_freq:
         raise Untranslatable("an embedding whose gradient is scaled by frequency")
-    rows = b.Gather(weight, indices, axis=0)
-    if padding_idx is None or padding_idx < 0:
-        return rows
-    index_type = np.int32 if indices.dtype == ir.DataType.INT32 else np.int64
-    at_padding = b.Unsqueeze(b.Equal(indices, b.constant(np.array(padding_idx, index_type))), b.ints([-1]))
-    return b.Where(at_padding, b.op("StopGradient", rows, _domain="com.onnxtrain"), rows)
+    return translations.embedding(b, weight, indices, padding_idx)
 
 
 def dropout(out, b, x, p, train):

@@ -1,7 +1,7 @@
-"""onnxtrain's own ONNX translations for what PyTorch's TorchScript-based exporter cannot export: losses
-(l1, smooth l1, huber, binary cross entropy, cross entropy with label smoothing), rms_norm, diff and
-scaled_dot_product_attention (grouped-query attention, dropout in training), each written with ordinary ONNX ops
-(so their gradients come from onnxtrain's op table)."""
+"""onnxtrain's own ONNX translations for what PyTorch's TorchScript-based exporter cannot export: losses (l1, smooth
+l1, huber, binary cross entropy, cross entropy with label smoothing), rms_norm, diff, embeddings with a padding
+index (the default gives the padding row a gradient) and scaled_dot_product_attention (grouped-query attention,
+dropout in training), each written with ordinary ONNX ops (so their gradients come from onnxtrain's op table)."""
 
 import torch
 from torch.onnx import symbolic_helper as sh
@@ -134,9 +134,18 @@ def scaled_dot_product_attention(g, q, k, v, mask, dropout_p, is_causal, scale, 
                                                       is_causal, scale, enable_gqa)
 
 
+@sh.parse_args("v", "v", "i", "b", "b")
+def embedding(g, weight, indices, padding_idx, scale_grad_by_freq, sparse):
+    """translations.embedding: the padding row gets no gradient from the rows gathered at it."""
+    if scale_grad_by_freq:
+        raise torch.onnx.errors.SymbolicValueError("onnxtrain: an embedding whose gradient is scaled by frequency",
+                                                   weight)
+    return translations.embedding(Ops(g, OPSET), Typed(weight), Typed(indices), padding_idx)
+
+
 def register():
     for name, fn in [("l1_loss", l1_loss), ("smooth_l1_loss", smooth_l1_loss), ("huber_loss", huber_loss),
                      ("binary_cross_entropy", binary_cross_entropy), ("cross_entropy_loss", cross_entropy_loss),
-                     ("rms_norm", rms_norm), ("diff", diff),
+                     ("rms_norm", rms_norm), ("diff", diff), ("embedding", embedding),
                      ("scaled_dot_product_attention", scaled_dot_product_attention)]:
         torch.onnx.register_custom_op_symbolic(f"aten::{name}", fn, OPSET)

@@ -44,7 +44,7 @@ class Ops:
     def _attributes(self, op_type, attributes):
         if op_type == "Constant":  # (one form for TorchScript: a tensor)
             (key, value), = attributes.items()
-            return {"value_t": _tensor(value if key in ("value", "value_float") else list(value))}
+            return {"value_t": _tensor(value if key in ("value", "value_float", "value_int") else list(value))}
         suffix = {bool: "i", int: "i", float: "f", str: "s"}
         r = {}
         for key, value in attributes.items():

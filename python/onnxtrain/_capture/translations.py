@@ -1,15 +1,17 @@
 """onnxtrain's own translations of ATen ops for the torch.export-based exporter, where its defaults do not train:
-BatchNorm in training mode (the defaults normalize by the running statistics and never update them),
-cross-entropy with label smoothing (the default drops the smoothing) and scaled_dot_product_attention (written as
-the flash attention fusion reads it: grouped-query attention broadcast rather than repeated, bool masks additive
-with fully masked rows giving 0 as PyTorch does, dropout applied). Each is written against an `op` in onnxscript's
-style: onnxscript's opset for the exporter (TABLE), a graph_builder.GraphBuilder for onnxtrain's direct capture
-(aten_math), torchscript_ops.Ops for the TorchScript-based exporter (symbolics)."""
+BatchNorm in training mode (the defaults normalize by the running statistics and never update them), embeddings with
+a padding index (the defaults give the padding row a gradient), cross-entropy with label smoothing (the default
+drops the smoothing) and scaled_dot_product_attention (written as the flash attention fusion reads it: grouped-query
+attention broadcast rather than repeated, bool masks additive with fully masked rows giving 0 as PyTorch does,
+dropout applied). Each is written against an `op` in onnxscript's style: onnxscript's opset for the exporter
+(TABLE), a graph_builder.GraphBuilder for onnxtrain's direct capture (aten_math), torchscript_ops.Ops for the
+TorchScript-based exporter (symbolics)."""
 
 import inspect
 import math
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import torch
 
@@ -172,6 +174,41 @@ def cross_entropy_loss(op, x, target, weight=None, reduction=1, ignore_index=-10
                   op.Mul(smooth, _const(op, label_smoothing, dtype)))
 
 
+def _stop_gradient(op, x):
+    """com.onnxtrain.StopGradient(x): x, through which no gradient flows (its schema registered with onnx for the
+    exporter, which checks each node against one)."""
+    from onnxscript import values
+
+    from onnxtrain._capture.graph_builder import GraphBuilder
+    from onnxtrain._capture.torchscript_ops import Ops
+
+    if isinstance(op, GraphBuilder):
+        return op.op("StopGradient", x, _domain="com.onnxtrain")
+    if isinstance(op, Ops):
+        return op.g.op("com.onnxtrain::StopGradient", op._input(x))
+
+    if not onnx.defs.has("StopGradient", "com.onnxtrain"):
+        p = onnx.defs.OpSchema.FormalParameter
+        onnx.defs.register_schema(onnx.defs.OpSchema(
+            "StopGradient", "com.onnxtrain", 1, inputs=[p("x", "T")], outputs=[p("y", "T")],
+            type_constraints=[("T", [f"tensor({t})" for t in ("float", "double", "float16", "bfloat16")], "")]))
+    return values.Opset("com.onnxtrain", 1).StopGradient(x)
+
+
+def embedding(op, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """A Gather; with a padding index, the rows gathered at it taken through com.onnxtrain.StopGradient, so that
+    the padding row gets no gradient from them (as PyTorch's embedding gives it none: the exporter's default
+    translation gives it theirs). Not scaled by frequency."""
+    if scale_grad_by_freq:
+        raise NotImplementedError("onnxtrain: an embedding whose gradient is scaled by frequency")
+    rows = op.Gather(weight, indices, axis=0)
+    if padding_idx is None or padding_idx < 0:
+        return rows
+    at_padding = op.Unsqueeze(op.Equal(indices, op.CastLike(op.Constant(value_int=padding_idx), indices)),
+                              _ints(op, [-1]))
+    return op.Where(at_padding, _stop_gradient(op, rows), rows)
+
+
 def _exporter(translation):
     """`translation` as PyTorch's exporter calls it (the ATen op's arguments), with onnxscript's opset."""
     from onnxscript import opset18
@@ -186,6 +223,7 @@ def _exporter(translation):
 
 
 TABLE = {
+    torch.ops.aten.embedding.default: _exporter(embedding),
     torch.ops.aten.cross_entropy_loss.default: _exporter(cross_entropy_loss),
     torch.ops.aten._native_batch_norm_legit_functional.default: _exporter(batch_norm_training),
     torch.ops.aten.scaled_dot_product_attention.default: _exporter(scaled_dot_product_attention),
