@@ -91,6 +91,14 @@ def test_transformers_model_trains_as_eager(name, door):
         assert wrapped.runners()[0].exported.exporter == expected
 
 
+def seq2seq(model, config):
+    """An encoder-decoder of BART's kind, its decoder inputs the labels shifted right."""
+    return lambda: model(config(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1,
+                                encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                decoder_ffn_dim=64, max_position_embeddings=32, dropout=0.0, attention_dropout=0.0,
+                                activation_dropout=0.0, use_cache=False))
+
+
 MORE = {  # more families, through onnxtrain.Module: among them those whose ops the direct capture learned last
     "qwen3": decoder(T.Qwen3ForCausalLM, T.Qwen3Config, head_dim=8),  # RMSNorm on queries and keys
     "gemma2": decoder(T.Gemma2ForCausalLM, T.Gemma2Config, head_dim=8, sliding_window=4),  # logit soft-capping
@@ -111,6 +119,9 @@ MORE = {  # more families, through onnxtrain.Module: among them those whose ops 
                                                          num_attention_heads=4, hidden_dropout=0.0,
                                                          attention_dropout=0.0, use_cache=False)),
     "mixtral": decoder(T.MixtralForCausalLM, T.MixtralConfig, num_local_experts=4, num_experts_per_tok=2),
+    "bart": seq2seq(T.BartForConditionalGeneration, T.BartConfig),
+    "mbart": seq2seq(T.MBartForConditionalGeneration, T.MBartConfig),
+    "pegasus": seq2seq(T.PegasusForConditionalGeneration, T.PegasusConfig),
     "modernbert": lambda: T.ModernBertForMaskedLM(T.ModernBertConfig(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         max_position_embeddings=32, pad_token_id=0, eos_token_id=1, bos_token_id=2, cls_token_id=3, sep_token_id=4)),
@@ -121,7 +132,8 @@ MORE = {  # more families, through onnxtrain.Module: among them those whose ops 
 def test_more_families_are_translated_directly_and_train_as_eager(name):
     """Loss, logits, every gradient and 3 AdamW steps as eager's, through the direct capture: Bloom's ALiBi (pow
     of two tensors, baddbmm; its GELU a custom autograd Function in training), GPT-J's rotary
-    (repeat_interleave, stack), Falcon's weight.T, Mixtral's routing weights divided in place, ModernBERT's unbind
+    (repeat_interleave, stack), Falcon's weight.T, Mixtral's routing weights divided in place, ModernBERT's unbind,
+    BART's, mBART's and Pegasus's decoder inputs written into slices (Pegasus's starting at the padding token)
     among them (PyTorch's exporter, the fallback, takes tens of seconds at real size)."""
     warnings.simplefilter("ignore")
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ from onnx import helper
 
 from onnxtrain import _onnxtrain as C
 from onnxtrain._capture import (aten_activations, aten_convolutions, aten_math, aten_normalization, aten_reductions,
-                                aten_shapes, custom_functions)
+                                aten_shapes, custom_functions, view_writes)
 from onnxtrain._capture.aten_values import Untranslatable, onnx_dtype
 from onnxtrain._capture.graph_builder import OPSET, GraphBuilder, Value
 
@@ -115,6 +115,11 @@ class _Walk:
         if node.args and node.args[0] in self.counters and len(node.args[0].users) == 1 and not node.users:
             return None  # (a BatchNorm counting its batch, read by nothing: the runner counts it, as it writes back
             # the running statistics)
+        if view_writes.is_view_write(node, self.position):
+            names, value = view_writes.write(self, node)
+            for name in names:  # (its later readers read the written value)
+                self.env[name] = _typed(value, name.meta.get("val"))
+            return None
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             target, updated = self.functional(node), node.args[0]
         translation = TABLE.get(target)
@@ -158,7 +163,8 @@ class _Walk:
         safe = (functional is not None and isinstance(made_by, torch.fx.Node) and made_by.op == "call_function"
                 and (made_by is first or isinstance(made_by.target, torch._ops.OpOverload))
                 and not _aliases(made_by.target))
-        if safe and not any(_aliases(u.target) for u in first.users if self.position[u] < self.position[node]):
+        if safe and not any(_aliases(u.target) and not view_writes.only_written(u) for u in first.users
+                            if self.position[u] < self.position[node]):
             return functional
         raise Untranslatable(f"{target} updates a value in place")
 
