@@ -136,12 +136,14 @@ def cross_entropy_loss(op, x, target, weight=None, reduction=1, ignore_index=-10
     classes of -log p (class-weighted as PyTorch weighs it), zero where the target is ignored. Class probabilities:
     -sum(target' log p) over the class dim (1), target' = target (1 - e) + e / classes."""
     dtype = x.dtype
-    classes = op.CastLike(op.Shape(x, start=1, end=2), x)
+
+    def classes():  # (made only where smoothing reads it: nothing else may read the logits the fusion takes)
+        return op.CastLike(op.Shape(x, start=1, end=2), x)
     if target.dtype != ir.DataType.INT64 and target.dtype != ir.DataType.INT32:
         logp = op.LogSoftmax(x, axis=1)
         if label_smoothing > 0:
             target = op.Add(op.Mul(target, _const(op, 1 - label_smoothing, dtype)),
-                            op.Div(_const(op, label_smoothing, dtype), classes))
+                            op.Div(_const(op, label_smoothing, dtype), classes()))
         terms = op.Mul(logp, target)
         if weight is not None:
             shape = [1, -1] + [1] * (len(x.shape) - 2)
@@ -158,7 +160,7 @@ def cross_entropy_loss(op, x, target, weight=None, reduction=1, ignore_index=-10
     if weight is not None:
         shape = [1, -1] + [1] * (len(x.shape) - 2)
         logp = op.Mul(logp, op.Reshape(weight, _ints(op, shape)))
-    smooth = op.Div(op.Neg(op.ReduceSum(logp, _ints(op, [1]), keepdims=0)), classes)
+    smooth = op.Div(op.Neg(op.ReduceSum(logp, _ints(op, [1]), keepdims=0)), classes())
     valid = op.CastLike(op.Not(op.Equal(target, op.CastLike(op.Constant(value_int=ignore_index), target))), x)
     smooth = op.Mul(smooth, valid)
     if reduction == 2:
