@@ -4,14 +4,10 @@ activation of that formula, which onnxtrain differentiates."""
 
 import torch
 
+from onnxtrain._capture.aten_math import clamp, unary
 from onnxtrain._capture.aten_values import Untranslatable, cast, floats_to
 
 aten = torch.ops.aten
-
-
-def _clip(out, b, x, lo, hi):
-    x, lo, hi = floats_to(b, out.dtype, x, lo, hi)
-    return b.Clip(x, lo, hi)
 
 
 def leaky_relu(out, b, x, negative_slope=0.01):
@@ -49,18 +45,11 @@ def glu(out, b, x, dim=-1):
     return b.Mul(first, b.Sigmoid(second))
 
 
-def _unary(onnx_op, **attrs):
-    def translate(out, b, x):
-        (x,) = floats_to(b, out.dtype, x)
-        return getattr(b, onnx_op)(x, **attrs)
-    return translate
-
-
 TABLE = {
     aten.leaky_relu.default: leaky_relu, aten.elu.default: elu, aten.softplus.default: softplus,
-    aten.hardtanh.default: lambda out, b, x, min_val=-1.0, max_val=1.0: _clip(out, b, x, min_val, max_val),
-    aten.relu6.default: lambda out, b, x: _clip(out, b, x, 0.0, 6.0), aten.glu.default: glu,
-    aten.mish.default: _unary("Mish"), aten.hardswish.default: _unary("HardSwish"),
-    aten.hardsigmoid.default: _unary("HardSigmoid", alpha=1 / 6, beta=0.5), aten.sign.default: _unary("Sign"),
-    aten.selu.default: _unary("Selu"), aten.celu.default: celu,
+    aten.hardtanh.default: lambda out, b, x, min_val=-1.0, max_val=1.0: clamp(out, b, x, min_val, max_val),
+    aten.relu6.default: lambda out, b, x: clamp(out, b, x, 0.0, 6.0), aten.glu.default: glu,
+    aten.mish.default: unary("Mish"), aten.hardswish.default: unary("HardSwish"),
+    aten.hardsigmoid.default: unary("HardSigmoid", alpha=1 / 6, beta=0.5), aten.sign.default: unary("Sign"),
+    aten.selu.default: unary("Selu"), aten.celu.default: celu,
 }

@@ -19,9 +19,10 @@ from onnxtrain._capture.graph_builder import Value
 aten = torch.ops.aten
 
 
-def _unary(onnx_op):
+def unary(onnx_op, **attrs):
+    """An elementwise op of one input, in the result's dtype (`attrs`: the ONNX op's attributes)."""
     def translate(out, b, x):
-        return getattr(b, onnx_op)(cast(b, x, out.dtype))
+        return getattr(b, onnx_op)(cast(b, x, out.dtype), **attrs)
     return translate
 
 
@@ -268,13 +269,13 @@ TABLE = {
     aten.minimum.default: _binary("Min"), aten.min.other: _binary("Min"), aten.max.other: _binary("Max"),
     aten.remainder.Scalar: remainder, aten.remainder.Tensor: remainder, aten.pow.Tensor_Scalar: pow_scalar,
     aten.pow.Tensor_Tensor: pow_tensor, aten.pow.Scalar: pow_tensor,
-    aten.neg.default: _unary("Neg"), aten.tanh.default: _unary("Tanh"), aten.relu.default: _unary("Relu"),
-    aten.abs.default: _unary("Abs"), aten.log.default: _unary("Log"), aten.exp.default: _unary("Exp"),
-    aten.sqrt.default: _unary("Sqrt"), aten.sigmoid.default: _unary("Sigmoid"), aten.sin.default: _unary("Sin"),
-    aten.cos.default: _unary("Cos"), aten.floor.default: _unary("Floor"), aten.clamp.default: clamp,
+    aten.neg.default: unary("Neg"), aten.tanh.default: unary("Tanh"), aten.relu.default: unary("Relu"),
+    aten.abs.default: unary("Abs"), aten.log.default: unary("Log"), aten.exp.default: unary("Exp"),
+    aten.sqrt.default: unary("Sqrt"), aten.sigmoid.default: unary("Sigmoid"), aten.sin.default: unary("Sin"),
+    aten.cos.default: unary("Cos"), aten.floor.default: unary("Floor"), aten.clamp.default: clamp,
     aten.clamp_min.default: clamp, aten.clamp_max.default: lambda out, b, x, hi: clamp(out, b, x, None, hi),
-    aten.linalg_vector_norm.default: vector_norm, aten.erf.default: _unary("Erf"),
-    aten.reciprocal.default: _unary("Reciprocal"),
+    aten.linalg_vector_norm.default: vector_norm, aten.erf.default: unary("Erf"),
+    aten.reciprocal.default: unary("Reciprocal"),
     aten.rsqrt.default: rsqrt, aten.square.default: square, aten.silu.default: silu, aten.gelu.default: gelu,
     aten.eq.Tensor: _compare("Equal"), aten.eq.Scalar: _compare("Equal"),
     aten.ne.Tensor: _compare("Equal", negate=True), aten.ne.Scalar: _compare("Equal", negate=True),
@@ -283,7 +284,7 @@ TABLE = {
     aten.ge.Tensor: _compare("GreaterOrEqual"), aten.ge.Scalar: _compare("GreaterOrEqual"),
     aten.__and__.Tensor: _logical("And", "BitwiseAnd"), aten.bitwise_and.Tensor: _logical("And", "BitwiseAnd"),
     aten.__or__.Tensor: _logical("Or", "BitwiseOr"), aten.bitwise_or.Tensor: _logical("Or", "BitwiseOr"),
-    aten.logical_not.default: _unary("Not"), aten.bitwise_not.default: _unary("Not"), aten.mean.dim: mean_dim,
+    aten.logical_not.default: unary("Not"), aten.bitwise_not.default: unary("Not"), aten.mean.dim: mean_dim,
     aten.mean.default: mean_dim, aten.sum.dim_IntList: sum_dim, aten.sum.default: sum_dim,
     aten.linear.default: linear, aten.addmm.default: addmm, aten.baddbmm.default: baddbmm,
     aten.matmul.default: matmul, aten.mm.default: matmul, aten.bmm.default: matmul, aten.embedding.default: embedding,

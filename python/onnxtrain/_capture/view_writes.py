@@ -36,12 +36,18 @@ def _fresh(node):
             and not any(r.alias_info is not None for r in origin.target._schema.returns))
 
 
+def _slice_args(node):
+    """A slice's dim, start, end and step, its defaults filled in."""
+    return (list(node.args[1:]) + [0, None, None, 1][len(node.args) - 1:])[:4]
+
+
 def _whole(node):
     """Whether `node` slices the whole of a dim (x[:, 1:] is such a slice of dim 0, then one of dim 1), read by one
     node alone."""
-    args = list(node.args[1:]) + [0, None, None, 1][len(node.args) - 1:]
-    return (node.target is aten.slice.Tensor and len(node.users) == 1 and args[1] in (None, 0)
-            and args[2] in (None, INT64_MAX) and args[3] == 1)
+    if node.target is not aten.slice.Tensor or len(node.users) != 1:
+        return False
+    _, start, end, step = _slice_args(node)
+    return start in (None, 0) and end in (None, INT64_MAX) and step == 1
 
 
 def _base(view):
@@ -103,7 +109,7 @@ def write(walk, node):
     value = walk.env[base]
     written = b.Expand(cast(b, walk.arg(node.args[1]), value.dtype), b.Shape(walk.env[view]))
     if view.target is aten.slice.Tensor:
-        dim, start, end, step = (list(view.args[1:]) + [0, None, None, 1][len(view.args) - 1:])[:4]
+        dim, start, end, step = _slice_args(view)
         if step != 1:
             raise Untranslatable("a write into a slice of a step other than 1")
         start, end = 0 if start is None else start, INT64_MAX if end is None else end
