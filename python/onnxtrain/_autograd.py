@@ -1,7 +1,7 @@
 """The bridge to PyTorch's autograd: one Function call per forward; backward runs the graph's backward part.
 Tensors cross by DLPack, sharing their memory, in both directions and in every dtype.
 
-Early gradients (Options.early_gradients): backward runs in a thread of its own and hands each parameter's gradient
+Early gradients (Options.early_gradients, where something reads them early): backward runs in a thread of its own and hands each parameter's gradient
 over as soon as it is final. Each parameter reaches the graph through a Release node, chained on a 0-d token in the
 reverse of the order backward makes their gradients final; autograd runs them one after the other, each waiting for
 its gradient, so each parameter's gradient is accumulated (and DDP's hook for it fires, starting its all-reduce)
@@ -62,6 +62,17 @@ class Handoff:
             raise self.error
         result, self.result = self.result, None
         return result
+
+
+def early_gradients(option, parameters):
+    """Whether to hand these parameters' gradients over as soon as they are final (Options.early_gradients: True,
+    False, or None to decide): where something reads them before backward ends, a hook of torch.distributed's (DDP,
+    FSDP2) or one registered on a parameter."""
+    if option is not None:
+        return option
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return True
+    return any(p.requires_grad and (p._post_accumulate_grad_hooks or p._backward_hooks) for p in parameters)
 
 
 class Release(torch.autograd.Function):

@@ -14,7 +14,7 @@ import torch
 
 from onnxtrain import _onnxtrain as C
 from onnxtrain import memory_log
-from onnxtrain._autograd import Apply, Release
+from onnxtrain._autograd import Apply, Release, early_gradients
 from onnxtrain._capture import capture_cache, capture_lock
 from onnxtrain._capture.export import OPSET, export
 from onnxtrain._capture.input_schema import flatten, key, unflatten
@@ -166,9 +166,9 @@ class Module(torch.nn.Module):
         state = [held[n] for n in runner.exported.state_names]
         if training:
             handoff, token, released = None, None, set()
-            if self._options.early_gradients:
-                handoff, token, released = Release.chain(held, [n for n in runner.gradient_order
-                                                                if n not in runner.applied])
+            names = [n for n in runner.gradient_order if n not in runner.applied]
+            if early_gradients(self._options.early_gradients, [held[n] for n in names]):
+                handoff, token, released = Release.chain(held, names)
             if runner.applied and token is None:  # (what autograd reaches backward through, when nothing else is)
                 token = torch.zeros((), requires_grad=True)
             state = [held[n].detach() if n in released or n in runner.applied else held[n]

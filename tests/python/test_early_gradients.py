@@ -1,6 +1,7 @@
-"""Gradients to PyTorch as soon as they are final (Options.early_gradients, on by default): each parameter's
-gradient is accumulated (its post-accumulate hook, where DDP starts its all-reduce, fires) while onnxtrain's
-backward still runs, in the order backward makes them final; the gradients equal those handed over at the end."""
+"""Gradients to PyTorch as soon as they are final (Options.early_gradients, by default where something reads them
+early: torch.distributed's hooks or a parameter's): each parameter's gradient is accumulated (its post-accumulate
+hook, where DDP starts its all-reduce, fires) while onnxtrain's backward still runs, in the order backward makes them
+final; the gradients equal those handed over at the end."""
 
 import copy
 import threading
@@ -34,6 +35,23 @@ def test_gradients_reach_autograd_while_backward_runs_in_the_order_they_are_fina
     assert [n for n, _ in seen] == [n.removeprefix("module.") for n in runner.gradient_order]
     assert seen[0][1], "the first gradient arrived after backward had ended"
     assert not seen[-1][1]  # the last one ends it
+
+
+def test_without_a_reader_gradients_come_at_the_end_from_the_callers_thread(monkeypatch):
+    """By default, with no hook and no torch.distributed, backward runs in the thread that called it: nothing reads
+    the gradients before it ends, and a second thread would only slow it down."""
+    model, data = model_and_batch()
+    wrapped = onnxtrain.Module(model)
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda t: (started.append(t.name), start(t))[1])
+    wrapped(*data).backward()
+    assert "onnxtrain-backward" not in started
+    assert all(p.grad is not None for p in model.parameters())
+    hooked = next(iter(model.parameters()))
+    hooked.register_post_accumulate_grad_hook(lambda p: None)  # a reader: the next backward hands them over early
+    wrapped(*data).backward()
+    assert "onnxtrain-backward" in started
 
 
 @pytest.mark.parametrize("exporter", ["torch.export", "torchscript"])
