@@ -3,7 +3,10 @@
 // products and the sum in either order, X, cos and sin of one float dtype, the values between read by nothing else,
 // becomes com.onnxtrain.RotaryEmbedding(X, cos, sin). Under autocast (bf16 X, float32 cos and sin) the products
 // read X and rotate_half(X) up-cast alike: RotaryEmbedding(Cast(X), cos, sin), exact as the up-cast commutes with
-// the halves' slices, negation and concatenation.
+// the halves' slices, negation and concatenation. Then the casts around any RotaryEmbedding fold into it: a 16-bit X
+// up-cast to float32 cos and sin is read as it is, and a float32 Y read only by a Cast to 16 bits is written in that
+// dtype (attribute `to`): under autocast the queries and keys go in and out of it in bf16, with the same values (it
+// computes in float32 and rounds once, as the Cast did).
 #include <cmath>
 
 #include "passes/pass.h"
@@ -38,10 +41,39 @@ bool takes(const ir::Node* slice, const ir::Value* x, int64_t begin, int64_t end
          (e == double(end) || (end == width && e >= double(width)));
 }
 
+bool narrow_float(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+
+// RotaryEmbedding nodes reading a 16-bit X through an up-cast, or whose float32 output only a Cast to 16 bits reads,
+// made again without those casts (the up-cast stays for its other readers, if any).
+bool fold_casts(ir::Graph& g) {
+  std::vector<const ir::Node*> gone;
+  for (ir::Node* n : nodes_of(g, "RotaryEmbedding", "com.onnxtrain")) {
+    if (!has_inputs(n, 3) || n->outputs.size() != 1 || !n->outputs[0] || n->input(1)->dtype != DType::kFloat32)
+      continue;
+    ir::Value *x = n->input(0), *y = n->outputs[0];
+    ir::Node* widen = made_by(x, "Cast");
+    const bool in = widen && x->dtype == DType::kFloat32 && narrow_float(widen->input(0)->dtype);
+    ir::Node* narrow = y->dtype == DType::kFloat32 ? only_reader(g, y) : nullptr;
+    const bool out = narrow && narrow->op_type == "Cast" && narrow->domain.empty() && has_inputs(narrow, 1) &&
+                     narrow->outputs.size() == 1 && narrow_float(narrow->outputs[0]->dtype);
+    if (!in && !out) continue;
+    ir::Attributes attrs = n->attrs;
+    if (out) attrs["to"] = int64_t(narrow->outputs[0]->dtype);
+    add_fused(g, "com.onnxtrain", n->opset, "RotaryEmbedding", {in ? widen->input(0) : x, n->input(1), n->input(2)},
+              {out ? narrow->outputs[0] : y}, g.unique_name(n->name + "_uncast"), n->backward, attrs);
+    gone.push_back(n);
+    if (out) gone.push_back(narrow);
+  }
+  return remove_all(g, gone, true);
+}
+
 class RotaryEmbeddingFusion : public Pass {
  public:
   std::string name() const override { return "rotary_embedding_fusion"; }
-  bool apply(ir::Graph& g) const override {
+  bool apply(ir::Graph& g) const override { return fuse(g) | fold_casts(g); }
+
+ private:
+  static bool fuse(ir::Graph& g) {
     std::vector<const ir::Node*> gone;
     for (ir::Node* neg : nodes_of(g, "Neg")) {
       if (!has_inputs(neg, 1)) continue;

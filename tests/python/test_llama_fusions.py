@@ -1,8 +1,8 @@
 """The Llama family's fusions: RMSNorm as transformers' families write it (Llama's float32 upcast, T5's, Gemma's
 1 + w) becomes one com.onnxtrain.RMSNormalization (no Pow, ReduceMean or Sqrt left in the training graph), and the
 SwiGLU MLP's silu(gate) * up one com.onnxtrain.SwiGLU (no Sigmoid), and the rotary embedding of queries and keys one
-com.onnxtrain.RotaryEmbedding each (no Neg); the loss and every gradient as eager's, in float32 and under bf16
-autocast (whose norm statistics stay float32)."""
+com.onnxtrain.RotaryEmbedding each (no Neg, and under autocast no Cast in or out); the loss and every gradient as
+eager's, in float32 and under bf16 autocast (whose norm statistics stay float32)."""
 
 import onnx
 import pytest
@@ -66,7 +66,8 @@ class Rotary(torch.nn.Module):  # LlamaAttention's queries and keys with transfo
         if not self.float32_cos:  # (else as LlamaModel passes them under autocast: bf16 q and k, float32 cos and sin)
             cos, sin = cos.to(q.dtype), sin.to(q.dtype)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        return (q * k.flip(-1)).float().sum() * 0.1 + q.float().square().mean()
+        att = torch.nn.functional.scaled_dot_product_attention(q, k, k, is_causal=True)
+        return att.float().sum() * 0.1 + q.float().square().mean()
 
 
 def trained_ops(make, bf16, tmp_path):
@@ -115,3 +116,13 @@ def test_swiglu_is_fused_and_trains_as_eager(bf16, tmp_path):
 def test_rotary_embedding_is_fused_and_trains_as_eager(bf16, float32_cos, tmp_path):
     ops = trained_ops(lambda: Rotary(float32_cos=float32_cos), bf16, tmp_path)
     assert ops.count("RotaryEmbedding") == 4 and "Neg" not in ops, ops  # (queries and keys, forward and backward)
+    if bf16 and float32_cos:  # (Llama's autocast: bf16 queries and keys, float32 cos and sin)
+        graph = onnx.load(str(tmp_path / "Rotary_train_optimized.onnx")).graph
+        made = {o: n for n in graph.node for o in n.output}
+        rotary = [n for n in graph.node if n.op_type == "RotaryEmbedding"]
+        # the queries and keys are read without their up-cast, and the keys (read only by attention, in bf16) are
+        # written in bf16, as is every gradient of them
+        assert not [r.name for r in rotary if r.input[0] in made and made[r.input[0]].op_type == "Cast"]
+        bf16_out = [r.name for r in rotary if any(a.name == "to" and a.i == onnx.TensorProto.BFLOAT16
+                                                  for a in r.attribute)]
+        assert len([n for n in bf16_out if "_grad" not in n]) >= 1 and len(bf16_out) >= 3, bf16_out

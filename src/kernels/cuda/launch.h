@@ -199,11 +199,11 @@ void swiglu(DType t, const void* g, const void* u, void* y, int64_t n, cudaStrea
 void swiglu_grad(DType t, const void* dy, const void* g, const void* u, void* dg, void* du, int64_t n,
                  cudaStream_t stream);
 
-// com.onnxtrain.RotaryEmbedding over rows of `width` (even) elements of dtype t, row r of x and y at r * width, its
-// cos and sin rows at offsets<2>(rows, r) (strides 0: cos, 1: sin): y1 = x1 c1 - x2 s1, y2 = x2 c2 + x1 s2 of the
-// halves; `transposed`: y1 = x1 c1 + x2 s2, y2 = x2 c2 - x1 s1. In float32.
-void rotary_embedding(DType t, const void* x, const void* cos, const void* sin, void* y, const Indexing& rows,
-                      int64_t width, bool transposed, cudaStream_t stream);
+// com.onnxtrain.RotaryEmbedding over rows of `width` (even) elements, row r of x (dtype tx) and y (dtype ty) at
+// r * width, its cos and sin rows (dtype tc) at offsets<2>(rows, r) (strides 0: cos, 1: sin): y1 = x1 c1 - x2 s1,
+// y2 = x2 c2 + x1 s2 of the halves; `transposed`: y1 = x1 c1 + x2 s2, y2 = x2 c2 - x1 s1. In float32.
+void rotary_embedding(DType tx, DType tc, DType ty, const void* x, const void* cos, const void* sin, void* y,
+                      const Indexing& rows, int64_t width, bool transposed, cudaStream_t stream);
 
 // com.onnxtrain.FlashAttention's operands: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), Y (pairs, tq, dv), LSE
 // (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's offsets into the mask and the bias, and K's batch index
