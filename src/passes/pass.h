@@ -35,6 +35,7 @@ std::unique_ptr<Pass> grouped_attention_fusion();
 std::unique_ptr<Pass> linear_cross_entropy_fusion();
 std::unique_ptr<Pass> cast_into_product();
 std::unique_ptr<Pass> scatter_accumulation();
+std::unique_ptr<Pass> slice_grads_to_concat();
 // Not in the default list: the memory optimizer runs it on its recompute clones.
 std::unique_ptr<Pass> gelu_recompute_fusion();
 
@@ -71,7 +72,7 @@ bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool res
 // The default list, in order: identity elimination, CastLike to Cast, GELU fusion, RMSNorm fusion, SwiGLU fusion,
 // rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion, attention-softmax
 // fusion, flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion, Cast-into-product fusion,
-// scatter accumulation, constant folding, common subexpressions, dead code.
+// scatter accumulation, slice gradients to a Concat, constant folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

@@ -220,7 +220,7 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
 
 // Llama's fused ops: RMSNorm and its gradient (dscale over one chunk of rows and over several), SwiGLU and its
 // gradient, rotary embeddings (cos and sin broadcast from (T, D) and (B, 1, T, D), and the transposed map of the
-// gradient), in three dtypes.
+// gradient), in three dtypes, and the rotary embedding of a 16-bit X with float32 cos and sin (autocast's).
 TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -242,6 +242,10 @@ TEST(Cuda, TheLlamaFusionsComputeAsOnTheCpu) {
       for (int64_t transposed : {0, 1})
         expect_like_cpu("com.onnxtrain.RotaryEmbedding", {q, random_tensor(t, dims, 36), random_tensor(t, dims, 37)},
                         {{"transposed", transposed}}, tol);
+    // autocast's, the casts folded in: X of t with float32 cos and sin, Y of t or float32
+    Tensor c32 = random_tensor(DType::kFloat32, {6, 16}, 40), s32 = random_tensor(DType::kFloat32, {6, 16}, 41);
+    for (DType y : {t, DType::kFloat32})
+      expect_like_cpu("com.onnxtrain.RotaryEmbedding", {q, c32, s32}, {{"to", int64_t(y)}}, tol);
   }
 }
 
