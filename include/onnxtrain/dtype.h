@@ -38,6 +38,7 @@ const std::vector<DTypeInfo>& dtypes();
 size_t dtype_size(DType t);      // 0 for kUndefined
 std::string dtype_name(DType t);  // "undefined" for kUndefined
 bool dtype_is_float(DType t);     // float16/bfloat16/float32/float64
+bool dtype_is_16bit_float(DType t);  // float16/bfloat16
 // Maps an ONNX code to a DType; kUndefined for codes onnxtrain does not hold.
 DType dtype_from_onnx(int32_t code);
 

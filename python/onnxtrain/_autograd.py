@@ -1,11 +1,11 @@
 """The bridge to PyTorch's autograd: one Function call per forward; backward runs the graph's backward part.
 Tensors cross by DLPack, sharing their memory, in both directions and in every dtype.
 
-Early gradients (Options.early_gradients, where something reads them early): backward runs in a thread of its own and hands each parameter's gradient
-over as soon as it is final. Each parameter reaches the graph through a Release node, chained on a 0-d token in the
-reverse of the order backward makes their gradients final; autograd runs them one after the other, each waiting for
-its gradient, so each parameter's gradient is accumulated (and DDP's hook for it fires, starting its all-reduce)
-while the rest of backward still runs."""
+Early gradients (Options.early_gradients, where something reads them early): backward runs in a thread of its own
+and hands each parameter's gradient over as soon as it is final. Each parameter reaches the graph through a Release
+node, chained on a 0-d token in the reverse of the order backward makes their gradients final; autograd runs them
+one after the other, each waiting for its gradient, so each parameter's gradient is accumulated (and DDP's hook for
+it fires, starting its all-reduce) while the rest of backward still runs."""
 
 import threading
 

@@ -40,6 +40,7 @@ bool dtype_is_float(DType t) {
   const DTypeInfo* d = info(int64_t(t));
   return d && d->is_float;
 }
+bool dtype_is_16bit_float(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
 DType dtype_from_onnx(int32_t code) { return info(code) ? DType(code) : DType::kUndefined; }
 
 float half_to_float(Half h) {

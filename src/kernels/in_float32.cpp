@@ -6,8 +6,6 @@
 namespace onnxtrain::kernels {
 namespace {
 
-bool low(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
-
 // The node's shapes as the float32 kernel sees them: low-precision floats as float32, with the data of their
 // float32 copies when the kernel runs (`copies`), else withheld.
 ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies = nullptr) {
@@ -15,9 +13,9 @@ ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies =
   for (size_t i = 0; i < in.size(); ++i) {
     if (!s.has(i)) continue;
     in[i].present = true;
-    in[i].dtype = low(s.dtype(i)) ? DType::kFloat32 : s.dtype(i);
+    in[i].dtype = dtype_is_16bit_float(s.dtype(i)) ? DType::kFloat32 : s.dtype(i);
     in[i].shape = s.shape(i);
-    if (low(s.dtype(i))) {
+    if (dtype_is_16bit_float(s.dtype(i))) {
       if (copies) in[i].tensor = &(*copies)[i];
       continue;
     }
@@ -27,7 +25,7 @@ ops::InferCtx float32_view(ops::InferCtx& s, const std::vector<Tensor>* copies =
   ops::InferCtx r(s.node(), std::move(in), nullptr);
   for (size_t i = 0; i < s.num_outputs(); ++i) {
     const ops::OutputInfo& o = s.outputs()[i];
-    r.set(i, low(o.dtype) ? DType::kFloat32 : o.dtype, o.shape, o.value);
+    r.set(i, dtype_is_16bit_float(o.dtype) ? DType::kFloat32 : o.dtype, o.shape, o.value);
   }
   return r;
 }
@@ -41,7 +39,7 @@ bool holds(ops::InferCtx& s, bool (*is)(DType)) {
   return false;
 }
 
-bool any_low(ops::InferCtx& s) { return holds(s, low); }
+bool any_low(ops::InferCtx& s) { return holds(s, dtype_is_16bit_float); }
 bool any_half(ops::InferCtx& s) {  // (which no native low-precision path takes)
   return holds(s, [](DType t) { return t == DType::kFloat16; });
 }
@@ -51,9 +49,9 @@ Dim total_scratch(const ScratchFn& own, const ops::Op& op, ops::InferCtx& s) {
   ops::InferCtx f = float32_view(s);
   Dim total = own ? scratch_span(own(op, f)) : Dim(0);
   for (size_t i = 0; i < s.num_inputs(); ++i)
-    if (s.has(i) && low(s.dtype(i))) total = total + scratch_span(shape_numel(s.shape(i)) * Dim(4));
+    if (s.has(i) && dtype_is_16bit_float(s.dtype(i))) total = total + scratch_span(shape_numel(s.shape(i)) * Dim(4));
   for (auto& o : s.outputs())
-    if (low(o.dtype)) total = total + scratch_span(shape_numel(o.shape) * Dim(4));
+    if (dtype_is_16bit_float(o.dtype)) total = total + scratch_span(shape_numel(o.shape) * Dim(4));
   return total;
 }
 
@@ -82,7 +80,7 @@ KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)()) {
     };
     std::vector<Tensor> ins(c.inputs.size()), outs(c.outputs.size());
     for (size_t i = 0; i < c.inputs.size(); ++i)
-      if (c.inputs[i] && low(c.inputs[i]->dtype())) {
+      if (c.inputs[i] && dtype_is_16bit_float(c.inputs[i]->dtype())) {
         ins[i] = carve(c.inputs[i]->dims());
         convert(c.inputs[i]->dtype(), DType::kFloat32, c.inputs[i]->raw(), ins[i].raw(), ins[i].numel());
       }
@@ -91,7 +89,7 @@ KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)()) {
     for (size_t i = 0; i < c.inputs.size(); ++i)
       if (ins[i].defined()) f.inputs[i] = &ins[i];
     for (size_t i = 0; i < c.outputs.size(); ++i)
-      if (c.outputs[i] && low(c.outputs[i]->dtype())) {
+      if (c.outputs[i] && dtype_is_16bit_float(c.outputs[i]->dtype())) {
         outs[i] = carve(c.outputs[i]->dims());
         f.outputs[i] = &outs[i];
       }

@@ -67,7 +67,7 @@ class LinearCrossEntropyOp : public OpWith<LossAttrs> {
     if (!dtype_is_float(ctx.dtype(kX)) || ctx.dtype(kW) != ctx.dtype(kX) ||
         (ctx.has(kB) && ctx.dtype(kB) != ctx.dtype(kX)))
       ctx.fail("X, W and B must have one float dtype");
-    const DType x = ctx.dtype(kX), loss = x == DType::kBFloat16 || x == DType::kFloat16 ? DType::kFloat32 : x;
+    const DType x = ctx.dtype(kX), loss = dtype_is_16bit_float(x) ? DType::kFloat32 : x;
     ctx.set(0, loss, attrs.reduction == LossAttrs::kNone ? Shape{n} : Shape{});
     ctx.set(1, loss, Shape{n});
     for (size_t i : {kX, kW, kB})  // the gradients formed in forward, when asked for

@@ -25,7 +25,7 @@ class RotaryEmbeddingOp : public Op {
     if (x.empty() || !x.back().is_const() || x.back().value() % 2)
       ctx.fail("X " + shape_str(x) + " needs a last dim of even, known size");
     const DType c = ctx.dtype(1);
-    if (ctx.dtype(0) != c && !(c == DType::kFloat32 && narrow_float(ctx.dtype(0))))
+    if (ctx.dtype(0) != c && !(c == DType::kFloat32 && dtype_is_16bit_float(ctx.dtype(0))))
       ctx.fail("X of " + dtype_name(ctx.dtype(0)) + " and cos of " + dtype_name(c) +
                ": X must be of cos's dtype, or of 16 bits with float32 cos and sin");
     for (size_t i = 1; i < 3; ++i) {
@@ -41,7 +41,7 @@ class RotaryEmbeddingOp : public Op {
       }
     }
     const DType y = to_ ? DType(*to_) : c;
-    if (y != c && !(c == DType::kFloat32 && narrow_float(y)))
+    if (y != c && !(c == DType::kFloat32 && dtype_is_16bit_float(y)))
       ctx.fail("Y of " + dtype_name(y) + " with cos of " + dtype_name(c) +
                ": Y must be of cos's dtype, or of 16 bits with float32 cos and sin");
     ctx.set(0, y, x);
@@ -71,7 +71,6 @@ class RotaryEmbeddingOp : public Op {
   }
 
  private:
-  static bool narrow_float(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
   bool transposed_;
   std::optional<int64_t> to_;
 };

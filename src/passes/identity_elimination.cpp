@@ -10,13 +10,16 @@
 namespace onnxtrain::passes {
 namespace {
 
-bool is_false_or_zero(const ir::Value* v) {
-  if (!v) return true;  // an omitted training_mode means inference; an omitted ratio is not zero (0.5)
-  if (!v->initializer) return false;
+// Whether v is a constant whose every element is `value`.
+bool constant_all(const ir::Value* v, double value) {
+  if (!v || !v->initializer) return false;
   for (double x : v->initializer->to_double())
-    if (x != 0) return false;
+    if (x != value) return false;
   return true;
 }
+
+// (an omitted training_mode means inference; an omitted ratio is not zero, 0.5)
+bool is_false_or_zero(const ir::Value* v) { return !v || constant_all(v, 0); }
 
 bool is_output(const ir::Graph& g, const ir::Value* v) {
   return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
@@ -28,14 +31,6 @@ bool dropout_passes(const ir::Graph& g, const ir::Node& n) {
   bool inference = is_false_or_zero(n.input(2));
   bool zero_ratio = n.input(1) && is_false_or_zero(n.input(1));
   return mask_unused && (inference || zero_ratio);
-}
-
-bool all_ones(const ir::Value* v) {
-  if (!v) return true;  // steps omitted: 1
-  if (!v->initializer) return false;
-  for (double x : v->initializer->to_double())
-    if (x != 1) return false;
-  return true;
 }
 
 bool same_shape(const ir::Value* a, const ir::Value* b) {
@@ -54,8 +49,10 @@ bool empty_on(const ir::Value* v, int64_t axis) {
 ir::Value* passed_through(const ir::Graph& g, const ir::Node& n) {
   if (!n.domain.empty() || n.outputs.empty() || !n.outputs[0]) return nullptr;
   if (n.op_type == "Identity" || (n.op_type == "Dropout" && n.opset >= 12 && dropout_passes(g, n))) return n.input(0);
-  if (n.op_type == "Slice" && n.opset >= 10 && same_shape(n.input(0), n.outputs[0]) && all_ones(n.input(4)))
-    return n.input(0);
+  if (n.op_type == "Slice" && n.opset >= 10) {
+    const bool steps_of_one = !n.input(4) || constant_all(n.input(4), 1);
+    return steps_of_one && same_shape(n.input(0), n.outputs[0]) ? n.input(0) : nullptr;
+  }
   if (n.op_type != "Concat") return nullptr;
   ir::Value* kept = nullptr;
   for (ir::Value* v : n.inputs) {

@@ -41,8 +41,6 @@ bool takes(const ir::Node* slice, const ir::Value* x, int64_t begin, int64_t end
          (e == double(end) || (end == width && e >= double(width)));
 }
 
-bool narrow_float(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
-
 // RotaryEmbedding nodes reading a 16-bit X through an up-cast, or whose float32 output only a Cast to 16 bits reads,
 // made again without those casts (the up-cast stays for its other readers, if any).
 bool fold_casts(ir::Graph& g) {
@@ -52,10 +50,10 @@ bool fold_casts(ir::Graph& g) {
       continue;
     ir::Value *x = n->input(0), *y = n->outputs[0];
     ir::Node* widen = made_by(x, "Cast");
-    const bool in = widen && x->dtype == DType::kFloat32 && narrow_float(widen->input(0)->dtype);
+    const bool in = widen && x->dtype == DType::kFloat32 && dtype_is_16bit_float(widen->input(0)->dtype);
     ir::Node* narrow = y->dtype == DType::kFloat32 ? only_reader(g, y) : nullptr;
     const bool out = narrow && narrow->op_type == "Cast" && narrow->domain.empty() && has_inputs(narrow, 1) &&
-                     narrow->outputs.size() == 1 && narrow_float(narrow->outputs[0]->dtype);
+                     narrow->outputs.size() == 1 && dtype_is_16bit_float(narrow->outputs[0]->dtype);
     if (!in && !out) continue;
     ir::Attributes attrs = n->attrs;
     if (out) attrs["to"] = int64_t(narrow->outputs[0]->dtype);
