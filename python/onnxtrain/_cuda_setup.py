@@ -26,8 +26,8 @@ def _use_torch_cuda_memory():
 
 
 # Once PyTorch has initialized CUDA (its allocator serves no block before): at once if it has, else when it does
-# (importing onnxtrain initializes nothing, so that a process can still fork). A device onnxtrain uses before
-# then keeps cudaMalloc.
+# (importing onnxtrain initializes nothing, so that a process can still fork). A device that took memory before
+# then keeps cudaMalloc; one only looked at (device_available) does not.
 if torch.version.cuda and C.cuda_memory_source():
     torch.cuda._lazy_call(_use_torch_cuda_memory)
 

@@ -20,7 +20,7 @@ struct MemorySource {
 };
 
 struct DeviceRuntime {
-  // The source the devices of the type take their memory from when first used from now.
+  // The source the devices of the type take their memory from when they take their first block from now.
   std::function<void(MemorySource)> set_memory_source;
   std::function<std::string()> memory_source;  // its name: the runtime's own allocator's without one
   // A folder to look for the runtime's libraries in (before their first use), and the file of its math library

@@ -36,15 +36,16 @@ void init_cuda_setup(py::module_& m) {
         return "";
       },
       py::arg("libc10"), py::arg("version"),
-      "CUDA devices first used from now take their memory from PyTorch's CUDA allocator, found in the libc10 at "
-      "`libc10` (loaded by PyTorch `version`): '', or why they cannot (they then take it from cudaMalloc).");
+      "CUDA devices that take their first block from now take their memory from PyTorch's CUDA allocator, found in "
+      "the libc10 at `libc10` (loaded by PyTorch `version`): '', or why they cannot (they then take it from "
+      "cudaMalloc).");
   m.def(
       "cuda_memory_source",
       []() -> std::string {
         return kernels::device_runtime(DeviceType::kCuda) ? cuda().memory_source() : std::string();
       },
-      "Where a CUDA device first used from now takes its memory: 'cudaMalloc', \"PyTorch's CUDA allocator\", or '' "
-      "in a build without CUDA.");
+      "Where a CUDA device taking its first block from now takes its memory: 'cudaMalloc', \"PyTorch's CUDA "
+      "allocator\", or '' in a build without CUDA.");
   m.def(
       "check_torch_allocator",
       [](const std::string& libc10, const std::string& version, size_t bytes) -> std::string {

@@ -44,6 +44,32 @@ def test_onnxtrains_gpu_memory_is_pytorchs():
     assert torch.cuda.memory_allocated() == before  # the segments back in PyTorch's cache
 
 
+def test_a_device_looked_at_before_pytorch_initializes_cuda_still_takes_its_memory():
+    """device_available and memory_stats before PyTorch initialized CUDA (as a test module's skipif does) bind no
+    memory source: the device's first block, after, comes from PyTorch's allocator (in a fresh process, where
+    PyTorch has not initialized CUDA)."""
+    import subprocess
+    import sys
+
+    code = """
+import torch, onnxtrain
+assert not torch.cuda.is_initialized()
+assert onnxtrain.device_available("cuda") and onnxtrain.memory_stats("cuda:0")["cached"] == 0
+x = torch.ones(1 << 20, device="cuda")
+before = torch.cuda.memory_allocated()
+session = onnxtrain.Session.from_bytes(MODEL, onnxtrain.SessionOptions(device="cuda"))
+out = session.run({"x": x})["y"]
+assert torch.cuda.memory_allocated() - before >= (1 << 22), torch.cuda.memory_allocated() - before
+"""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])
+    model = helper.make_model(helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    run = subprocess.run([sys.executable, "-c", f"MODEL = {model.SerializeToString()!r}\n" + code],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
 def test_work_goes_on_pytorchs_current_stream():
     """Under torch.cuda.stream(side), onnxtrain's kernels queue behind PyTorch's on that stream: an input still being
     made there (behind a long kernel) is read once made, and the results are eager's."""
@@ -250,6 +276,7 @@ def test_the_lm_with_its_loss_trains_on_the_gpu_as_eager():
         for opt in (opt_e, opt_o):
             opt.step()
             opt.zero_grad()
+        del le, lo  # (a loss kept into the next step is in its base, and freed before its peak)
     import json
 
     predicted = json.loads(wrapped.memory_report(json=True))["predicted_after"]["peak"]

@@ -75,14 +75,19 @@ std::optional<MemorySource>& source() {
   return s;
 }
 
-// One CUDA device's memory, in blocks from cudaMalloc or the source set before its first use (the caching
-// allocator above it reuses them). Copies from and to the host are ordered after the work queued on the thread's
-// stream, and complete before they return.
+// One CUDA device's memory, in blocks from cudaMalloc or the source set before its first block (the caching
+// allocator above it reuses them): a device only looked at (device_available, memory_stats) before PyTorch
+// initialized CUDA still takes PyTorch's memory. Copies from and to the host are ordered after the work queued on
+// the thread's stream, and complete before they return.
 class CudaMemory : public DeviceMemory {
  public:
-  CudaMemory(int index, std::optional<MemorySource> source) : index_(index), source_(std::move(source)) {}
+  explicit CudaMemory(int index) : index_(index) {}
   void* reserve(size_t bytes, size_t alignment) override {
     if (alignment > 256) return nullptr;  // cudaMalloc (and PyTorch's allocator) align to 256 bytes at least
+    std::call_once(bound_, [&] {
+      std::lock_guard<std::mutex> lock(source_mu());
+      source_ = source();
+    });
     if (source_) return on_device(index_, [&] { return source_->reserve(bytes); });
     void* p = nullptr;
     cudaError_t e = on_device(index_, [&] { return cudaMalloc(&p, bytes); });
@@ -125,7 +130,8 @@ class CudaMemory : public DeviceMemory {
     });
   }
   int index_;
-  std::optional<MemorySource> source_;
+  std::once_flag bound_;                  // the source taken at the first block
+  std::optional<MemorySource> source_;   // (read only after it: a block released was reserved)
 };
 
 DeviceMemory& memory_of(int index) {
@@ -136,10 +142,7 @@ DeviceMemory& memory_of(int index) {
   static std::vector<std::unique_ptr<CudaMemory>> memories;
   std::lock_guard<std::mutex> lock(mu);
   if (memories.size() <= size_t(index)) memories.resize(size_t(index) + 1);
-  if (!memories[size_t(index)]) {
-    std::lock_guard<std::mutex> source_lock(source_mu());
-    memories[size_t(index)] = std::make_unique<CudaMemory>(index, source());
-  }
+  if (!memories[size_t(index)]) memories[size_t(index)] = std::make_unique<CudaMemory>(index);
   return *memories[size_t(index)];
 }
 
