@@ -2,8 +2,9 @@
 // emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
 // keys, zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, grouped-query
 // heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw), a fully masked row, causal
-// masks (a fill or a bias of -inf) whose upper tiles are skipped. What the emulation cannot show (PTX's fragment
-// layouts as the hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
+// masks (a fill or a bias of -inf) whose upper tiles are skipped and lower tiles read no mask. What the emulation
+// cannot show (PTX's fragment layouts as the hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu
+// checks on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_mma_attention
@@ -22,6 +23,7 @@ namespace tc = emulated_mma_attention;
 struct Case {
   int64_t batch = 1, heads = 2, groups = 1, tq = 70, tk = 90, d = 64, dv = 64;
   bool causal = true, bias = false, causal_bias = false, zero_masked_rows = false;  // causal_bias: -inf above
+  bool zero_below = false;  // the bias 0 on and under the diagonal: a causal mask as the exporter's additive one
   float fill = -30.f, dropout = 0.f;
   int64_t masked_row = -1;  // a row masked whole
 };
@@ -69,7 +71,7 @@ struct Emulated {
     const T scale = from(0.3), fill = from(c.fill);
     std::vector<T> q = random(pairs() * c.tq * c.d, 1), kt = random(kv_count() * c.d * c.tk, 2);
     std::vector<T> v = random(kv_count() * c.tk * c.dv, 3), dy = random(pairs() * c.tq * c.dv, 4);
-    std::vector<T> bias = random(c.tq * c.tk, 5);
+    std::vector<T> bias = c.zero_below ? std::vector<T>(size_t(c.tq * c.tk), from(0.)) : random(c.tq * c.tk, 5);
     if (c.causal_bias)
       for (int64_t r = 0; r < c.tq; ++r)
         for (int64_t j = r + 1; j < c.tk; ++j) bias[size_t(r * c.tk + j)] = from(-INFINITY);
@@ -198,6 +200,19 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Emulated<__half>(c).check();
   c.causal = false, c.bias = c.causal_bias = true;
   Emulated<__nv_bfloat16>(c).check();
+}
+
+// A causal mask as a bool mask and as an additive bias of 0 and -inf, rows a multiple of 16 elements: their tiles
+// read 16 bytes at a time, the lower ones' scores computed without the mask (attention_tile_kind.cuh), the
+// diagonal's with it, the upper ones skipped.
+TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
+  Case c;
+  c.tq = 150, c.tk = 144, c.fill = -INFINITY;
+  Emulated<__nv_bfloat16>(c).check();
+  c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
+  Emulated<__nv_bfloat16>(c).check();
+  c.d = c.dv = 128;
+  Emulated<__half>(c).check();
 }
 
 }  // namespace

@@ -5,37 +5,23 @@
 // kernels, no atomics: one owns query rows (dQ), the other 64 keys of a K and V batch index (dK, dV) and steps over
 // the query rows of every pair reading them (grouped-query heads summed there). Masks, biases, the fill of masked
 // scores, dropout (the CPU's counter-based draw) and fully masked rows as the warp-per-row kernels (attention.cu)
-// and the CPU's; tiles whose every score is -inf (a causal mask's) skipped. Head sizes up to D (64 or 128),
-// zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the tests' warp
-// emulation compiles its own host copy.
+// and the CPU's; tiles whose every score is -inf (a causal mask's upper ones) skipped, and the mask and the bias
+// read per score only in tiles they change (attention_tile_kind.cuh: a causal mask's diagonal). Head sizes up to D
+// (64 or 128), zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the
+// tests' warp emulation compiles its own host copy.
 #pragma once
-#include "kernels/cuda/attention_tiles.cuh"
+#include "kernels/cuda/attention_tile_kind.cuh"
 
 namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
 
-// Score (r, j) of a pair from its product qk: the fill where masked, else scale qk + bias; -inf past the keys or
-// the rows, which read no mask.
+// Score (r, j) of a pair from its product qk: -inf past the keys or the rows, which read no mask; in a tile
+// neither the mask nor the bias changes (plain), qk scaled; else the fill where masked, or scale qk + bias.
 template <typename T>
 __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T>& p, float qk, int64_t r, int64_t j,
-                                       float scale, float fill) {
+                                       float scale, float fill, bool plain) {
   if (r >= a.tq || j >= a.tk) return -INFINITY;
+  if (plain) return qk * scale;
   return masked(a, p.cond, r, j) ? fill : qk * scale + bias_at(a, p.bias, r, j);
-}
-
-// Whether a score of rows r0 .. r0 + R - 1 and keys j0 .. j0 + C - 1 of a pair can be other than -inf, the whole
-// block voting: a tile whose every score is -inf (masked with a fill of -inf, or a bias of -inf, as a causal mask's
-// upper tiles) adds nothing and is skipped. Without a mask or a bias every tile counts, and no barrier is taken.
-template <typename T, int R, int C>
-__device__ __forceinline__ bool live(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                     float fill) {
-  if (!a.cond && !a.bias) return true;
-  int any = 0;
-  for (int i = threadIdx.x; i < R * C && !any; i += kBlock) {
-    const int64_t r = r0 + i / C, j = j0 + i % C;
-    if (r < a.tq && j < a.tk)
-      any = masked(a, p.cond, r, j) ? fill != -INFINITY : bias_at(a, p.bias, r, j) != -INFINITY;
-  }
-  return __syncthreads_or(any) != 0;
 }
 
 // What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
@@ -71,7 +57,8 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
   const float scale = b.scale, fill = b.fill;
   float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int64_t j0 = 0; j0 < a.tk; j0 += kTile) {
-    if (!live<T, kTile, kTile>(a, p, b.block_r0, j0, fill)) continue;
+    const TileKind kind = tile_kind<T, kTile, kTile>(a, p, b.block_r0, j0, fill);
+    if (kind == TileKind::kDead) continue;
     __syncthreads();  // the last step's tiles read
     stage_columns<D>(ks, b.kb, j0, a.tk, a.d);
     stage_transposed<D>(vt, b.vb, j0, a.tk, a.dv);
@@ -83,7 +70,8 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        s[nt][i] = score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale, fill);
+        s[nt][i] = score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale, fill,
+                         kind == TileKind::kPlain);
         top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
       }
     float base[2], alpha[2], sum[2] = {0.f, 0.f};
@@ -157,7 +145,9 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
   }
   float acc[D / 8][4] = {};
   for (int64_t j0 = 0; j0 < a.tk; j0 += kTile) {
-    if (!live<T, kTile, kTile>(a, p, b.block_r0, j0, fill)) continue;
+    const TileKind kind = tile_kind<T, kTile, kTile>(a, p, b.block_r0, j0, fill);
+    if (kind == TileKind::kDead) continue;
+    const bool plain = kind == TileKind::kPlain;
     __syncthreads();
     stage_columns<D>(ks, b.kb, j0, a.tk, a.d);
     stage_rows<kTile, D>(vs, b.vb, j0, a.tk, a.dv);
@@ -171,8 +161,8 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
       for (int i = 0; i < 4; ++i) {
         const int64_t r = r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
         float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
-        if (r < a.tq && j < a.tk && !masked(a, p.cond, r, j)) {
-          const float e = __expf(s[nt][i] * scale + bias_at(a, p.bias, r, j) - lr[i / 2]);
+        if (r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
+          const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
           float g_p = dp[nt][i];
           if (a.dropout) g_p = keeps(a, pair * a.tq + r, j) ? g_p * a.keep_scale : 0.f;
           ds = e * (g_p - dr[i / 2]) * scale;
@@ -206,7 +196,9 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
     const AttentionPair<T> p = pair_of<T>(a, pair);
     if (p.kv != kv) continue;
     for (int64_t q0 = 0; q0 < a.tq; q0 += Q) {
-      if (!live<T, Q, kTile>(a, p, q0, k0, fill)) continue;
+      const TileKind kind = tile_kind<T, Q, kTile>(a, p, q0, k0, fill);
+      if (kind == TileKind::kDead) continue;
+      const bool plain = kind == TileKind::kPlain;
       __syncthreads();  // the last step's rows read (and the block's keys and values staged)
       stage_rows<Q, D>(qs, bits(q) + pair * a.tq * a.d, q0, a.tq, a.d);
       stage_rows<Q, D>(ys, bits(dy) + pair * a.tq * a.dv, q0, a.tq, a.dv);
@@ -243,8 +235,8 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
           const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
           float pd = 0.f, ds = 0.f;
           if (j < a.tk && r < a.tq) {
-            const bool off = masked(a, p.cond, r, j);
-            const float x = off ? fill : st[nt][i] * scale + bias_at(a, p.bias, r, j);
+            const bool off = !plain && masked(a, p.cond, r, j);
+            const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
             const float e = __expf(x - lr[rl]);
             const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
             pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;

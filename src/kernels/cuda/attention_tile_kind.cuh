@@ -1,0 +1,100 @@
+// What a tile of a pair's scores takes from the mask and the additive bias, for the tensor-core attention kernels
+// (attention_mma.cuh), the whole block voting once a tile: nothing, as every score of a causal mask's upper tiles
+// is -inf (skipped); nothing either where neither changes any score, as a causal mask's lower tiles (the kernels
+// then read neither per score); else the mask and the bias at each score (the diagonal's tiles). A row of the tile
+// is read 16 bytes at a time (16 mask or 8 bias elements) where its rows lie whole and aligned, else an element at
+// a time.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/attention_tiles.cuh"
+
+namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
+
+enum class TileKind { kDead, kPlain, kMixed };  // every score -inf; no score changed; a score changed
+
+// A thread's share of the vote: some score of its is other than -inf (live), some score the mask or the bias
+// changes (touched).
+struct TileVote {
+  int live = 0, touched = 0;
+  __device__ __forceinline__ void masked(float fill) {
+    touched = 1;
+    live |= fill != -INFINITY;
+  }
+  __device__ __forceinline__ void biased(float b) {
+    touched |= b != 0.f;
+    live |= b != -INFINITY;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void vote_at(const Attention& a, const AttentionPair<T>& p, int64_t r, int64_t j,
+                                        float fill, TileVote& v) {
+  if (masked(a, p.cond, r, j))
+    v.masked(fill);
+  else
+    v.biased(bias_at(a, p.bias, r, j));
+}
+
+// Elements j .. j + W - 1 of row r, from one 16-byte read: the mask's (W = 16) or the bias's (W = 8).
+template <typename T, int W>
+__device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPair<T>& p, int64_t r, int64_t j,
+                                          float fill, TileVote& v) {
+  if constexpr (W == 16) {
+    const uint4 w = *reinterpret_cast<const uint4*>(p.cond + r * a.cond_row + j);
+    uint8_t e[16];
+    memcpy(e, &w, 16);
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+      if (e[k])
+        v.masked(fill);
+      else
+        v.live = 1;
+  } else {
+    const uint4 w = *reinterpret_cast<const uint4*>(p.bias + r * a.bias_row + j);
+    T e[8];
+    memcpy(e, &w, 16);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v.biased(to_float(e[k]));
+  }
+}
+
+// Rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (j0 a multiple of 16) of pair p: scores past the rows or the keys
+// are -inf whatever the mask says, and are not read.
+template <int W, typename T, int R, int C>
+__device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                          float fill, TileVote& v) {
+  for (int i = threadIdx.x; i < R * C / W; i += kBlock) {
+    const int64_t r = r0 + i / (C / W), j = j0 + i % (C / W) * W;
+    if (r >= a.tq || j >= a.tk) continue;
+    if (j + W <= a.tk) {
+      vote_wide<T, W>(a, p, r, j, fill, v);
+      continue;
+    }
+    for (int64_t k = j; k < a.tk; ++k) vote_at(a, p, r, k, fill, v);
+  }
+}
+
+template <typename T, int R, int C>
+__device__ __forceinline__ TileKind tile_kind(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                              float fill) {
+  if (!a.cond && !a.bias) return TileKind::kPlain;
+  static_assert(C % 16 == 0 && sizeof(T) == 2, "a tile's rows as 16-byte reads of a 16-bit bias or of bools");
+  auto aligned = [](const void* m) { return reinterpret_cast<uintptr_t>(m) % 16 == 0; };
+  TileVote v;
+  if (a.cond && !a.bias && a.cond_col == 1 && a.cond_row % 16 == 0 && aligned(p.cond)) {
+    vote_rows<16, T, R, C>(a, p, r0, j0, fill, v);
+  } else if (a.bias && !a.cond && a.bias_col == 1 && a.bias_row % 8 == 0 && aligned(p.bias)) {
+    vote_rows<8, T, R, C>(a, p, r0, j0, fill, v);
+  } else {
+    for (int i = threadIdx.x; i < R * C; i += kBlock) {
+      const int64_t r = r0 + i / C, j = j0 + i % C;
+      if (r < a.tq && j < a.tk) vote_at(a, p, r, j, fill, v);
+    }
+  }
+  const int live = __syncthreads_or(v.live), touched = __syncthreads_or(v.touched);
+  return !live ? TileKind::kDead : touched ? TileKind::kMixed : TileKind::kPlain;
+}
+
+}  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION
