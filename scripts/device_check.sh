@@ -7,15 +7,16 @@
 # skipped. The checks: cpp (the C++ CUDA tests, each in a process of its own; a failing one again on the first
 # attention and GEMM kernels), pytest (the CUDA pytest, against PyTorch on CUDA), bench (bench/gpu.py, each
 # configuration alone: GPT-2 124M, bf16 and float32, beside eager and torch.compile), attention
-# (bench/gpu_attention.py), example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch
-# eager for comparison), conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
+# (bench/gpu_attention.py), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes),
+# example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
+# conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
 # (compute-sanitizer over the GPU tests' nodes and an MLP's training steps). The packages are unpacked under
 # /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on the same
 # machine rebuilds nothing.
 set -uo pipefail
 debs=$1
 out=$2
-only=${3:-cpp,pytest,bench,attention,example,conformance,memcheck}
+only=${3:-cpp,pytest,bench,attention,profile,example,conformance,memcheck}
 deadline=${4:-100000}
 mkdir -p /opt/deb "$out"
 for f in "$debs"/*.deb; do dpkg -x "$f" /opt/deb; done
@@ -89,6 +90,10 @@ check_bench() {  # one configuration a process and a call, so that each one's fi
 check_attention() {
   step attention 150 "$py" bench/gpu_attention.py --steps 10 && tail -6 "$out/attention.log" >>"$out/summary.txt"
 }
+check_profile() {
+  step profile_gpt2 120 "$py" bench/gpu_profile.py
+  step profile_llama 120 "$py" bench/gpu_profile.py --model llama --batch 8
+}
 check_example() {
   step example 150 "$py" examples/train_gpt.py --steps 40 --device cuda
   step example_bf16 150 "$py" examples/train_gpt.py --steps 40 --device cuda --bf16
@@ -106,7 +111,7 @@ check_memcheck() {
 }
 for check in ${only//,/ }; do
   case $check in
-    cpp | pytest | bench | attention | example | conformance | memcheck) "check_$check" ;;
-    *) echo "unknown check: $check (cpp, pytest, bench, attention, example, conformance, memcheck)"; exit 2 ;;
+    cpp | pytest | bench | attention | profile | example | conformance | memcheck) "check_$check" ;;
+    *) echo "unknown check: $check (cpp, pytest, bench, attention, profile, example, conformance, memcheck)"; exit 2 ;;
   esac
 done

@@ -1,12 +1,14 @@
 """bench/gpu.py, the GPU benchmark of record, runs end to end (a two-layer GPT-2 of GPT-2's vocabulary, on the GPU
 where there is one, else the CPU): onnxtrain's step peak printed as predicted and as measured, equal. So does
-bench/gpu_attention.py (attention alone), onnxtrain's graph holding the fused attention."""
+bench/gpu_attention.py (attention alone), onnxtrain's graph holding the fused attention, and bench/gpu_profile.py
+(where a step's time goes), its op types timed."""
 import os
 import subprocess
 import sys
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu.py")
 ATTENTION = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu_attention.py")
+PROFILE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu_profile.py")
 
 
 def test_the_gpu_benchmark_runs_and_prints_the_predicted_peak_as_measured():
@@ -24,3 +26,12 @@ def test_the_attention_benchmark_runs_on_the_fused_attention():
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("eager", "onnxtrain"))}
     assert set(lines) == {"eager", "onnxtrain"}, out
     assert lines["onnxtrain"][-1] == "yes" and float(lines["onnxtrain"][1]) > 0, out
+
+
+def test_the_profile_times_the_steps_op_types():
+    out = subprocess.run([sys.executable, PROFILE, "--tiny", "--batch", "2", "--seq", "16", "--steps", "1", "--top",
+                          "100"], capture_output=True, text=True, check=True).stdout
+    ops = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:] if len(line.split()) == 3}
+    for op in ("FlashAttention", "FlashAttentionGrad", "LinearCrossEntropy", "Gemm"):
+        assert op in ops and float(ops[op][0]) > 0 and float(ops[op][1]) >= 1, out
+    assert "torch.profiler" in out, out

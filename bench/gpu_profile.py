@@ -1,0 +1,76 @@
+"""Where an onnxtrain training step's time goes on one CUDA device: bench/gpu.py's model and configuration, each of
+the graph's op types with its milliseconds and calls a step (the session's profile, the kernels launched one at a
+time so that a node's time is its kernels': CUDA_LAUNCH_BLOCKING=1), then the device's kernels by time
+(torch.profiler), which name what an op type's time was spent in.
+
+    python bench/gpu_profile.py [--model gpt2|llama] [--config onnxtrain-bf16] [--batch 16] [--seq 1024]
+                                [--steps 2] [--top 30] [--tiny]
+
+--tiny runs a two-layer model anywhere (the CPU too: its op types' times are the CPU's, not a figure of record).
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")  # (before CUDA starts: torch is imported below)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from real_size import VOCAB, build, parse  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gpt2", choices=["gpt2", "llama"])
+    p.add_argument("--config", default="onnxtrain-bf16")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--tiny", action="store_true")
+    args = p.parse_args()
+    if not args.config.startswith("onnxtrain"):
+        p.error("--config: an onnxtrain configuration (bench/real_size.py's grammar)")
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, opt = build(args.model, args.config, device, args.tiny)
+    ids = torch.randint(0, VOCAB[args.model], (args.batch, args.seq), device=device)
+    bf16 = parse(args.config)["bf16"]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device, torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+
+    for _ in range(2):  # (the capture, then the optimizer's state)
+        step()
+    runners = model.runners()
+    for r in runners:
+        r.session.set_profiling(True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(args.steps):
+            step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    ops = {}
+    for r in runners:
+        for op, (ms, calls) in r.session.profile().items():
+            total = ops.setdefault(op, [0.0, 0])
+            total[0] += ms / args.steps
+            total[1] += calls / args.steps
+    print(f"{args.model} {args.config}, batch {args.batch}x{args.seq} on {device}: op types a step "
+          f"({'kernels one at a time' if device == 'cuda' else 'the CPU'}), {sum(v[0] for v in ops.values()):.1f} ms")
+    print(f"{'op type':32}{'ms':>10}{'calls':>8}")
+    for op, (ms, calls) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:args.top]:
+        print(f"{op:32}{ms:10.2f}{calls:8.0f}")
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    print(f"\nthe {'device' if device == 'cuda' else 'CPU'}'s work by time over {args.steps} steps (torch.profiler)")
+    print(prof.key_averages().table(sort_by=key, row_limit=args.top, max_name_column_width=90))
+
+
+if __name__ == "__main__":
+    main()
