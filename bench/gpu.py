@@ -31,7 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from real_size import VOCAB, build, parse  # noqa: E402
+from real_size import VOCAB, build, parse, train_step  # noqa: E402
 
 CONFIGS = ["eager", "eager-bf16", "compile", "compile-bf16", "onnxtrain-l0", "onnxtrain-l1", "onnxtrain-bf16",
            "onnxtrain-l1-bf16"]
@@ -68,12 +68,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device, torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        return loss
+        return train_step(model, opt, ids, device, bf16)
 
     try:
         t = time.perf_counter()

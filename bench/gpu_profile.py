@@ -15,7 +15,7 @@ import sys
 
 os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")  # (before CUDA starts: torch is imported below)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from real_size import VOCAB, build, parse  # noqa: E402
+from real_size import VOCAB, build, parse, train_step  # noqa: E402
 
 
 def main():
@@ -39,11 +39,7 @@ def main():
     bf16 = parse(args.config)["bf16"]
 
     def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device, torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
+        train_step(model, opt, ids, device, bf16)
 
     for _ in range(2):  # (the capture, then the optimizer's state)
         step()

@@ -106,6 +106,19 @@ def build(name, config, device="cpu", tiny=False):
     return model, torch.optim.AdamW(params, lr=1e-4, fused=True)
 
 
+def train_step(model, opt, ids, device, bf16):
+    """One step as the benchmarks take it: gradients freed first (the allocator's level before a step holds none),
+    forward under bf16 autocast where asked, backward, the optimizer's step; the loss."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(device, torch.bfloat16, enabled=bf16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def measure(name, config, steps):
     """One configuration in this process: its figures as a dict."""
     import torch
@@ -119,13 +132,8 @@ def measure(name, config, steps):
     gc.collect()
     base = rss_mib("VmRSS")
 
-    def step():  # (gradients freed first: the allocator's level before a step holds none)
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        return loss.item()
+    def step():
+        return train_step(model, opt, ids, "cpu", bf16).item()
 
     t = time.perf_counter()
     step()  # capture or compilation
