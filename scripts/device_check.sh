@@ -10,13 +10,15 @@
 # (bench/gpu_attention.py), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
-# (compute-sanitizer over the GPU tests' nodes and an MLP's training steps). The packages are unpacked under
+# (compute-sanitizer over the GPU tests' nodes and an MLP's training steps), ncu (Nsight Compute over one forward
+# and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls, shared memory's bank
+# conflicts). The packages are unpacked under
 # /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on the same
 # machine rebuilds nothing.
 set -uo pipefail
 debs=$1
 out=$2
-only=${3:-cpp,pytest,bench,attention,profile,example,conformance,memcheck}
+only=${3:-cpp,pytest,bench,attention,profile,example,conformance,memcheck,ncu}
 deadline=${4:-100000}
 mkdir -p /opt/deb "$out"
 for f in "$debs"/*.deb; do dpkg -x "$f" /opt/deb; done
@@ -109,9 +111,14 @@ check_memcheck() {
 'Cuda.TheLlama*:Cuda.ProductsThroughCublasLt*:Cuda.TheFusedHeadComputes*:Cuda.TensorCoreAttention*:'\
 'Cuda.ElementIndexing*:Cuda.NodesCompute*'
 }
+check_ncu() {  # (the first call's four kernels skipped: the second's profiled)
+  step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
+    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis_Tables "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
+}
 for check in ${only//,/ }; do
   case $check in
-    cpp | pytest | bench | attention | profile | example | conformance | memcheck) "check_$check" ;;
-    *) echo "unknown check: $check (cpp, pytest, bench, attention, profile, example, conformance, memcheck)"; exit 2 ;;
+    cpp | pytest | bench | attention | profile | example | conformance | memcheck | ncu) "check_$check" ;;
+    *) echo "unknown check: $check (cpp pytest bench attention profile example conformance memcheck ncu)"; exit 2 ;;
   esac
 done

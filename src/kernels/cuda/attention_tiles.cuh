@@ -41,14 +41,16 @@ __device__ __forceinline__ void a_global(uint32_t (&a)[D / 16][4], const uint16_
 }
 
 // Rows a0 .. a0 + A - 1 and columns b0 .. b0 + B - 1 of a row-major (rows, cols) matrix into shared memory,
-// element (a, b) at s[a][b], or at s[b][a] (kTranspose); zeros outside the matrix. Consecutive threads read along
-// the matrix's rows, 16 bytes each where its rows allow (8 elements, aligned), else an element each.
+// element (a, b) at s[a][b], or at s[b][a] (kTranspose); zeros outside the matrix. 16 bytes a thread where the
+// matrix's rows allow (8 elements, aligned), else an element each. Consecutive threads read along the matrix's rows,
+// or, transposing, down its columns: they then write along a row of s (s's rows are a multiple of 16 elements plus
+// 8 apart, so threads 8 elements apart along the matrix's rows would write one bank).
 template <int A, int B, bool kTranspose, int S>
 __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64_t a0, int64_t b0, int64_t rows,
                                       int64_t cols) {
   if (cols % 8 == 0 && b0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
     for (int i = threadIdx.x; i < A * B / 8; i += kBlock) {
-      const int a = i / (B / 8), b = i % (B / 8) * 8;
+      const int a = kTranspose ? i % A : i / (B / 8), b = (kTranspose ? i / A : i % (B / 8)) * 8;
       uint4 w = {0, 0, 0, 0};
       if (a0 + a < rows && b0 + b < cols) w = *reinterpret_cast<const uint4*>(m + (a0 + a) * cols + b0 + b);
       if constexpr (kTranspose) {
