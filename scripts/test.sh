@@ -10,9 +10,10 @@
 # 60000 by default: scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+section() { echo "== $* [${SECONDS} s]"; }  # (the seconds since the start: where the suite's time goes)
 bash scripts/setup.sh
 
-echo "== C++ tests"
+section "C++ tests"
 (cd build && ctest --output-on-failure -j2 | tail -n 3)
 
 conformance() {  # name, folder, [options]: full report in build/, failures and the summary here
@@ -22,25 +23,25 @@ conformance() {  # name, folder, [options]: full report in build/, failures and 
   echo "$1: $(tail -n 1 "$log")   (skips and their reasons: $log)"
   return "$status"
 }
-echo "== ONNX conformance"
+section "ONNX conformance"
 conformance libonnx-testdata /usr/share/libonnx-testdata/data/node --skip-list tests/conformance/libonnx-testdata-1.12.skip
 .venv/bin/python tests/conformance/write_onnx_suite.py build/onnx-node-suite
 onnx_suite="onnx-$(.venv/bin/python -c 'import onnx; print(onnx.__version__)')"
 conformance "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
-echo "== Modules PyTorch exported at opsets 6 and 12 (legacy semantics: PRelu's per-channel slope before opset 7)"
+section "Modules PyTorch exported at opsets 6 and 12 (legacy semantics: PRelu's per-channel slope before opset 7)"
 conformance libonnx-testdata-pytorch-converted /usr/share/libonnx-testdata/data/pytorch-converted
 conformance libonnx-testdata-pytorch-operator /usr/share/libonnx-testdata/data/pytorch-operator
-echo "== Each single-op test in bfloat16 and float16 against float32 (per-op tests of the low-precision kernels)"
+section "Each single-op test in bfloat16 and float16 against float32 (per-op tests of the low-precision kernels)"
 conformance "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
 conformance libonnx-testdata-bfloat16 /usr/share/libonnx-testdata/data/node --as bfloat16
 conformance "$onnx_suite-float16" build/onnx-node-suite --as float16
-echo "== The same on the path of a CPU without AVX-512 (ONNXTRAIN_CPU_DISABLE=avx512)"
+section "The same on the path of a CPU without AVX-512 (ONNXTRAIN_CPU_DISABLE=avx512)"
 ONNXTRAIN_CPU_DISABLE=avx512 conformance "$onnx_suite-bfloat16-no-avx512" build/onnx-node-suite --as bfloat16
 
-echo "== Python tests"
-.venv/bin/python -m pytest -q -p no:cacheprovider
+section "Python tests"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=10
 
-echo "== Under AddressSanitizer and UndefinedBehaviorSanitizer (clang, build-sanitize/): the C++ tests, the conformance"
+section "Under AddressSanitizer and UndefinedBehaviorSanitizer (clang, build-sanitize/): the C++ tests, the conformance"
 echo "   suites, then each fuzz target's saved regressions and a short fuzzing run (scripts/fuzz.sh)"
 bash scripts/sanitize-build.sh
 (cd build-sanitize && ctest --output-on-failure -j2 | tail -n 3)
@@ -57,3 +58,4 @@ sanitized libonnx-testdata /usr/share/libonnx-testdata/data/node \
 sanitized "$onnx_suite" build/onnx-node-suite --skip-list tests/conformance/onnx-node-suite.skip
 sanitized "$onnx_suite-bfloat16" build/onnx-node-suite --as bfloat16
 ONNXTRAIN_FUZZ_RUNS=${ONNXTRAIN_FUZZ_RUNS:-60000} bash scripts/fuzz.sh
+section "All passed"
