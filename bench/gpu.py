@@ -6,9 +6,11 @@ figures are medians).
 Printed per configuration: s/step, tokens/s and its ratio to eager's (eager-bf16's for bf16), MFU (6 x the
 parameters the products read x tokens, plus 12 x layers x width x sequence per token for attention, over the
 device's dense peak for the dtype: --peak-tflops to give it), the first step, the step's peak of
-torch.cuda.max_memory_allocated above what was allocated before it (onnxtrain's memory counts there when it comes
-from PyTorch's allocator: the header says), and for onnxtrain its allocator's step peak as predicted before the
-first step and as measured, and the copies it made from the GPU to the host per step (0 for a static step).
+torch.cuda.max_memory_allocated above what was allocated before it (in a step of its own, after the timed ones, with
+onnxtrain's free segments handed back to PyTorch first, so that it counts every segment onnxtrain takes in the step;
+onnxtrain's memory counts there when it comes from PyTorch's allocator: the header says), and for onnxtrain its
+allocator's step peak as predicted before the first step and as measured, and the copies it made from the GPU to
+the host per timed step (0 for a static step).
 
 --headline replays the seeds' claim: torch.cuda.set_per_process_memory_fraction is set where eager-bf16 just fits
 batch B (its peak reserved memory, plus 2%); eager-bf16 at 2B is tried under it, then onnxtrain under bf16 autocast
@@ -83,16 +85,20 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
             opt.zero_grad(set_to_none=True)
             onnxtrain.reset_peak_stats(device)
             before = onnxtrain.allocator_stats(device)["allocated"]
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
             t = time.perf_counter()
             loss = step()
             sync()
             times.append(time.perf_counter() - t)
             ours = max(ours, onnxtrain.allocator_stats(device)["peak_allocated"] - before)
-            if cuda:
-                peak = max(peak, torch.cuda.max_memory_allocated() - base)
+        copies = (C.cuda_copies_to_host() - copies) / steps if cuda else 0
+        if cuda:  # PyTorch's figure from one more step, onnxtrain's free segments handed back to PyTorch before it: a
+            opt.zero_grad(set_to_none=True)  # segment onnxtrain kept would count in the base, not in the step
+            onnxtrain.empty_cache(device)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            step()
+            sync()
+            peak = torch.cuda.max_memory_allocated() - base
     except (torch.OutOfMemoryError, onnxtrain.OutOfMemoryError) as e:
         return {"oom": str(e).splitlines()[0][:200]}
     s = statistics.median(times)
@@ -100,7 +106,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
     out = {"s": s, "tokens_s": batch * seq / s, "first": first, "loss": loss.item(),
            "flops": flops_per_token(getattr(inner, "module", inner), seq) * batch * seq / s}
     if cuda:
-        out.update(copies=(C.cuda_copies_to_host() - copies) / steps, peak=peak / MIB,
+        out.update(copies=copies, peak=peak / MIB,
                    reserved=torch.cuda.max_memory_reserved() / MIB, device=torch.cuda.get_device_name())
     if isinstance(model, onnxtrain.Module):
         runner = [r for r in model.runners() if r.training][-1]
