@@ -79,7 +79,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
         first = time.perf_counter() - t
         step()  # the optimizer's state
         sync()
-        copies = C.cuda_copies_to_host() if cuda else 0
+        copied_before = C.cuda_copies_to_host() if cuda else 0
         times, ours, peak = [], 0, 0
         for _ in range(steps):  # (the last step's gradients freed first: what is allocated before a step holds none)
             opt.zero_grad(set_to_none=True)
@@ -90,7 +90,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
             sync()
             times.append(time.perf_counter() - t)
             ours = max(ours, onnxtrain.allocator_stats(device)["peak_allocated"] - before)
-        copies = (C.cuda_copies_to_host() - copies) / steps if cuda else 0
+        copies = (C.cuda_copies_to_host() - copied_before) / steps if cuda else 0
         if cuda:  # PyTorch's figure from one more step, onnxtrain's free segments handed back to PyTorch before it: a
             opt.zero_grad(set_to_none=True)  # segment onnxtrain kept would count in the base, not in the step
             onnxtrain.empty_cache(device)

@@ -38,18 +38,15 @@ def main():
     ids = torch.randint(0, VOCAB[args.model], (args.batch, args.seq), device=device)
     bf16 = parse(args.config)["bf16"]
 
-    def step():
-        train_step(model, opt, ids, device, bf16)
-
     for _ in range(2):  # (the capture, then the optimizer's state)
-        step()
+        train_step(model, opt, ids, device, bf16)
     runners = model.runners()
     for r in runners:
         r.session.set_profiling(True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
         for _ in range(args.steps):
-            step()
+            train_step(model, opt, ids, device, bf16)
         if device == "cuda":
             torch.cuda.synchronize()
     ops = {}

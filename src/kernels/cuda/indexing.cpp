@@ -42,8 +42,11 @@ void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last) 
 }
 
 void copy(const Tensor& from, Tensor& to) {
-  if (to.raw() == from.raw() || !from.nbytes()) return;
-  check(cudaMemcpyAsync(to.raw(), from.raw(), from.nbytes(), cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
+  if (to.raw() != from.raw()) copy_bytes(from.raw(), to.raw(), from.nbytes());
+}
+
+void copy_bytes(const void* from, void* to, size_t bytes) {
+  if (bytes) check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync");
 }
 
 void zero(void* dst, size_t bytes) {

@@ -25,9 +25,10 @@ inline cudaStream_t stream() { return current_stream(); }
 // Inputs first to last (those given) in x's dtype, else an UnsupportedError naming the node.
 void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last);
 
-// `to` = `from` (same bytes, both on this device; nothing when they share a buffer), and `bytes` zeros at `dst`,
-// queued on stream().
+// `to` = `from` (same bytes, both on this device; nothing when they share a buffer), `bytes` of them between two
+// buffers of this device, and `bytes` zeros at `dst`, queued on stream().
 void copy(const Tensor& from, Tensor& to);
+void copy_bytes(const void* from, void* to, size_t bytes);
 void zero(void* dst, size_t bytes);
 
 }  // namespace onnxtrain::kernels::cuda

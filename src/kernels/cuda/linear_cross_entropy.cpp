@@ -105,10 +105,10 @@ Weights pad_weights(const KernelCtx& c, ScratchCarver& scratch, const Head& h, s
   const int64_t es = int64_t(dtype_size(h.t));
   char* wp = scratch.take<char>(h.ld * h.k * es);
   char* bp = scratch.take<char>(h.ld * es);
-  strided_copy(int(es), c.in(w).raw(), wp, indexing(c, {h.c * h.k}, {{1}, {1}}), stream());
+  copy_bytes(c.in(w).raw(), wp, size_t(h.c * h.k * es));
   zero(wp + h.c * h.k * es, size_t((h.ld - h.c) * h.k * es));
   if (bias)
-    strided_copy(int(es), bias, bp, indexing(c, {h.c}, {{1}, {1}}), stream());
+    copy_bytes(bias, bp, size_t(h.c * es));
   else
     zero(bp, size_t(h.c * es));
   // -inf's bits in the dtype (fill reads the first es bytes: little-endian)
