@@ -13,6 +13,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(identity_elimination());
   r.push_back(cast_like_to_cast());
   r.push_back(gelu_fusion());
+  r.push_back(narrow_gelu());
   r.push_back(rms_norm_fusion());
   r.push_back(swiglu_fusion());
   r.push_back(rotary_embedding_fusion());
@@ -55,6 +56,12 @@ bool has_inputs(const ir::Node* n, size_t count) {
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain) {
   ir::Node* p = v ? v->producer : nullptr;
   return p && p->op_type == op && p->domain == domain && has_inputs(p, 1) ? p : nullptr;
+}
+
+ir::Node* widening(const ir::Value* v) {
+  ir::Node* c = made_by(v, "Cast");
+  const DType from = c ? c->input(0)->dtype : DType::kUndefined;
+  return c && v->dtype == DType::kFloat32 && (from == DType::kBFloat16 || from == DType::kFloat16) ? c : nullptr;
 }
 
 ir::Value* other_input(const ir::Node* n, const ir::Value* known) {

@@ -23,6 +23,7 @@ std::unique_ptr<Pass> dead_code();
 std::unique_ptr<Pass> identity_elimination();
 std::unique_ptr<Pass> cast_like_to_cast();
 std::unique_ptr<Pass> gelu_fusion();
+std::unique_ptr<Pass> narrow_gelu();
 std::unique_ptr<Pass> rms_norm_fusion();
 std::unique_ptr<Pass> swiglu_fusion();
 std::unique_ptr<Pass> rotary_embedding_fusion();
@@ -53,6 +54,8 @@ std::vector<ir::Node*> nodes_of(const ir::Graph& g, const std::string& op, const
 bool has_inputs(const ir::Node* n, size_t count);
 // v's producer when it is `op` of `domain` (ONNX's by default), else null.
 ir::Node* made_by(const ir::Value* v, const std::string& op, const std::string& domain = "");
+// The Cast that makes v by widening a bfloat16 or float16 value to float32 (exact), else null.
+ir::Node* widening(const ir::Value* v);
 // The other input of binary node n than `known` (null when n is not binary or `known` is not an input).
 ir::Value* other_input(const ir::Node* n, const ir::Value* known);
 // v's only reader when v is not a graph output (so a fusion may drop v), else null.
@@ -69,10 +72,11 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
 // rest producers first (fusions put new nodes at the end); returns whether any went.
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
-// The default list, in order: identity elimination, CastLike to Cast, GELU fusion, RMSNorm fusion, SwiGLU fusion,
-// rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion, attention-softmax
-// fusion, flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion, Cast-into-product fusion,
-// scatter accumulation, slice gradients to a Concat, constant folding, common subexpressions, dead code.
+// The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion,
+// SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion,
+// attention-softmax fusion, flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion,
+// Cast-into-product fusion, scatter accumulation, slice gradients to a Concat, constant folding, common
+// subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

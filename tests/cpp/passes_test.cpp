@@ -181,6 +181,38 @@ TEST(Passes, GeluFusionAndIdentityElimination) {
   for (int64_t i = 0; i < ya.numel(); ++i) EXPECT_NEAR(ya.data<float>()[i], yb.data<float>()[i], 1e-6);
 }
 
+// x in bf16, widened to float32 for a tanh Gelu whose output goes back to bf16 (CUDA's autocast around GPT-2's MLP
+// activation), then to float32 as the graph's output; `also_out`: the float32 Gelu is an output too.
+std::unique_ptr<ir::Graph> widened_gelu(bool also_out) {
+  auto g = base();
+  ir::Value* x = add_input(*g, "x", DType::kFloat32, {Dim::symbol("batch"), Dim(4)});
+  auto cast = [&](ir::Value* v, DType t) { return add_op(*g, "Cast", {v}, {{"to", int64_t(t)}}); };
+  ir::Value* y = add_op(*g, "Gelu", {cast(cast(x, DType::kBFloat16), DType::kFloat32)},
+                        {{"approximate", std::string("tanh")}});
+  g->outputs.push_back(cast(cast(y, DType::kBFloat16), DType::kFloat32));
+  if (also_out) g->outputs.push_back(y);
+  return g;
+}
+
+// The float32 Gelu between a widening Cast and a Cast back becomes a bf16 Gelu, with the same bits; not where the
+// float32 activation is read otherwise.
+TEST(Passes, AGeluBetweenCastsComputesInSixteenBits) {
+  auto narrowed = after([] { return widened_gelu(false); }, passes::narrow_gelu());
+  ASSERT_EQ(count(*narrowed, "Gelu"), 1u);
+  for (const auto& n : narrowed->nodes())
+    if (n->op_type == "Gelu") {
+      EXPECT_EQ(n->input(0)->dtype, DType::kBFloat16);
+      EXPECT_EQ(n->outputs[0]->dtype, DType::kBFloat16);
+      EXPECT_EQ(n->attr_string("approximate", ""), "tanh");
+    }
+  EXPECT_EQ(count(*narrowed, "Cast"), 3u);  // (the widening one left unread, for dead code)
+  expect_same_results([] { return widened_gelu(false); });
+  auto kept = widened_gelu(true);
+  ops::bind_graph(*kept);
+  kernels::infer_shapes(*kept);
+  EXPECT_FALSE(passes::narrow_gelu()->apply(*kept));
+}
+
 // CastLike(x's last dim, x) becomes Cast(to = x's dtype): x is read by Shape and Relu alone, and the result is the
 // same.
 TEST(Passes, CastLikeBecomesACastToItsSecondInputsDtype) {

@@ -1,6 +1,8 @@
 """GELU's two exported forms become one Gelu node: the erf form (F.gelu) and the tanh form GPT-2 writes out
 (transformers' NewGELUActivation, gelu_new): no Erf or Tanh left in the training graph, its gradient one GeluGrad
-of the same form, and the loss and every gradient as eager's (float32, and bf16 autocast)."""
+of the same form, and the loss and every gradient as eager's (float32, and bf16 autocast). Also the tanh form as
+CUDA's autocast runs it (tanh-cuda): Pow in float32, what meets its result promoted to float32, x * 0.5 in bf16; its
+Gelu then computes in bf16 (a float32 one between two Casts is narrowed), with no float32 copy of the activation."""
 
 import math
 
@@ -21,14 +23,16 @@ class MLP(torch.nn.Module):
     def act(self, h):
         if self.form == "tanh":  # NewGELUActivation
             return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        if self.form == "tanh-cuda":  # NewGELUActivation's dtypes under CUDA's autocast (pow on its float32 list)
+            return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h.float(), 3.0))))
         return torch.nn.functional.gelu(h)
 
     def forward(self, x):
         return self.proj(self.act(self.fc(x))).sin().sum()
 
 
-@pytest.mark.parametrize("form", ["tanh", "erf"])
-@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("form, bf16", [("tanh", False), ("tanh", True), ("erf", False), ("erf", True),
+                                        ("tanh-cuda", True)])
 def test_gelu_forms_are_fused_and_train_as_eager(form, bf16, tmp_path):
     torch.manual_seed(0)
     eager = MLP(form)
@@ -45,7 +49,11 @@ def test_gelu_forms_are_fused_and_train_as_eager(form, bf16, tmp_path):
     grads = [n for n in graph.node if n.op_type in ("GeluGrad", "GeluAndGrad")]
     assert ops.count("Gelu") == 1 and len(grads) == 1 and not {"Erf", "Tanh", "Pow"} & set(ops), ops
     gelu = grads[0]
-    assert [a.s.decode() for a in gelu.attribute if a.name == "approximate"] == (["tanh"] if form == "tanh" else [])
+    assert [a.s.decode() for a in gelu.attribute if a.name == "approximate"] == (["tanh"] if form != "erf" else [])
+    if bf16:  # (the activation and its gradient in bf16: no float32 copy of either)
+        types = {v.name: v.type.tensor_type.elem_type for v in graph.value_info}
+        fused = [n for n in graph.node if n.op_type in ("Gelu", "GeluGrad", "GeluAndGrad")]
+        assert all(types[v] == onnx.TensorProto.BFLOAT16 for n in fused for v in [*n.input, *n.output]), fused
     tol = dict(rtol=2e-2, atol=2e-2) if bf16 else dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got.float(), want.float(), **tol)  # (under autocast ours sums in float32)
     for (name, p), q in zip(ours.named_parameters(), eager.parameters()):
