@@ -1,6 +1,7 @@
 // The elementwise kernels' index walk, compiled by the host compiler: indexing.h's coalescing of a shape and its
 // arrays' strides, and device_types.cuh's offsets() of each flat index (32-bit divisions where they fit), against a
-// plain decomposition of the index over the shape as given.
+// plain decomposition of the index over the shape as given; strided_copy's grouping of contiguous runs into wider
+// elements, against the copy as given.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/device_types.cuh"
@@ -8,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 namespace onnxtrain::kernels::cuda {
@@ -93,6 +95,40 @@ TEST(CudaIndexing, IndicesPast32BitsDivideIn64) {
   for (int64_t i : {int64_t(0), int64_t(4), (int64_t(1) << 32) - 1, int64_t(1) << 32, (int64_t(1) << 32) + 7,
                     big * 5 - 1, big * 5, big * 5 * 2 + 123457, big * 5 * 3 - 1})
     expect_same_offsets(given, i);
+}
+
+// strided_copy's walk on the host: `bytes`-byte elements of src at their offsets by ix copied to dst at theirs.
+void copy_by(const Indexing& ix, int bytes, const char* src, char* dst) {
+  int64_t n = 1;
+  for (int d = 0; d < ix.rank; ++d) n *= ix.dims[d];
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + reference(ix, 0, i) * bytes, src + reference(ix, 1, i) * bytes, size_t(bytes));
+}
+
+// The copy of wider elements moves the same bytes as the copy as given; `want`: the element size it groups into.
+void expect_same_copy(const Indexing& given, int elem_bytes, int want, int64_t misalign = 0) {
+  std::vector<char> src(4096), a(4096, 0), b(4096, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = char(i * 7 + 3);
+  const auto aligned = [&](std::vector<char>& v) { return v.data() + (16 - uintptr_t(v.data()) % 16) % 16; };
+  char *s = aligned(src) + misalign, *x = aligned(a), *y = aligned(b);
+  Indexing wide = given;
+  ASSERT_EQ(widen_contiguous_runs(wide, elem_bytes, y, s), want);
+  copy_by(given, elem_bytes, s, x);
+  copy_by(wide, want, s, y);
+  EXPECT_EQ(a, b);
+}
+
+TEST(CudaIndexing, ContiguousRunsCopyAsWiderElements) {
+  // a Transpose keeping the last axis (heads split from tokens), bf16 runs of 8: 16-byte elements
+  expect_same_copy(make({2, 3, 4, 8}, {{96, 32, 8, 1}, {96, 8, 24, 1}}), 2, 16);
+  // runs of 6 bf16: 4-byte elements; float32 rows of 2 broadcast down (Expand): 8-byte elements
+  expect_same_copy(make({5, 6}, {{6, 1}, {12, 1}}), 2, 4);
+  expect_same_copy(make({7, 2}, {{2, 1}, {0, 1}}), 4, 8);
+  // a source 2 bytes past alignment, a last axis that moves (a full transpose), bytes already: as given
+  expect_same_copy(make({4, 8}, {{8, 1}, {8, 1}}), 2, 2, 2);
+  expect_same_copy(make({4, 8}, {{8, 1}, {1, 4}}), 2, 2);
+  expect_same_copy(make({3, 16}, {{16, 1}, {32, 1}}), 16, 16);
+  expect_same_copy(make({}, {{}, {}}), 4, 4);
 }
 
 }  // namespace

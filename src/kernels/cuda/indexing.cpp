@@ -34,6 +34,22 @@ Indexing coalesced(const Indexing& ix) {
   return r;
 }
 
+int widen_contiguous_runs(Indexing& ix, int elem_bytes, const void* dst, const void* src) {
+  const int last = ix.rank - 1;
+  if (last < 0 || ix.strides[0][last] != 1 || ix.strides[1][last] != 1) return elem_bytes;
+  for (int wide = 16; wide > elem_bytes; wide /= 2) {
+    const int64_t k = wide / elem_bytes;
+    bool fits = ix.dims[last] % k == 0 && reinterpret_cast<uintptr_t>(dst) % uintptr_t(wide) == 0 &&
+                reinterpret_cast<uintptr_t>(src) % uintptr_t(wide) == 0;
+    for (int d = 0; d < last && fits; ++d) fits = ix.strides[0][d] % k == 0 && ix.strides[1][d] % k == 0;
+    if (!fits) continue;
+    ix.dims[last] /= k;
+    for (int d = 0; d < last; ++d) ix.strides[0][d] /= k, ix.strides[1][d] /= k;
+    return wide;
+  }
+  return elem_bytes;
+}
+
 void same_dtype(const KernelCtx& c, const Tensor& x, size_t first, size_t last) {
   for (size_t i = first; i <= last; ++i)
     if (c.has(i) && c.in(i).dtype() != x.dtype())

@@ -56,6 +56,11 @@ void random_fill(int kind, DType t, void* y, int64_t n, uint64_t seed, float a, 
 // dst at its strides (ix.strides[0]) = src at its strides (ix.strides[1]), elements of `elem_bytes`: Transpose,
 // Expand, Slice, Concat's parts, Identity.
 void strided_copy(int elem_bytes, const void* src, void* dst, const Indexing& ix, cudaStream_t stream);
+// strided_copy's ix of `elem_bytes`-byte elements as the same copy of wider elements, in place: where the innermost
+// dim runs contiguous in both arrays, its runs grouped into elements of up to 16 bytes, as far as the run's length,
+// every other stride and both pointers allow (a Transpose that keeps the last axis, Concat's and Split's parts,
+// Expand of rows). The element size it leaves: elem_bytes where nothing groups. (Host code: indexing.cpp.)
+int widen_contiguous_runs(Indexing& ix, int elem_bytes, const void* dst, const void* src);
 
 // Trilu over `batch` matrices of (rows, cols), elements of `elem_bytes`: y = x where j - i >= k (upper) or
 // j - i <= k (lower), else 0.

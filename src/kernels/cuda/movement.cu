@@ -1,5 +1,6 @@
 // Data movement on the GPU: one strided copy serves Transpose, Expand, Slice, Concat's and Split's parts and
-// Identity; Trilu keeps a triangle; Pad reads each output element's source as the CPU's kernel does.
+// Identity (contiguous runs moved up to 16 bytes an element); Trilu keeps a triangle; Pad reads each output
+// element's source as the CPU's kernel does.
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -77,13 +78,19 @@ void trilu(int elem_bytes, const void* x, void* y, int64_t batch, int64_t rows, 
 }
 
 void strided_copy(int elem_bytes, const void* src, void* dst, const Indexing& ix, cudaStream_t stream) {
-  const int64_t n = numel(ix);
+  Indexing wide = ix;
+  const int bytes = widen_contiguous_runs(wide, elem_bytes, dst, src);
+  const int64_t n = numel(wide);
   if (n == 0) return;
-  with_bytes(elem_bytes, "strided_copy", [&](auto v) {
+  auto launch = [&](auto v) {
     using T = decltype(v);
-    strided_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), ix,
-                                                                n);
-  });
+    strided_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst),
+                                                                wide, n);
+  };
+  if (bytes == 16)
+    launch(uint4{});
+  else
+    with_bytes(bytes, "strided_copy", launch);
   check_launch("strided_copy");
 }
 
