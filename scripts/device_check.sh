@@ -11,8 +11,8 @@
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
 # (compute-sanitizer over the GPU tests' nodes and an MLP's training steps), ncu (Nsight Compute over one forward
-# and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls, shared memory's bank
-# conflicts). The packages are unpacked under
+# and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls, issue slots and
+# instructions executed, shared memory's bank conflicts). The packages are unpacked under
 # /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on the same
 # machine rebuilds nothing.
 set -uo pipefail
@@ -114,6 +114,7 @@ check_memcheck() {
 check_ncu() {  # (the first call's four kernels skipped: the second's profiled)
   step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
     --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
 }
 for check in ${only//,/ }; do
