@@ -2,9 +2,10 @@
 // emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
 // keys, zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, grouped-query
 // heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw), a fully masked row, causal
-// masks (a fill or a bias of -inf) whose upper tiles are skipped and lower tiles read no mask. What the emulation
-// cannot show (PTX's fragment layouts as the hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu
-// checks on a GPU.
+// masks (a fill or a bias of -inf) whose upper tiles are skipped and lower tiles read no mask. Operands staged by
+// cp.async land only when the kernel waits for them (a wait too late reads stale tiles), and ldmatrix hands out PTX's
+// fragments. What the emulation cannot show (the layouts as the hardware has them, timing)
+// Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_mma_attention

@@ -1,14 +1,17 @@
-// The warp emulation (warp_emulation.h): barriers among a block's host threads and among each warp's 32.
+// The warp emulation (warp_emulation.h): barriers among a block's host threads and among each warp's 32, and the
+// exchanges of the warp-wide instructions (shuffles, ldmatrix, products) through them.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"
 
 #include <atomic>
 #include <barrier>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/warp_mma.cuh"
 
 thread_local EmulatedIndex threadIdx, blockIdx, blockDim, gridDim;
@@ -20,6 +23,7 @@ struct Warp {
   std::barrier<> sync{32};
   float shuffled[32];
   uint32_t a[32][4], b[32][2];
+  const uint16_t* rows[32];  // ldmatrix's
 };
 
 struct Block {
@@ -71,6 +75,43 @@ void product(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 }  // namespace
 
 namespace kernels::cuda {
+namespace {
+struct Copy {
+  void* to;
+  const void* from;
+  int bytes;
+};
+thread_local std::vector<Copy> issued;                // since the thread's last commit
+thread_local std::deque<std::vector<Copy>> in_flight;  // its committed groups, oldest first
+}  // namespace
+
+void copy16_async(void* shared, const void* global, int bytes) { issued.push_back({shared, global, bytes}); }
+
+void commit_copies() {
+  in_flight.push_back(std::move(issued));
+  issued.clear();
+}
+
+void wait_copies(int pending) {
+  for (; int(in_flight.size()) > pending; in_flight.pop_front())
+    for (const Copy& c : in_flight.front()) {
+      std::memcpy(c.to, c.from, size_t(c.bytes));
+      std::memset(static_cast<char*>(c.to) + c.bytes, 0, size_t(16 - c.bytes));
+    }
+}
+
+void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16) __builtin_trap();  // a GPU faults on a misaligned row: so does the host
+  Warp& w = warp();
+  const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  w.rows[lane] = row;
+  w.sync.arrive_and_wait();
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t* const* m = w.rows + 8 * i;  // matrix i's rows
+    r[i] = trans ? join(m[2 * t][g], m[2 * t + 1][g]) : join(m[g][2 * t], m[g][2 * t + 1]);
+  }
+  w.sync.arrive_and_wait();
+}
 void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_f16>(c, a, b0, b1); }
 void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_bf16>(c, a, b0, b1); }
 }  // namespace kernels::cuda

@@ -1,6 +1,7 @@
 // CUDA's execution model on the host, to test warp-level kernels (kernels/cuda/warp_mma.cuh's tensor-core products)
-// where no GPU is: a block's threads are host threads, __syncthreads a barrier among them, a warp's shuffles and
-// products exchanges among its 32 threads (the products by PTX's fragment layouts, in float32). Blocks run one after
+// where no GPU is: a block's threads are host threads, __syncthreads a barrier among them, a warp's shuffles, ldmatrix
+// and products exchanges among its 32 threads (by PTX's fragment layouts; the products in float32), and a cp.async
+// copy made only once a wait covers its group (a read before the wait sees the old bytes). Blocks run one after
 // another, so a kernel's __shared__ arrays are static ones. Included first, in a test file of its own: it defines
 // the CUDA qualifiers as the host compiler is to take them.
 #pragma once

@@ -1,14 +1,16 @@
 // FlashAttention on tensor cores for 16-bit operands, FlashAttention-2's scheme (warp_mma.cuh's products): a block
-// of 4 warps owns 64 query rows (16 a warp) and steps over the keys 64 at a time, K and V staged in shared memory;
-// scores, probabilities and the output stay in registers, rescaled by the online softmax, the probabilities fed to
-// the next product as they are. The backward recomputes each probability from the row's log-sum-exp in two
-// kernels, no atomics: one owns query rows (dQ), the other 64 keys of a K and V batch index (dK, dV) and steps over
-// the query rows of every pair reading them (grouped-query heads summed there). Masks, biases, the fill of masked
-// scores, dropout (the CPU's counter-based draw) and fully masked rows as the warp-per-row kernels (attention.cu)
-// and the CPU's; tiles whose every score is -inf (a causal mask's upper ones) skipped, and the mask and the bias
-// read per score only in tiles they change (attention_tile_kind.cuh: a causal mask's diagonal). Head sizes up to D
-// (64 or 128), zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the
-// tests' warp emulation compiles its own host copy.
+// of 4 warps owns 64 query rows (16 a warp) and steps over the keys 64 at a time, K^T's and V's rows staged in
+// shared memory as they lie in global memory (by cp.async; where two stages fit, the next step's copied while the
+// warps work on this one's) and read as operands by ldmatrix; scores, probabilities and the output stay in
+// registers, rescaled by the online softmax, the probabilities fed to the next product as they are. The backward
+// recomputes each probability from the row's log-sum-exp in two kernels, no atomics: one owns query rows (dQ), the
+// other 64 keys of a K and V batch index (dK, dV) and steps over the query rows of every pair reading them
+// (grouped-query heads summed there). Masks, biases, the fill of masked scores, dropout (the CPU's counter-based
+// draw) and fully masked rows as the warp-per-row kernels (attention.cu) and the CPU's; tiles whose every score is
+// -inf (a causal mask's upper ones) skipped, and the mask and the bias read per score only in tiles they change
+// (attention_tile_kind.cuh: a causal mask's diagonal). Head sizes up to D (64 or 128), zero-padded. The kernels live
+// in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the tests' warp emulation compiles its own host
+// copy.
 #pragma once
 #include "kernels/cuda/attention_tile_kind.cuh"
 
@@ -29,7 +31,7 @@ __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T
 template <typename T>
 struct RowBlock {
   int64_t pair, block_r0, r0;
-  int g, t;
+  int lane, g, t;
   AttentionPair<T> p;
   float scale, fill;
   const uint16_t *kb, *vb;
@@ -39,15 +41,60 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
   const int64_t tiles = (a.tq + kTile - 1) / kTile, pair = blockIdx.x / tiles, block_r0 = blockIdx.x % tiles * kTile;
   const int lane = threadIdx.x % 32;
   const AttentionPair<T> p = pair_of<T>(a, pair);
-  return {pair, block_r0, block_r0 + threadIdx.x / 32 * 16, lane / 4, lane % 4, p, scalar_or<T>(a.scale, 1.f),
+  return {pair, block_r0, block_r0 + threadIdx.x / 32 * 16, lane, lane / 4, lane % 4, p, scalar_or<T>(a.scale, 1.f),
           scalar_or<T>(a.fill, 0.f), bits(kt) + p.kv * a.d * a.tk, bits(v) + p.kv * a.tk * a.dv};
+}
+
+// The stages of K^T and V a block over query rows keeps in shared memory: two (the next step's copied while the
+// warps work on this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.
+template <int D>
+constexpr int kStages = D > 64 ? 1 : 2;
+
+// Runs step(slot, j0, kind) by the whole block for each tile of keys j0 .. j0 + 63 in order but those whose every
+// score is -inf (tile_kind), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged.
+template <typename T, int D, typename Step>
+__device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
+                                               uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
+                                               Step&& step) {
+  auto next_live = [&](int64_t j0, TileKind& kind) {
+    for (; j0 < a.tk; j0 += kTile)
+      if ((kind = tile_kind<T, kTile, kTile>(a, b.p, b.block_r0, j0, b.fill)) != TileKind::kDead) break;
+    return j0;
+  };
+  auto stage_tile = [&](int slot, int64_t j0) {
+    if (j0 < a.tk) {
+      stage<D, kTile>(kts[slot], b.kb, 0, j0, a.d, a.tk);
+      stage<kTile, D>(vs[slot], b.vb, j0, 0, a.tk, a.dv);
+    }
+    commit_copies();  // (an empty group past the last tile: wait_copies counts groups)
+  };
+  TileKind kind = TileKind::kDead;
+  int64_t j0 = next_live(0, kind);
+  stage_tile(0, j0);
+  for (int n = 0; j0 < a.tk; ++n) {
+    const int slot = n % kStages<D>;
+    TileKind next_kind = TileKind::kDead;
+    const int64_t j1 = next_live(j0 + kTile, next_kind);
+    if constexpr (kStages<D> == 2) {
+      stage_tile(1 - slot, j1);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();  // the step's tiles staged, by every thread
+    step(slot, j0, kind);
+    __syncthreads();  // and read, before they are staged over
+    if constexpr (kStages<D> == 1) stage_tile(0, j1);
+    j0 = j1;
+    kind = next_kind;
+  }
 }
 
 // Y and the LSE: grid (query tiles x pairs).
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
-  __shared__ __align__(16) uint16_t ks[kTile][D + 8];  // the step's keys, a row each
-  __shared__ __align__(16) uint16_t vt[D][kTile + 8];  // its values transposed, a row per output column
+  __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
+  __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
   const RowBlock<T> b = row_block(a, kt, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
@@ -56,15 +103,9 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
   a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
   const float scale = b.scale, fill = b.fill;
   float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for (int64_t j0 = 0; j0 < a.tk; j0 += kTile) {
-    const TileKind kind = tile_kind<T, kTile, kTile>(a, p, b.block_r0, j0, fill);
-    if (kind == TileKind::kDead) continue;
-    __syncthreads();  // the last step's tiles read
-    stage_columns<D>(ks, b.kb, j0, a.tk, a.d);
-    stage_transposed<D>(vt, b.vb, j0, a.tk, a.dv);
-    __syncthreads();
+  for_live_tiles<T, D>(a, b, kts, vs, [&](int slot, int64_t j0, TileKind kind) {
     float s[kTile / 8][4];
-    product_rows<T, D, kTile>(s, qf, ks, g, t);
+    product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
@@ -97,8 +138,8 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < D / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[nt][i] *= alpha[i / 2];
-    product_accumulators<T, D, kTile, true>(o, s, vt, g, t);  // O += P V
-  }
+    product_accumulators<T, D, kTile, true>(o, s, vs[slot], b.lane);  // O += P V
+  });
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -126,8 +167,8 @@ __global__ void __launch_bounds__(kBlock) row_dots(Attention a, const T* dy, con
 template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const T* q, const T* kt, const T* v,
                                                   const float* lse, const float* dots, T* dq) {
-  __shared__ __align__(16) uint16_t ks[kTile][D + 8];  // the step's keys, a row each
-  __shared__ __align__(16) uint16_t vs[kTile][D + 8];  // and values
+  __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
+  __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
   const RowBlock<T> b = row_block(a, kt, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
@@ -135,7 +176,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
   uint32_t qf[D / 16][4], yf[D / 16][4];
   a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
   a_global<D>(yf, bits(dy) + pair * a.tq * a.dv, r0, a.tq, a.dv, g, t);
-  const float scale = b.scale, fill = b.fill;
+  const float scale = b.scale;
   float lr[2], dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -144,17 +185,11 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     dr[h] = r < a.tq ? dots[pair * a.tq + r] : 0.f;
   }
   float acc[D / 8][4] = {};
-  for (int64_t j0 = 0; j0 < a.tk; j0 += kTile) {
-    const TileKind kind = tile_kind<T, kTile, kTile>(a, p, b.block_r0, j0, fill);
-    if (kind == TileKind::kDead) continue;
+  for_live_tiles<T, D>(a, b, kts, vs, [&](int slot, int64_t j0, TileKind kind) {
     const bool plain = kind == TileKind::kPlain;
-    __syncthreads();
-    stage_columns<D>(ks, b.kb, j0, a.tk, a.d);
-    stage_rows<kTile, D>(vs, b.vb, j0, a.tk, a.dv);
-    __syncthreads();
     float s[kTile / 8][4], dp[kTile / 8][4];
-    product_rows<T, D, kTile>(s, qf, ks, g, t);
-    product_rows<T, D, kTile>(dp, yf, vs, g, t);  // dP = dY V^T
+    product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
+    product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
@@ -169,8 +204,8 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
         }
         s[nt][i] = ds;
       }
-    product_accumulators<T, D, kTile, false>(acc, s, ks, g, t);  // dQ += dS K
-  }
+    product_accumulators<T, D, kTile, false>(acc, s, kts[slot], b.lane);  // dQ += dS K
+  });
   store_rows<T, D>(dq + pair * a.tq * a.d, acc, r0, a.tq, a.d, {1.f, 1.f}, g, t);
 }
 
@@ -183,13 +218,15 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
                                                    const float* lse, const float* dots, T* dkt, T* dv) {
   constexpr int Q = kQueries<D>;
-  __shared__ __align__(16) uint16_t ks[kTile][D + 8], vs[kTile][D + 8];  // the block's keys and values, a row each
-  __shared__ __align__(16) uint16_t qs[Q][D + 8], ys[Q][D + 8];          // the step's query rows and their dY
-  __shared__ float lr[Q], dr[Q];                           // and their LSE and D
+  __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
+  __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
+  __shared__ __align__(16) uint16_t qs[Q][D + 8], ys[Q][D + 8];  // the step's query rows and their dY
+  __shared__ float lr[Q], dr[Q];                                 // and their LSE and D
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
-  stage_columns<D>(ks, bits(kt) + kv * a.d * a.tk, k0, a.tk, a.d);
-  stage_rows<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, a.tk, a.dv);
+  stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
+  stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
+  commit_copies();  // (waited for with the first step's rows)
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
   for (int64_t pair = 0; pair < a.pairs; ++pair) {
@@ -199,14 +236,16 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
       const TileKind kind = tile_kind<T, Q, kTile>(a, p, q0, k0, fill);
       if (kind == TileKind::kDead) continue;
       const bool plain = kind == TileKind::kPlain;
-      __syncthreads();  // the last step's rows read (and the block's keys and values staged)
-      stage_rows<Q, D>(qs, bits(q) + pair * a.tq * a.d, q0, a.tq, a.d);
-      stage_rows<Q, D>(ys, bits(dy) + pair * a.tq * a.dv, q0, a.tq, a.dv);
+      __syncthreads();  // the last step's rows read
+      stage<Q, D>(qs, bits(q) + pair * a.tq * a.d, q0, 0, a.tq, a.d);
+      stage<Q, D>(ys, bits(dy) + pair * a.tq * a.dv, q0, 0, a.tq, a.dv);
+      commit_copies();
       for (int i = threadIdx.x; i < Q; i += kBlock) {
         const bool in = q0 + i < a.tq;
         lr[i] = in ? lse[pair * a.tq + q0 + i] : INFINITY;
         dr[i] = in ? dots[pair * a.tq + q0 + i] : 0.f;
       }
+      wait_copies<0>();
       __syncthreads();
       float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
 #pragma unroll
@@ -216,15 +255,17 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ka[4], va[4];
-        a_rows<D + 8>(ka, ks, w0, 16 * kk, g, t);
-        a_rows<D + 8>(va, vs, w0, 16 * kk, g, t);
+        a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
+        a_tile<false>(va, vs, w0, 16 * kk, lane);
 #pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt) {
-          uint32_t b0, b1;
-          b_rows<D + 8>(b0, b1, qs, 8 * nt, 16 * kk, g, t);
-          mma<T>(st[nt], ka, b0, b1);
-          b_rows<D + 8>(b0, b1, ys, 8 * nt, 16 * kk, g, t);
-          mma<T>(dpt[nt], va, b0, b1);
+        for (int np = 0; np < Q / 16; ++np) {
+          uint32_t bq[4], by[4];
+          b_tiles<false>(bq, qs, 16 * np, 16 * kk, lane);
+          b_tiles<false>(by, ys, 16 * np, 16 * kk, lane);
+          mma<T>(st[2 * np], ka, bq[0], bq[1]);
+          mma<T>(st[2 * np + 1], ka, bq[2], bq[3]);
+          mma<T>(dpt[2 * np], va, by[0], by[1]);
+          mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
         }
       }
 #pragma unroll
@@ -245,8 +286,8 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
           st[nt][i] = pd;
           dpt[nt][i] = ds;
         }
-      product_accumulators<T, D, Q, false>(dva, st, ys, g, t);  // dV += P^T dY
-      product_accumulators<T, D, Q, false>(dk, dpt, qs, g, t);   // dK += dS^T Q
+      product_accumulators<T, D, Q, true>(dva, st, ys, lane);  // dV += P^T dY
+      product_accumulators<T, D, Q, true>(dk, dpt, qs, lane);   // dK += dS^T Q
     }
   }
 #pragma unroll

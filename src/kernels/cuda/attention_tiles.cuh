@@ -1,9 +1,11 @@
 // The tiles and warp products the tensor-core attention kernels (attention_mma.cuh) are made of: operands staged
-// from global into shared memory, a warp's rows as A operands, products over a staged tile (warp_mma.cuh's
-// instruction), accumulators stored as rows, reductions over the 4 lanes that hold a row. In namespace
+// from global into shared memory as they lie there (by cp.async where rows allow), a warp's rows as A operands,
+// products over a staged tile (warp_mma.cuh's instruction, its B operands read by ldmatrix as rows or transposed),
+// accumulators stored as rows, reductions over the 4 lanes that hold a row. In namespace
 // ONNXTRAIN_MMA_ATTENTION, mma_attention unless the includer names another (the tests' warp emulation does, for its
 // host copy).
 #pragma once
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/warp_mma.cuh"
 
@@ -40,93 +42,58 @@ __device__ __forceinline__ void a_global(uint32_t (&a)[D / 16][4], const uint16_
   }
 }
 
-// Rows a0 .. a0 + A - 1 and columns b0 .. b0 + B - 1 of a row-major (rows, cols) matrix into shared memory,
-// element (a, b) at s[a][b], or at s[b][a] (kTranspose); zeros outside the matrix. 16 bytes a thread where the
-// matrix's rows allow (8 elements, aligned), else an element each. Consecutive threads read along the matrix's rows,
-// or, transposing, down its columns: they then write along a row of s (s's rows are a multiple of 16 elements plus
-// 8 apart, so threads 8 elements apart along the matrix's rows would write one bank).
-template <int A, int B, bool kTranspose, int S>
-__device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64_t a0, int64_t b0, int64_t rows,
+// Rows r0 .. r0 + R - 1 and columns c0 .. c0 + C - 1 of a row-major (rows, cols) matrix into s[r][c], zeros
+// outside the matrix: by cp.async where its rows allow copies of 16 bytes (cols a multiple of 8, m 16-byte aligned),
+// the caller then committing and waiting (async_copy.cuh), else an element at a time. Consecutive threads take
+// consecutive 16 bytes of a row.
+template <int R, int C, int S>
+__device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64_t r0, int64_t c0, int64_t rows,
                                       int64_t cols) {
-  if (cols % 8 == 0 && b0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
-    for (int i = threadIdx.x; i < A * B / 8; i += kBlock) {
-      const int a = kTranspose ? i % A : i / (B / 8), b = (kTranspose ? i / A : i % (B / 8)) * 8;
-      uint4 w = {0, 0, 0, 0};
-      if (a0 + a < rows && b0 + b < cols) w = *reinterpret_cast<const uint4*>(m + (a0 + a) * cols + b0 + b);
-      if constexpr (kTranspose) {
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s[b + k][a] = uint16_t(words[k / 2] >> (16 * (k % 2)));
-      } else {
-        *reinterpret_cast<uint4*>(&s[a][b]) = w;
-      }
+  if (cols % 8 == 0 && c0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
+    for (int i = threadIdx.x; i < R * C / 8; i += kBlock) {
+      const int r = i / (C / 8), c = i % (C / 8) * 8;
+      const bool in = r0 + r < rows && c0 + c < cols;
+      copy16_async(&s[r][c], in ? m + (r0 + r) * cols + c0 + c : m, in ? 16 : 0);
     }
   } else {
-    for (int i = threadIdx.x; i < A * B; i += kBlock) {
-      const int a = i / B, b = i % B;
-      const uint16_t e = at(m, a0 + a, b0 + b, rows, cols);
-      if constexpr (kTranspose)
-        s[b][a] = e;
-      else
-        s[a][b] = e;
-    }
+    for (int i = threadIdx.x; i < R * C; i += kBlock) s[i / C][i % C] = at(m, r0 + i / C, c0 + i % C, rows, cols);
   }
 }
 
-// s[j][c] = element c of row j0 + j of a row-major (n, cols) matrix (V, Q, dY): R rows of D columns.
-template <int R, int D>
-__device__ __forceinline__ void stage_rows(uint16_t (*s)[D + 8], const uint16_t* m, int64_t j0, int64_t n,
-                                           int64_t cols) {
-  stage<R, D, false>(s, m, j0, 0, n, cols);
-}
-
-// s[j][c] = element j0 + j of row c of a row-major (cols, n) matrix (Kt: K's rows).
-template <int D>
-__device__ __forceinline__ void stage_columns(uint16_t (*s)[D + 8], const uint16_t* m, int64_t j0, int64_t n,
-                                              int64_t cols) {
-  stage<D, kTile, true>(s, m, 0, j0, cols, n);
-}
-
-// s[c][j] = element c of row j0 + j of a row-major (n, cols) matrix (V transposed).
-template <int D>
-__device__ __forceinline__ void stage_transposed(uint16_t (*s)[kTile + 8], const uint16_t* m, int64_t j0, int64_t n,
-                                                 int64_t cols) {
-  stage<kTile, D, true>(s, m, j0, 0, n, cols);
-}
-
-// c[nt] = A B over the tile's N / 8 columns of 8, B(k, n) = s[n][k] (k over D).
-template <typename T, int D, int N, int S>
+// c[nt] = A B over the tile's N / 8 columns of 8 (N a multiple of 16), k over D: B(k, n) = s[n][k], or s[k][n]
+// (kTrans).
+template <typename T, int D, int N, bool kTrans, int S>
 __device__ __forceinline__ void product_rows(float (&c)[N / 8][4], const uint32_t (&a)[D / 16][4],
-                                             const uint16_t (*s)[S], int g, int t) {
+                                             const uint16_t (*s)[S], int lane) {
 #pragma unroll
-  for (int nt = 0; nt < N / 8; ++nt) {
-    c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
+  for (int np = 0; np < N / 16; ++np) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[2 * np][i] = c[2 * np + 1][i] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t b0, b1;
-      b_rows<S>(b0, b1, s, 8 * nt, 16 * kk, g, t);
-      mma<T>(c[nt], a[kk], b0, b1);
+      uint32_t b[4];
+      b_tiles<kTrans>(b, s, 16 * np, 16 * kk, lane);
+      mma<T>(c[2 * np], a[kk], b[0], b[1]);
+      mma<T>(c[2 * np + 1], a[kk], b[2], b[3]);
     }
   }
 }
 
 // c[nt] += P B over D / 8 columns of 8: P the accumulators p (K / 8 tiles of 8 columns) as A operands rounded to T,
-// B(k, n) = s[n][k] (kRows) or s[k][n] for k < K.
-template <typename T, int D, int K, bool kRows, int S>
+// B(k, n) = s[n][k], or s[k][n] (kTrans), for k < K.
+template <typename T, int D, int K, bool kTrans, int S>
 __device__ __forceinline__ void product_accumulators(float (&c)[D / 8][4], const float (&p)[K / 8][4],
-                                                     const uint16_t (*s)[S], int g, int t) {
+                                                     const uint16_t (*s)[S], int lane) {
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) {
     uint32_t pa[4];
     a_accumulators<T>(pa, p, kk);
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      uint32_t b0, b1;
-      if constexpr (kRows)
-        b_rows<S>(b0, b1, s, 8 * nt, 16 * kk, g, t);
-      else
-        b_cols<S>(b0, b1, s, 16 * kk, 8 * nt, g, t);
-      mma<T>(c[nt], pa, b0, b1);
+    for (int np = 0; np < D / 16; ++np) {
+      uint32_t b[4];
+      b_tiles<kTrans>(b, s, 16 * np, 16 * kk, lane);
+      mma<T>(c[2 * np], pa, b[0], b[1]);
+      mma<T>(c[2 * np + 1], pa, b[2], b[3]);
     }
   }
 }

@@ -1,12 +1,12 @@
 // A warp's tensor-core product, PTX's mma.sync.m16n8k16 (sm_80 on) with 16-bit operands and float32 accumulators,
-// and the fragments it takes from shared memory and from an earlier product's accumulators. In PTX's layouts, lane
-// = 4 g + t (g = lane / 4, t = lane % 4), each 32-bit register holding two consecutive k (the lower one in its low
-// half):
+// and the fragments it takes from shared memory (by ldmatrix, as rows or transposed) and from an earlier product's
+// accumulators. In PTX's layouts, lane = 4 g + t (g = lane / 4, t = lane % 4), each 32-bit register holding two
+// consecutive k (the lower one in its low half):
 //   A (16 x 16, rows of k): a[0] row g, k 2t; a[1] row g + 8, k 2t; a[2] row g, k 2t + 8; a[3] row g + 8, k 2t + 8
 //   B (16 x 8, columns of k): b[0] k 2t, column g; b[1] k 2t + 8, column g
 //   C (16 x 8): c[0], c[1] row g, columns 2t, 2t + 1; c[2], c[3] row g + 8, the same columns
-// Compiled by nvcc, mma() is the instruction; compiled for the host (the tests' warp emulation,
-// tests/cpp/warp_emulation.h), mma_f16 and mma_bf16 are declared here and defined by the emulation.
+// Compiled by nvcc, mma() and ldmatrix_x4() are the instructions; compiled for the host (the tests' warp emulation,
+// tests/cpp/warp_emulation.h), mma_f16, mma_bf16 and ldmatrix_x4 are declared here and defined by the emulation.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -46,13 +46,7 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
     mma_bf16(c, a, b0, b1);
 }
 
-// Two consecutive 16-bit elements as one register (p 4-byte aligned); two elements joined.
-__device__ __forceinline__ uint32_t word(const uint16_t* p) {
-#ifndef __CUDACC__
-  if (reinterpret_cast<uintptr_t>(p) % 4) __builtin_trap();  // a GPU faults on a misaligned word: so does the host
-#endif
-  return *reinterpret_cast<const uint32_t*>(p);
-}
+// Two 16-bit elements joined as one register, the first in its low half.
 __device__ __forceinline__ uint32_t join(uint16_t lo, uint16_t hi) { return lo | uint32_t(hi) << 16; }
 
 // Two floats rounded to T, as one register.
@@ -65,30 +59,47 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return join(x, y);
 }
 
-// Rows r0 .. r0 + 15, k0 .. k0 + 15 of a row-major tile (rows of S elements) as an A operand.
-template <int S>
-__device__ __forceinline__ void a_rows(uint32_t (&a)[4], const uint16_t (*s)[S], int r0, int k0, int g, int t) {
-  a[0] = word(&s[r0 + g][k0 + 2 * t]);
-  a[1] = word(&s[r0 + g + 8][k0 + 2 * t]);
-  a[2] = word(&s[r0 + g][k0 + 2 * t + 8]);
-  a[3] = word(&s[r0 + g + 8][k0 + 2 * t + 8]);
+// Four 8 x 8 matrices of 16-bit elements from shared memory (PTX's ldmatrix .x4): lane 8 i + r names row r of
+// matrix i, at element `at` of `base` (16 bytes, 16-byte aligned), and r[i] gets the lane's part of matrix i as a
+// fragment holds it, row g and columns 2t, 2t + 1; kTrans: of matrix i transposed, its rows 2t and 2t + 1 at column
+// g. (One shared address of `base` and offsets from it, which the instruction can hold.) Compiled for the host, the
+// emulation defines it.
+#ifdef __CUDACC__
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* base, int at) {
+  const unsigned row = unsigned(__cvta_generic_to_shared(base)) + 2u * unsigned(at);
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(row));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(row));
+}
+#else
+void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans);
+template <bool kTrans>
+void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* base, int at) {
+  ldmatrix_x4(r, base + at, kTrans);
+}
+#endif
+
+// The A operand (rows r0 .. r0 + 15, k0 .. k0 + 15) of a tile in shared memory (rows of S elements) holding A(r, k)
+// at s[r][k], or at s[k][r] (kTrans).
+template <bool kTrans, int S>
+__device__ __forceinline__ void a_tile(uint32_t (&a)[4], const uint16_t (*s)[S], int r0, int k0, int lane) {
+  const int r = lane % 8, down = lane / 8 % 2 * 8, right = lane / 16 * 8;  // matrix i: rows + 8 (i % 2), k + 8 (i / 2)
+  ldmatrix_x4<kTrans>(a, s[0], kTrans ? (k0 + right + r) * S + r0 + down : (r0 + down + r) * S + k0 + right);
 }
 
-// The B operand (k0 .. k0 + 15, n0 .. n0 + 7) where B(k, n) = s[n][k]: a tile's rows are B's columns.
-template <int S>
-__device__ __forceinline__ void b_rows(uint32_t& b0, uint32_t& b1, const uint16_t (*s)[S], int n0, int k0, int g,
-                                       int t) {
-  b0 = word(&s[n0 + g][k0 + 2 * t]);
-  b1 = word(&s[n0 + g][k0 + 2 * t + 8]);
-}
-
-// The B operand (k0 .. k0 + 15, n0 .. n0 + 7) where B(k, n) = s[k][n]: a tile's rows are B's rows.
-template <int S>
-__device__ __forceinline__ void b_cols(uint32_t& b0, uint32_t& b1, const uint16_t (*s)[S], int k0, int n0, int g,
-                                       int t) {
-  const int k = k0 + 2 * t, n = n0 + g;
-  b0 = join(s[k][n], s[k + 1][n]);
-  b1 = join(s[k + 8][n], s[k + 9][n]);
+// B operands (k0 .. k0 + 15) of two 8-column tiles, columns n0 .. n0 + 7 in b[0], b[1] and n0 + 8 .. n0 + 15 in b[2],
+// b[3], of a tile in shared memory holding B(k, n) at s[n][k] (a tile's rows are B's columns), or at s[k][n]
+// (kTrans: its rows are B's rows).
+template <bool kTrans, int S>
+__device__ __forceinline__ void b_tiles(uint32_t (&b)[4], const uint16_t (*s)[S], int n0, int k0, int lane) {
+  const int r = lane % 8, deep = lane / 8 % 2 * 8, next = lane / 16 * 8;  // matrix i: k + 8 (i % 2), n + 8 (i / 2)
+  ldmatrix_x4<kTrans>(b, s[0], kTrans ? (k0 + deep + r) * S + n0 + next : (n0 + next + r) * S + k0 + deep);
 }
 
 // Columns 16 kk .. 16 kk + 15 of accumulators c (16 x 8 tiles side by side), rounded to T, as an A operand: the
