@@ -26,6 +26,12 @@ __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T
   return masked(a, p.cond, r, j) ? fill : qk * scale + bias_at(a, p.bias, r, j);
 }
 
+// Whether a warp's 16 rows from r0 by the keys j0 .. j0 + 63 lie inside the scores in a tile the mask and the bias
+// leave as they are: their scores are then the products scaled, with no test an element.
+__device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_t r0, int64_t j0) {
+  return kind == TileKind::kPlain && r0 + 16 <= a.tq && j0 + kTile <= a.tk;
+}
+
 // What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
 // the warp's first row, the lane's g and t, the pair's K and V, the scalars.
 template <typename T>
@@ -107,14 +113,21 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     float s[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
+    if (inside(a, kind, r0, j0)) {  // (no score past the rows or the keys, none masked or biased)
 #pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
+      for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[nt][i] = score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale, fill,
-                         kind == TileKind::kPlain);
-        top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
-      }
+        for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nt][i] *= scale);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[nt][i] = score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale, fill,
+                           kind == TileKind::kPlain);
+          top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
+        }
+    }
     float base[2], alpha[2], sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -126,12 +139,15 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float e = __expf(s[nt][i] - base[i / 2]);
-        sum[i / 2] += e;
-        const int64_t row = pair * a.tq + r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
-        s[nt][i] = !a.dropout ? e : e != 0.f && keeps(a, row, j) ? e * a.keep_scale : 0.f;
-      }
+      for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = __expf(s[nt][i] - base[i / 2]);
+    if (a.dropout)
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t row = pair * a.tq + r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
+          s[nt][i] = s[nt][i] != 0.f && keeps(a, row, j) ? s[nt][i] * a.keep_scale : 0.f;
+        }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
 #pragma unroll
@@ -268,24 +284,36 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
           mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
         }
       }
+      if (plain && !a.dropout && k0 + w0 + 16 <= a.tk && q0 + Q <= a.tq) {  // (as inside(): no test an element)
 #pragma unroll
-      for (int nt = 0; nt < Q / 8; ++nt)
+        for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int rl = column_of(nt, i, t);
-          const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
-          float pd = 0.f, ds = 0.f;
-          if (j < a.tk && r < a.tq) {
-            const bool off = !plain && masked(a, p.cond, r, j);
-            const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
-            const float e = __expf(x - lr[rl]);
-            const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
-            pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
-            if (!off) ds = e * ((!keep ? 0.f : a.dropout ? dpt[nt][i] * a.keep_scale : dpt[nt][i]) - dr[rl]) * scale;
+          for (int i = 0; i < 4; ++i) {
+            const int rl = column_of(nt, i, t);
+            st[nt][i] = __expf(st[nt][i] * scale - lr[rl]);
+            dpt[nt][i] = st[nt][i] * (dpt[nt][i] - dr[rl]) * scale;
           }
-          st[nt][i] = pd;
-          dpt[nt][i] = ds;
-        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int rl = column_of(nt, i, t);
+            const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
+            float pd = 0.f, ds = 0.f;
+            if (j < a.tk && r < a.tq) {
+              const bool off = !plain && masked(a, p.cond, r, j);
+              const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
+              const float e = __expf(x - lr[rl]);
+              const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
+              const float kept = !keep ? 0.f : a.dropout ? dpt[nt][i] * a.keep_scale : dpt[nt][i];
+              pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
+              if (!off) ds = e * (kept - dr[rl]) * scale;
+            }
+            st[nt][i] = pd;
+            dpt[nt][i] = ds;
+          }
+      }
       product_accumulators<T, D, Q, true>(dva, st, ys, lane);  // dV += P^T dY
       product_accumulators<T, D, Q, true>(dk, dpt, qs, lane);   // dK += dS^T Q
     }
