@@ -51,8 +51,8 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
           scalar_or<T>(a.fill, 0.f), bits(kt) + p.kv * a.d * a.tk, bits(v) + p.kv * a.tk * a.dv};
 }
 
-// The stages of K^T and V a block over query rows keeps in shared memory: two (the next step's copied while the
-// warps work on this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.
+// The slots a kernel stages its steps' operands in (pipeline()): two (the next step's copied while the warps work on
+// this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.
 template <int D>
 constexpr int kStages = D > 64 ? 1 : 2;
 
@@ -62,38 +62,26 @@ template <typename T, int D, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
                                                uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
                                                Step&& step) {
-  auto next_live = [&](int64_t j0, TileKind& kind) {
-    for (; j0 < a.tk; j0 += kTile)
-      if ((kind = tile_kind<T, kTile, kTile>(a, b.p, b.block_r0, j0, b.fill)) != TileKind::kDead) break;
-    return j0;
+  struct Tile {
+    int64_t j0;
+    TileKind kind;
   };
-  auto stage_tile = [&](int slot, int64_t j0) {
-    if (j0 < a.tk) {
-      stage<D, kTile>(kts[slot], b.kb, 0, j0, a.d, a.tk);
-      stage<kTile, D>(vs[slot], b.vb, j0, 0, a.tk, a.dv);
-    }
-    commit_copies();  // (an empty group past the last tile: wait_copies counts groups)
+  auto live_from = [&](int64_t j0) {  // the first tile from j0 on not all -inf (j0 past the keys: none)
+    Tile t{j0, TileKind::kDead};
+    for (; t.j0 < a.tk; t.j0 += kTile)
+      if ((t.kind = tile_kind<T, kTile, kTile>(a, b.p, b.block_r0, t.j0, b.fill)) != TileKind::kDead) break;
+    return t;
   };
-  TileKind kind = TileKind::kDead;
-  int64_t j0 = next_live(0, kind);
-  stage_tile(0, j0);
-  for (int n = 0; j0 < a.tk; ++n) {
-    const int slot = n % kStages<D>;
-    TileKind next_kind = TileKind::kDead;
-    const int64_t j1 = next_live(j0 + kTile, next_kind);
-    if constexpr (kStages<D> == 2) {
-      stage_tile(1 - slot, j1);
-      wait_copies<1>();
-    } else {
-      wait_copies<0>();
-    }
-    __syncthreads();  // the step's tiles staged, by every thread
-    step(slot, j0, kind);
-    __syncthreads();  // and read, before they are staged over
-    if constexpr (kStages<D> == 1) stage_tile(0, j1);
-    j0 = j1;
-    kind = next_kind;
-  }
+  pipeline<kStages<D>>(
+      live_from(0), [&](Tile t) { return live_from(t.j0 + kTile); }, [&](Tile t) { return t.j0 < a.tk; },
+      [&](int slot, Tile t) {
+        if (t.j0 < a.tk) {
+          stage<D, kTile>(kts[slot], b.kb, 0, t.j0, a.d, a.tk);
+          stage<kTile, D>(vs[slot], b.vb, t.j0, 0, a.tk, a.dv);
+        }
+        commit_copies();
+      },
+      [&](int slot, Tile t) { step(slot, t.j0, t.kind); });
 }
 
 // Y and the LSE: grid (query tiles x pairs).
@@ -236,8 +224,9 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
   constexpr int Q = kQueries<D>;
   __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
-  __shared__ __align__(16) uint16_t qs[Q][D + 8], ys[Q][D + 8];  // the step's query rows and their dY
-  __shared__ float lr[Q], dr[Q];                                 // and their LSE and D
+  constexpr int S = kStages<D>;
+  __shared__ __align__(16) uint16_t qs[S][Q][D + 8], ys[S][Q][D + 8];  // the step's query rows and their dY
+  __shared__ float lrs[S][Q], drs[S][Q];                               // and their LSE and D
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
   stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
@@ -245,78 +234,107 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
   commit_copies();  // (waited for with the first step's rows)
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
-  for (int64_t pair = 0; pair < a.pairs; ++pair) {
-    const AttentionPair<T> p = pair_of<T>(a, pair);
-    if (p.kv != kv) continue;
-    for (int64_t q0 = 0; q0 < a.tq; q0 += Q) {
-      const TileKind kind = tile_kind<T, Q, kTile>(a, p, q0, k0, fill);
-      if (kind == TileKind::kDead) continue;
-      const bool plain = kind == TileKind::kPlain;
-      __syncthreads();  // the last step's rows read
-      stage<Q, D>(qs, bits(q) + pair * a.tq * a.d, q0, 0, a.tq, a.d);
-      stage<Q, D>(ys, bits(dy) + pair * a.tq * a.dv, q0, 0, a.tq, a.dv);
-      commit_copies();
-      for (int i = threadIdx.x; i < Q; i += kBlock) {
-        const bool in = q0 + i < a.tq;
-        lr[i] = in ? lse[pair * a.tq + q0 + i] : INFINITY;
-        dr[i] = in ? dots[pair * a.tq + q0 + i] : 0.f;
+  struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
+    int64_t pair, q0;
+    AttentionPair<T> p;
+    TileKind kind;
+  };
+  auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
+    for (;;) {
+      if ((r.q0 += Q) >= a.tq) {
+        while (++r.pair < a.pairs && pair_of<T>(a, r.pair).kv != kv) {
+        }
+        if (r.pair >= a.pairs) return r;
+        r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
+      if ((r.kind = tile_kind<T, Q, kTile>(a, r.p, r.q0, k0, fill)) != TileKind::kDead) return r;
+    }
+  };
+  auto stage_rows = [&](int slot, Rows r) {
+    if (r.pair < a.pairs) {
+      stage<Q, D>(qs[slot], bits(q) + r.pair * a.tq * a.d, r.q0, 0, a.tq, a.d);
+      stage<Q, D>(ys[slot], bits(dy) + r.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
+      for (int i = threadIdx.x; i < Q; i += kBlock) {
+        const bool in = r.q0 + i < a.tq;
+        lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] : INFINITY;
+        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] : 0.f;
+      }
+    }
+    commit_copies();
+  };
+  Rows step = next(Rows{-1, a.tq, AttentionPair<T>{}, TileKind::kDead});
+  stage_rows(0, step);
+  // pipeline()'s loop, written out: through its run lambda dk and dva went to local memory here
+  for (int n = 0; step.pair < a.pairs; ++n) {
+    const int slot = n % S;
+    const Rows following = next(step);
+    if constexpr (S == 2) {
+      stage_rows(1 - slot, following);
+      wait_copies<1>();
+    } else {
       wait_copies<0>();
-      __syncthreads();
-      float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
+    }
+    __syncthreads();
+    const int64_t pair = step.pair, q0 = step.q0;
+    const AttentionPair<T> p = step.p;
+    const bool plain = step.kind == TileKind::kPlain;
+    const float *lr = lrs[slot], *dr = drs[slot];
+    float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
+#pragma unroll
+    for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st[nt][i] = dpt[nt][i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
+      a_tile<false>(va, vs, w0, 16 * kk, lane);
+#pragma unroll
+      for (int np = 0; np < Q / 16; ++np) {
+        uint32_t bq[4], by[4];
+        b_tiles<false>(bq, qs[slot], 16 * np, 16 * kk, lane);
+        b_tiles<false>(by, ys[slot], 16 * np, 16 * kk, lane);
+        mma<T>(st[2 * np], ka, bq[0], bq[1]);
+        mma<T>(st[2 * np + 1], ka, bq[2], bq[3]);
+        mma<T>(dpt[2 * np], va, by[0], by[1]);
+        mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
+      }
+    }
+    if (plain && !a.dropout && k0 + w0 + 16 <= a.tk && q0 + Q <= a.tq) {  // (as inside(): no test an element)
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) st[nt][i] = dpt[nt][i] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t ka[4], va[4];
-        a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
-        a_tile<false>(va, vs, w0, 16 * kk, lane);
-#pragma unroll
-        for (int np = 0; np < Q / 16; ++np) {
-          uint32_t bq[4], by[4];
-          b_tiles<false>(bq, qs, 16 * np, 16 * kk, lane);
-          b_tiles<false>(by, ys, 16 * np, 16 * kk, lane);
-          mma<T>(st[2 * np], ka, bq[0], bq[1]);
-          mma<T>(st[2 * np + 1], ka, bq[2], bq[3]);
-          mma<T>(dpt[2 * np], va, by[0], by[1]);
-          mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
+        for (int i = 0; i < 4; ++i) {
+          const int rl = column_of(nt, i, t);
+          st[nt][i] = __expf(st[nt][i] * scale - lr[rl]);
+          dpt[nt][i] = st[nt][i] * (dpt[nt][i] - dr[rl]) * scale;
         }
-      }
-      if (plain && !a.dropout && k0 + w0 + 16 <= a.tk && q0 + Q <= a.tq) {  // (as inside(): no test an element)
+    } else {
 #pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
+      for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int rl = column_of(nt, i, t);
-            st[nt][i] = __expf(st[nt][i] * scale - lr[rl]);
-            dpt[nt][i] = st[nt][i] * (dpt[nt][i] - dr[rl]) * scale;
+        for (int i = 0; i < 4; ++i) {
+          const int rl = column_of(nt, i, t);
+          const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
+          float pd = 0.f, ds = 0.f;
+          if (j < a.tk && r < a.tq) {
+            const bool off = !plain && masked(a, p.cond, r, j);
+            const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
+            const float e = __expf(x - lr[rl]);
+            const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
+            const float kept = !keep ? 0.f : a.dropout ? dpt[nt][i] * a.keep_scale : dpt[nt][i];
+            pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
+            if (!off) ds = e * (kept - dr[rl]) * scale;
           }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int rl = column_of(nt, i, t);
-            const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
-            float pd = 0.f, ds = 0.f;
-            if (j < a.tk && r < a.tq) {
-              const bool off = !plain && masked(a, p.cond, r, j);
-              const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
-              const float e = __expf(x - lr[rl]);
-              const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
-              const float kept = !keep ? 0.f : a.dropout ? dpt[nt][i] * a.keep_scale : dpt[nt][i];
-              pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
-              if (!off) ds = e * (kept - dr[rl]) * scale;
-            }
-            st[nt][i] = pd;
-            dpt[nt][i] = ds;
-          }
-      }
-      product_accumulators<T, D, Q, true>(dva, st, ys, lane);  // dV += P^T dY
-      product_accumulators<T, D, Q, true>(dk, dpt, qs, lane);   // dK += dS^T Q
+          st[nt][i] = pd;
+          dpt[nt][i] = ds;
+        }
     }
+    product_accumulators<T, D, Q, true>(dva, st, ys[slot], lane);  // dV += P^T dY
+    product_accumulators<T, D, Q, true>(dk, dpt, qs[slot], lane);   // dK += dS^T Q
+    __syncthreads();
+    if constexpr (S == 1) stage_rows(0, following);
+    step = following;
   }
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt)

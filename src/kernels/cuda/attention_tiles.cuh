@@ -60,6 +60,31 @@ __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64
   }
 }
 
+// Runs a block's steps in order from `step` while live(step): run(slot, step) by the whole block once the step's
+// operands are in shared memory slot `slot`, stage(slot, step) having issued their copies there (and committed them,
+// a group a call, empty for a step that is not live). With S = 2 slots the next step's copies are issued before the
+// warps work on this one's, with 1 after.
+template <int S, typename Step, typename Next, typename Live, typename Stage, typename Run>
+__device__ __forceinline__ void pipeline(Step step, Next&& next, Live&& live, Stage&& stage, Run&& run) {
+  static_assert(S == 1 || S == 2, "one slot, or two");
+  stage(0, step);
+  for (int n = 0; live(step); ++n) {
+    const int slot = n % S;
+    const Step following = next(step);
+    if constexpr (S == 2) {
+      stage(1 - slot, following);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();  // the step's operands staged, by every thread
+    run(slot, step);
+    __syncthreads();  // and read, before they are staged over
+    if constexpr (S == 1) stage(0, following);
+    step = following;
+  }
+}
+
 // c[nt] = A B over the tile's N / 8 columns of 8 (N a multiple of 16), k over D: B(k, n) = s[n][k], or s[k][n]
 // (kTrans).
 template <typename T, int D, int N, bool kTrans, int S>
