@@ -51,7 +51,7 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
           scalar_or<T>(a.fill, 0.f), bits(kt) + p.kv * a.d * a.tk, bits(v) + p.kv * a.tk * a.dv};
 }
 
-// The slots a kernel stages its steps' operands in (pipeline()): two (the next step's copied while the warps work on
+// The slots a kernel stages its steps' operands in (step_ahead()): two (the next step's copied while the warps work on
 // this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.
 template <int D>
 constexpr int kStages = D > 64 ? 1 : 2;
@@ -72,16 +72,22 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
       if ((t.kind = tile_kind<T, kTile, kTile>(a, b.p, b.block_r0, t.j0, b.fill)) != TileKind::kDead) break;
     return t;
   };
-  pipeline<kStages<D>>(
-      live_from(0), [&](Tile t) { return live_from(t.j0 + kTile); }, [&](Tile t) { return t.j0 < a.tk; },
-      [&](int slot, Tile t) {
-        if (t.j0 < a.tk) {
-          stage<D, kTile>(kts[slot], b.kb, 0, t.j0, a.d, a.tk);
-          stage<kTile, D>(vs[slot], b.vb, t.j0, 0, a.tk, a.dv);
-        }
-        commit_copies();
-      },
-      [&](int slot, Tile t) { step(slot, t.j0, t.kind); });
+  auto stage_tile = [&](int slot, Tile t) {
+    if (t.j0 < a.tk) {
+      stage<D, kTile>(kts[slot], b.kb, 0, t.j0, a.d, a.tk);
+      stage<kTile, D>(vs[slot], b.vb, t.j0, 0, a.tk, a.dv);
+    }
+    commit_copies();
+  };
+  Tile tile = live_from(0);
+  stage_tile(0, tile);
+  for (int n = 0; a.tk > tile.j0; ++n) {  // (not "tile.j0 <": a member of a dependent type)
+    const int slot = n % kStages<D>;
+    const Tile following = step_ahead<kStages<D>>(n, live_from(tile.j0 + kTile), stage_tile);
+    step(slot, tile.j0, tile.kind);
+    step_behind<kStages<D>>(following, stage_tile);
+    tile = following;
+  }
 }
 
 // Y and the LSE: grid (query tiles x pairs).
@@ -264,17 +270,9 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
   };
   Rows step = next(Rows{-1, a.tq, AttentionPair<T>{}, TileKind::kDead});
   stage_rows(0, step);
-  // pipeline()'s loop, written out: through its run lambda dk and dva went to local memory here
   for (int n = 0; step.pair < a.pairs; ++n) {
     const int slot = n % S;
-    const Rows following = next(step);
-    if constexpr (S == 2) {
-      stage_rows(1 - slot, following);
-      wait_copies<1>();
-    } else {
-      wait_copies<0>();
-    }
-    __syncthreads();
+    const Rows following = step_ahead<S>(n, next(step), stage_rows);
     const int64_t pair = step.pair, q0 = step.q0;
     const AttentionPair<T> p = step.p;
     const bool plain = step.kind == TileKind::kPlain;
@@ -332,8 +330,7 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
     }
     product_accumulators<T, D, Q, true>(dva, st, ys[slot], lane);  // dV += P^T dY
     product_accumulators<T, D, Q, true>(dk, dpt, qs[slot], lane);   // dK += dS^T Q
-    __syncthreads();
-    if constexpr (S == 1) stage_rows(0, following);
+    step_behind<S>(following, stage_rows);
     step = following;
   }
 #pragma unroll

@@ -60,29 +60,37 @@ __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64
   }
 }
 
-// Runs a block's steps in order from `step` while live(step): run(slot, step) by the whole block once the step's
-// operands are in shared memory slot `slot`, stage(slot, step) having issued their copies there (and committed them,
-// a group a call, empty for a step that is not live). With S = 2 slots the next step's copies are issued before the
-// warps work on this one's, with 1 after.
-template <int S, typename Step, typename Next, typename Live, typename Stage, typename Run>
-__device__ __forceinline__ void pipeline(Step step, Next&& next, Live&& live, Stage&& stage, Run&& run) {
+// A block's steps pipelined through S slots of shared memory (S = 2: the next step's copies issued before the warps
+// work on this one's; 1: after), each step's operands staged by stage(slot, step), which issues their copies and
+// commits them (a group a call, empty for a step past the last):
+//   stage(0, step);
+//   for (int n = 0; <step is one>; ++n) {
+//     const Step following = step_ahead<S>(n, next(step), stage);
+//     <the step's work, from slot n % S>
+//     step_behind<S>(following, stage);
+//     step = following;
+//   }
+// (A loop of the kernel's own, not a function taking the work: through a lambda a kernel's accumulators can go to
+// local memory.) step_ahead stages the following step where there are two slots, waits for this step's copies and
+// syncs the block; step_behind syncs the block (the step's operands read) and stages the following where there is
+// one slot.
+template <int S, typename Step, typename Stage>
+__device__ __forceinline__ Step step_ahead(int n, Step following, Stage&& stage) {
   static_assert(S == 1 || S == 2, "one slot, or two");
-  stage(0, step);
-  for (int n = 0; live(step); ++n) {
-    const int slot = n % S;
-    const Step following = next(step);
-    if constexpr (S == 2) {
-      stage(1 - slot, following);
-      wait_copies<1>();
-    } else {
-      wait_copies<0>();
-    }
-    __syncthreads();  // the step's operands staged, by every thread
-    run(slot, step);
-    __syncthreads();  // and read, before they are staged over
-    if constexpr (S == 1) stage(0, following);
-    step = following;
+  if constexpr (S == 2) {
+    stage(1 - n % 2, following);
+    wait_copies<1>();
+  } else {
+    wait_copies<0>();
   }
+  __syncthreads();
+  return following;
+}
+
+template <int S, typename Step, typename Stage>
+__device__ __forceinline__ void step_behind(const Step& following, Stage&& stage) {
+  __syncthreads();
+  if constexpr (S == 1) stage(0, following);
 }
 
 // c[nt] = A B over the tile's N / 8 columns of 8 (N a multiple of 16), k over D: B(k, n) = s[n][k], or s[k][n]
