@@ -10,7 +10,8 @@
 # (bench/gpu_attention.py), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
-# (compute-sanitizer over the GPU tests' nodes and an MLP's training steps), ncu (Nsight Compute over one forward
+# (compute-sanitizer over the GPU tests' nodes and an MLP's training steps; racecheck and synccheck over the
+# tensor-core attention), ncu (Nsight Compute over one forward
 # and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls, issue slots and
 # instructions executed, shared memory's bank conflicts). The packages are unpacked under
 # /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on the same
@@ -110,6 +111,11 @@ check_memcheck() {
     --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask:Cuda.FlashAttention*:Cuda.TrainingGraph*:'\
 'Cuda.TheLlama*:Cuda.ProductsThroughCublasLt*:Cuda.TheFusedHeadComputes*:Cuda.TensorCoreAttention*:'\
 'Cuda.ElementIndexing*:Cuda.NodesCompute*'
+  # the tensor-core attention's pipelined staging: shared memory read and written without a barrier between
+  for tool in racecheck synccheck; do
+    step "$tool" 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/gb/onnxtrain_tests \
+      --gtest_filter='Cuda.TensorCoreAttention*'
+  done
 }
 check_ncu() {  # (the first call's four kernels skipped: the second's profiled)
   step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
