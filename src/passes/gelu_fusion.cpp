@@ -102,12 +102,11 @@ bool tanh_input(const ir::Node* tanh, Match& m) {
                       : is_scalar(mul->input(1), 0.044715) ? mul->input(0)
                                                             : nullptr;
     const ir::Node* pow = cube ? cube->producer : nullptr;
-    Match tried{{}, {x}};
-    if (!pow || pow->op_type != "Pow" || !tried.is_x(pow->input(0)) || !is_scalar(pow->input(1), 3.0) ||
-        cube->consumers.size() != 1)
+    if (!pow || pow->op_type != "Pow" || !pow->input(0) || unwidened(pow->input(0)) != unwidened(x) ||
+        !is_scalar(pow->input(1), 3.0) || cube->consumers.size() != 1)
       continue;
     m.chain.insert(m.chain.end(), {scale, sum, mul, pow});
-    m.xs.insert(m.xs.end(), tried.xs.begin(), tried.xs.end());
+    m.xs.insert(m.xs.end(), {x, pow->input(0)});
     return true;
   }
   return false;

@@ -26,10 +26,11 @@ __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T
   return masked(a, p.cond, r, j) ? fill : qk * scale + bias_at(a, p.bias, r, j);
 }
 
-// Whether a warp's 16 rows from r0 by the keys j0 .. j0 + 63 lie inside the scores in a tile the mask and the bias
-// leave as they are: their scores are then the products scaled, with no test an element.
-__device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_t r0, int64_t j0) {
-  return kind == TileKind::kPlain && r0 + 16 <= a.tq && j0 + kTile <= a.tk;
+// Whether the scores of the rows before r_end by the keys before j_end that a warp holds all lie inside the pair's
+// scores, in a tile the mask and the bias leave as they are: they are then the products scaled, with no test an
+// element.
+__device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_t r_end, int64_t j_end) {
+  return kind == TileKind::kPlain && r_end <= a.tq && j_end <= a.tk;
 }
 
 // What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     float s[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
-    if (inside(a, kind, r0, j0)) {  // (no score past the rows or the keys, none masked or biased)
+    if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (no score past the rows or the keys, none masked or biased)
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
@@ -248,8 +249,8 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
   auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
     for (;;) {
       if ((r.q0 += Q) >= a.tq) {
-        while (++r.pair < a.pairs && pair_of<T>(a, r.pair).kv != kv) {
-        }
+        do ++r.pair;
+        while (r.pair < a.pairs && pair_of<T>(a, r.pair).kv != kv);
         if (r.pair >= a.pairs) return r;
         r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
         mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
       }
     }
-    if (plain && !a.dropout && k0 + w0 + 16 <= a.tk && q0 + Q <= a.tq) {  // (as inside(): no test an element)
+    if (inside(a, step.kind, q0 + Q, k0 + w0 + 16) && !a.dropout) {
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
@@ -319,10 +320,9 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
             const bool off = !plain && masked(a, p.cond, r, j);
             const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
             const float e = __expf(x - lr[rl]);
-            const bool keep = !a.dropout || keeps(a, pair * a.tq + r, j);
-            const float kept = !keep ? 0.f : a.dropout ? dpt[nt][i] * a.keep_scale : dpt[nt][i];
-            pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
-            if (!off) ds = e * (kept - dr[rl]) * scale;
+            const float kept = !a.dropout ? 1.f : keeps(a, pair * a.tq + r, j) ? a.keep_scale : 0.f;
+            pd = e * kept;
+            if (!off) ds = e * ((kept == 0.f ? 0.f : dpt[nt][i] * kept) - dr[rl]) * scale;
           }
           st[nt][i] = pd;
           dpt[nt][i] = ds;

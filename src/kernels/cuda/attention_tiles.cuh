@@ -70,8 +70,8 @@ __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64
 //     step_behind<S>(following, stage);
 //     step = following;
 //   }
-// (A loop of the kernel's own, not a function taking the work: through a lambda a kernel's accumulators can go to
-// local memory.) step_ahead stages the following step where there are two slots, waits for this step's copies and
+// (A loop the kernel writes, not a function taking the work: grad_kv's accumulators went to local memory when its
+// work was a lambda.) step_ahead stages the following step where there are two slots, waits for this step's copies and
 // syncs the block; step_behind syncs the block (the step's operands read) and stages the following where there is
 // one slot.
 template <int S, typename Step, typename Stage>
