@@ -6,7 +6,8 @@
 # when the last one must end: a check's time limit is cut to what is left, and a check with under 10 s left is
 # skipped. The checks: cpp (the C++ CUDA tests, each in a process of its own; a failing one again on the first
 # attention and GEMM kernels), pytest (the CUDA pytest, against PyTorch on CUDA), bench (bench/gpu.py, each
-# configuration alone: GPT-2 124M, bf16 and float32, beside eager and torch.compile), attention
+# configuration alone: GPT-2 124M, bf16 and float32, beside eager and torch.compile; BENCH_ONLY, where set, names
+# the configurations), attention
 # (bench/gpu_attention.py), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
@@ -86,7 +87,7 @@ check_pytest() {  # (four processes, and a test stopped after 120 s, where pytes
 }
 check_bench() {  # one configuration a process and a call, so that each one's figures survive a later one's end
   local c
-  for c in eager-bf16 onnxtrain-bf16 compile-bf16 eager onnxtrain-l0 onnxtrain-l1-bf16; do
+  for c in ${BENCH_ONLY:-eager-bf16 onnxtrain-bf16 compile-bf16 eager onnxtrain-l0 onnxtrain-l1-bf16}; do
     step "bench_$c" 100 "$py" bench/gpu.py --steps 3 --only "$c" && tail -1 "$out/bench_$c.log" >>"$out/summary.txt"
   done
 }

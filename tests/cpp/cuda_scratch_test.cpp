@@ -83,13 +83,14 @@ TEST(CudaScratch, TheKernelFindsTheWorkspaceAlignedInsideItsScratch) {
 }
 
 // The fused head's scratch (com.onnxtrain.LinearCrossEntropy on 2048 rows of 64, bf16, its loss, dX, dW and logits
-// asked for) at `classes` classes, dB too where `db`.
-int64_t head_scratch(int64_t classes, bool db) {
+// asked for) at `classes` classes, dB too where `db`, with a bias B where `bias`.
+int64_t head_scratch(int64_t classes, bool db, bool bias = false) {
   ir::Graph g;
   g.opsets[""] = 20;
   g.opsets["com.onnxtrain"] = 1;
   std::vector<ir::Value*> in{test_graphs::add_input(g, "x", DType::kBFloat16, {Dim::symbol("rows"), Dim(64)}),
-                             test_graphs::add_input(g, "w", DType::kBFloat16, {Dim(classes), Dim(64)}), nullptr,
+                             test_graphs::add_input(g, "w", DType::kBFloat16, {Dim(classes), Dim(64)}),
+                             bias ? test_graphs::add_input(g, "b", DType::kBFloat16, {Dim(classes)}) : nullptr,
                              test_graphs::add_input(g, "target", DType::kInt64, {Dim::symbol("rows")})};
   std::vector<ir::Value*> out;
   for (int i = 0; i < 6; ++i) out.push_back(i == 1 || (i == 4 && !db) ? nullptr : g.add_value("y" + std::to_string(i)));
@@ -102,14 +103,17 @@ int64_t head_scratch(int64_t classes, bool db) {
 }
 
 // GPT-2's 50,257 classes are padded to 50,264 (a multiple of 8, for cuBLASLt's fast kernels): the scratch of 50,264
-// classes, the dW sum of 50,257's, plus W's and B's padded copies and the logits' staging (each a 64-byte span);
-// no padding, so no copies, where dB is asked for (its column sums read rows of the classes alone).
+// classes, the dW sum of 50,257's, plus W's padded copy and the logits' staging (each a 64-byte span), and B's padded
+// copy where there is a B; no padding, so no copies, where dB is asked for (its column sums read rows of the classes
+// alone).
 TEST(CudaScratch, TheFusedHeadPadsItsClassesToMultiplesOfEight) {
   auto span = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
   const int64_t padded = 50264, block = (int64_t(256) << 20) / (padded * 6);  // rows whose scores fill 256 MiB
-  const int64_t copies = span(padded * 64 * 2) + span(padded * 2) + span(block * padded * 2);
+  const int64_t copies = span(padded * 64 * 2) + span(block * padded * 2);
   EXPECT_EQ(head_scratch(50257, false),
             head_scratch(padded, false) - span(padded * 64 * 4) + span(50257 * 64 * 4) + copies);
+  EXPECT_EQ(head_scratch(50257, false, true), head_scratch(50257, false) + span(padded * 2));
+  EXPECT_EQ(head_scratch(padded, false, true), head_scratch(padded, false));
   EXPECT_GE(head_scratch(50257, false) - head_scratch(50257, true), copies);
   EXPECT_EQ(head_scratch(padded, true), head_scratch(padded, false));
 }

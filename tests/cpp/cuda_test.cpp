@@ -48,8 +48,9 @@ Tensor random_tensor(DType dtype, std::vector<int64_t> dims, uint32_t seed) {
   return t;
 }
 
-// One node of `op` over inputs named i0, i1, ..., run by an inference session on `device`: its first `outputs`
-// outputs, those `wanted` marks where given. An op of onnxtrain's own domain is named "com.onnxtrain.<op>".
+// One node of `op` over inputs named i0, i1, ... (an undefined tensor: the input left out), run by an inference
+// session on `device`: its first `outputs` outputs, those `wanted` marks where given. An op of onnxtrain's own domain
+// is named "com.onnxtrain.<op>".
 std::map<std::string, Tensor> run_one(Device device, const std::string& op, const std::vector<Tensor>& inputs,
                                       ir::Attributes attrs, size_t outputs = 1, std::vector<bool> wanted = {}) {
   auto g = std::make_unique<ir::Graph>();
@@ -60,6 +61,10 @@ std::map<std::string, Tensor> run_one(Device device, const std::string& op, cons
   std::vector<ir::Value*> in;
   std::map<std::string, Tensor> feeds;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      in.push_back(nullptr);
+      continue;
+    }
     std::string name = "i" + std::to_string(i);
     Shape shape;
     for (int64_t d : inputs[i].dims()) shape.push_back(Dim(d));
@@ -355,7 +360,8 @@ TEST(Cuda, TheFusedHeadComputesAsOnTheCpu) {
 
 // The fused head at a real vocabulary (GPT-2's 50257 classes) goes by blocks of rows (667 in float32, so three here):
 // the loss, log-sum-exps and the gradients forward forms, and the gradient of a loss per row, as the CPU's; without
-// dB, with its classes padded to a multiple of 8 (and forward's logits, output 5, copied without the padding).
+// dB, with its classes padded to a multiple of 8 (and forward's logits, output 5, copied without the padding), with
+// a bias and without one (GPT-2's head, whose scores' product then has no base: cuBLASLt's).
 TEST(Cuda, TheFusedHeadGoesByBlocksOfRowsAsTheCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 1400, classes = 50257;
@@ -364,18 +370,22 @@ TEST(Cuda, TheFusedHeadGoesByBlocksOfRowsAsTheCpu) {
   for (DType t : {DType::kFloat32, DType::kBFloat16}) {
     const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
     Tensor x = random_tensor(t, {n, 16}, 61), w = random_tensor(t, {classes, 16}, 62);
-    Tensor b = random_tensor(t, {classes}, 63);
-    const ir::Attributes mean = {{"ignore_index", int64_t(-100)}};
-    expect_like_cpu("com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, mean, tol, 5);
-    ir::Attributes none = mean;
-    none["reduction"] = std::string("none");
-    auto fwd = run_one(kCpu, "com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, none, 2);
-    expect_like_cpu("com.onnxtrain.LinearCrossEntropyGrad",
-                    {random_tensor(DType::kFloat32, {n}, 64), x, w, b, target, fwd.at("o1")}, none, tol, 3);
-    expect_like_cpu("com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, mean, tol, 6,
-                    {true, true, true, true, false, true});
-    expect_like_cpu("com.onnxtrain.LinearCrossEntropyGrad",
-                    {random_tensor(DType::kFloat32, {n}, 65), x, w, b, target, fwd.at("o1")}, none, tol, 2);
+    for (const Tensor& b : {random_tensor(t, {classes}, 63), Tensor()}) {
+      const bool db = b.defined();  // (dB asked for: no padding)
+      const ir::Attributes mean = {{"ignore_index", int64_t(-100)}};
+      expect_like_cpu("com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, mean, tol, 5,
+                      {true, true, true, true, db});
+      ir::Attributes none = mean;
+      none["reduction"] = std::string("none");
+      auto fwd = run_one(kCpu, "com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, none, 2);
+      expect_like_cpu("com.onnxtrain.LinearCrossEntropyGrad",
+                      {random_tensor(DType::kFloat32, {n}, 64), x, w, b, target, fwd.at("o1")}, none, tol, 3,
+                      {true, true, db});
+      expect_like_cpu("com.onnxtrain.LinearCrossEntropy", {x, w, b, target}, mean, tol, 6,
+                      {true, true, true, true, false, true});
+      expect_like_cpu("com.onnxtrain.LinearCrossEntropyGrad",
+                      {random_tensor(DType::kFloat32, {n}, 65), x, w, b, target, fwd.at("o1")}, none, tol, 2);
+    }
   }
 }
 

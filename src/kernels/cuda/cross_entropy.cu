@@ -17,7 +17,7 @@ __global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* l
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
-  const float* row = s + r * e.c;
+  const float* row = s + r * e.ld;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < e.c; j += kThreads) m = fmaxf(m, row[j]);
   m = block_all_reduce(m, MaxOp(), tmp, &shared);
@@ -50,9 +50,9 @@ __global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, co
                             bool mean, const double* totals, T* g) {
   const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
   ONNXTRAIN_GRID_LOOP(i, e.n * e.c) {
-    const int64_t r = i / e.c, j = i % e.c, t = target_of(e, r);
+    const int64_t r = i / e.c, j = i % e.c, t = target_of(e, r), at = r * e.ld + j;
     const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale;
-    g[i] = from_float<T>(w * (expf(s[i] - lse[r]) - (j == t ? 1.f : 0.f)));
+    g[at] = from_float<T>(w * (expf(s[at] - lse[r]) - (j == t ? 1.f : 0.f)));
   }
 }
 

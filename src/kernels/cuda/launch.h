@@ -143,8 +143,8 @@ bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const Ge
 
 // Cross-entropy over (n, c) float32 scores and n targets (int32 or int64, on the device; `ignore` skipped when
 // has_ignore). A target out of range counts, with a NaN loss (the device cannot stop the step to say so).
-struct CrossEntropy {
-  int64_t n = 0, c = 0;
+struct CrossEntropy {  // n rows of c scores, ld apart (ld >= c; the gradient's rows the same)
+  int64_t n = 0, c = 0, ld = 0;
   DType target_type = DType::kInt64;
   const void* target = nullptr;
   bool has_ignore = false;
@@ -158,8 +158,9 @@ void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float
 void count_targets(const CrossEntropy& e, double* totals, cudaStream_t stream);
 // loss[0] = totals[0], divided by totals[1] when `mean` (0 without a target).
 void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStream_t stream);
-// g (n, c) of dtype t = w_r (exp(s - lse_r) - onehot(target_r)): w_r 0 for an ignored target, else dloss (per row
-// when per_row, one number otherwise, 1 when null), divided by totals[1] when `mean`.
+// g (n, c; rows ld apart, the columns past c left as they are) of dtype t = w_r (exp(s - lse_r) - onehot(target_r)):
+// w_r 0 for an ignored target, else dloss (per row when per_row, one number otherwise, 1 when null), divided by
+// totals[1] when `mean`.
 void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,
                         bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream);
 // out (n, c) = s - lse_r: the log-probabilities.

@@ -46,9 +46,8 @@ bool paddable(DType t, bool db) {
 
 // h with its classes padded to a multiple of kPad where they are not one and may be: cuBLASLt's fast kernels need
 // the rows of the scores and of their gradient 16-byte aligned (GPT-2's 50,257 classes took Turing's kernels on an
-// H100: 34 ms of a 259 ms step). The padding classes' weights are 0 and their bias -inf (pad_weights): their scores
-// are -inf, their probabilities and gradients 0, so the loss, the log-sum-exps and the gradients are the classes'
-// alone (a target among them, out of range, gives an infinite loss rather than a NaN).
+// H100: 34 ms of a 259 ms step). The padding classes' weights (and bias) are 0 (pad_weights); the cross-entropy reads
+// the c classes of each row alone and writes their gradient alone, and the gradients' products read those.
 Head padded(Head h, bool db) {
   if (paddable(h.t, db) && h.c % kPad) h.ld = (h.c + kPad - 1) / kPad * kPad;
   return h;
@@ -61,7 +60,7 @@ int64_t block_rows(int64_t c, DType t) {
 
 CrossEntropy cross_entropy_of(const LossAttrs& a, const KernelCtx& c, const Head& h, size_t target) {
   CrossEntropy e;
-  e.n = h.n, e.c = h.ld;
+  e.n = h.n, e.c = h.c, e.ld = h.ld;
   e.target_type = c.in(target).dtype();
   e.target = c.in(target).raw();
   e.has_ignore = a.has_ignore, e.ignore = a.ignore_index;
@@ -94,7 +93,8 @@ Workspace take_workspace(const KernelCtx& c, ScratchCarver& scratch, int64_t blo
 }
 
 // W and B as the scores' product reads them: the inputs, or with the classes padded copies in scratch, the padding
-// classes' weights 0 and bias -inf.
+// classes' weights and bias 0. (A bias of the padding's -inf would do without the cross-entropy's stride, but a 16-bit
+// bias into float32 scores takes the tiled GEMM, not cuBLASLt: GPT-2's head, which has none, took 18 ms a product.)
 struct Weights {
   const void* w;
   const void* b;
@@ -104,16 +104,12 @@ Weights pad_weights(const KernelCtx& c, ScratchCarver& scratch, const Head& h, s
   if (h.ld == h.c) return {c.in(w).raw(), bias};
   const int64_t es = int64_t(dtype_size(h.t));
   char* wp = scratch.take<char>(h.ld * h.k * es);
-  char* bp = scratch.take<char>(h.ld * es);
   copy_bytes(c.in(w).raw(), wp, size_t(h.c * h.k * es));
   zero(wp + h.c * h.k * es, size_t((h.ld - h.c) * h.k * es));
-  if (bias)
-    copy_bytes(bias, bp, size_t(h.c * es));
-  else
-    zero(bp, size_t(h.c * es));
-  // -inf's bits in the dtype (fill reads the first es bytes: little-endian)
-  const uint32_t minus_inf = h.t == DType::kFloat32 ? 0xFF800000u : h.t == DType::kBFloat16 ? 0xFF80u : 0xFC00u;
-  fill(int(es), &minus_inf, bp + h.c * es, h.ld - h.c, stream());
+  if (!bias) return {wp, nullptr};
+  char* bp = scratch.take<char>(h.ld * es);
+  copy_bytes(bias, bp, size_t(h.c * es));
+  zero(bp + h.c * es, size_t((h.ld - h.c) * es));
   return {wp, bp};
 }
 
@@ -262,9 +258,10 @@ Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements *
 // As the kernels carve it: cuBLASLt's workspace, a block's scores (float32), the totals, forward's log-sum-exps when
 // output 1 is not asked for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit
 // operands, its float32 sum; with the classes padded (all of it for a count of classes known only at run time), W's
-// and B's padded copies and, for output 5, the block's scores in X's dtype before the padding is left out.
+// padded copy, B's where there is a B, and for output 5 the block's scores in X's dtype before the padding is left
+// out.
 Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, bool db, bool logits,
-                 int64_t totals) {
+                 int64_t totals) {  // (B is input w + 1)
   const Shape& xs = s.shape(x);
   const DType t = s.dtype(x);
   const int64_t es = int64_t(dtype_size(t));
@@ -277,7 +274,8 @@ Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, boo
   r = r + span_of(Dim(totals), 8);
   if (grads) r = r + span_of(block * width, es);
   if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * k, 4);
-  if (pad) r = r + span_of(width * k, es) + span_of(width, es);
+  if (pad) r = r + span_of(width * k, es);
+  if (pad && s.has(w + 1)) r = r + span_of(width, es);
   if (pad && logits) r = r + span_of(block * width, es);
   return r;
 }

@@ -17,7 +17,7 @@ CrossEntropy rows_of(const KernelCtx& c, const Tensor& x, size_t target) {
     throw UnsupportedError(c.node.where() + ": the CUDA kernel takes (N, C) float32 scores, not " +
                            dtype_name(x.dtype()) + " " + dims_str(x.dims()));
   CrossEntropy e;
-  e.n = x.dims()[0], e.c = x.dims()[1];
+  e.n = x.dims()[0], e.c = e.ld = x.dims()[1];
   const Tensor& t = c.in(target);
   if (t.numel() != e.n) c.fail("target " + dims_str(t.dims()) + " does not fit the scores " + dims_str(x.dims()));
   if (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) c.fail("target must be int64 or int32");
