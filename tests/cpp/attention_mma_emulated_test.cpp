@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace onnxtrain::kernels::cuda {
@@ -214,6 +216,43 @@ TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
   Emulated<__nv_bfloat16>(c).check();
   c.d = c.dv = 128;
   Emulated<__half>(c).check();
+}
+
+// A causal bool mask's tiles as the kernels classify them, its rows read 16 bytes at a time (aligned rows of 144) and
+// an element at a time (the same rows one byte off 16-byte alignment): the upper ones dead where the fill is -inf
+// (masked but live where it is finite), the lower ones plain (no mask read per score), the diagonal's mixed, and
+// those past the rows or the keys as the scores inside them.
+TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
+  const int64_t n = 144;
+  std::unique_ptr<bool[]> buffer(new bool[size_t(n * n + 16)]);
+  bool* aligned = buffer.get() + (16 - reinterpret_cast<uintptr_t>(buffer.get()) % 16) % 16;
+  for (bool* cond : {aligned, aligned + 1}) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < n; ++j) cond[r * n + j] = j > r;
+    for (float fill : {-INFINITY, -30.f}) {
+      Attention a;
+      a.pairs = 1, a.tq = a.tk = n, a.d = a.dv = 64, a.kv_count = 1;
+      a.batch.rank = 1, a.batch.dims[0] = 1;
+      a.cond = cond, a.cond_row = n, a.cond_col = 1;
+      const AttentionPair<__half> p{0, cond, nullptr};
+      auto kind = [&](int64_t r0, int64_t j0) {
+        tc::TileKind k{};
+        testing::emulate(1, tc::kBlock, [&] {
+          const tc::TileKind mine = tc::tile_kind<__half, tc::kTile, tc::kTile>(a, p, r0, j0, fill);
+          if (threadIdx.x == 0) k = mine;
+        });
+        return k;
+      };
+      const std::string where = std::string(cond == aligned ? "aligned" : "unaligned") + ", fill " +
+                                std::to_string(fill);
+      EXPECT_EQ(kind(0, 0), tc::TileKind::kMixed) << where;
+      EXPECT_EQ(kind(0, 64), fill == -INFINITY ? tc::TileKind::kDead : tc::TileKind::kMixed) << where;
+      EXPECT_EQ(kind(64, 0), tc::TileKind::kPlain) << where;
+      EXPECT_EQ(kind(128, 0), tc::TileKind::kPlain) << where;
+      EXPECT_EQ(kind(128, 128), tc::TileKind::kMixed) << where;
+      EXPECT_EQ(kind(64, 128), fill == -INFINITY ? tc::TileKind::kDead : tc::TileKind::kMixed) << where;
+    }
+  }
 }
 
 }  // namespace

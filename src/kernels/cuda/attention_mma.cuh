@@ -201,20 +201,27 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
+    if (inside(a, kind, r0 + 16, j0 + kTile) && !a.dropout) {  // (as the forward's: the products scaled)
 #pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
+      for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t r = r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
-        float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
-        if (r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
-          const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
-          float g_p = dp[nt][i];
-          if (a.dropout) g_p = keeps(a, pair * a.tq + r, j) ? g_p * a.keep_scale : 0.f;
-          ds = e * (g_p - dr[i / 2]) * scale;
+        for (int i = 0; i < 4; ++i) s[nt][i] = __expf(s[nt][i] * scale - lr[i / 2]) * (dp[nt][i] - dr[i / 2]) * scale;
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t r = r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
+          float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
+          if (r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
+            const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
+            float g_p = dp[nt][i];
+            if (a.dropout) g_p = keeps(a, pair * a.tq + r, j) ? g_p * a.keep_scale : 0.f;
+            ds = e * (g_p - dr[i / 2]) * scale;
+          }
+          s[nt][i] = ds;
         }
-        s[nt][i] = ds;
-      }
+    }
     product_accumulators<T, D, kTile, false>(acc, s, kts[slot], b.lane);  // dQ += dS K
   });
   store_rows<T, D>(dq + pair * a.tq * a.d, acc, r0, a.tq, a.d, {1.f, 1.f}, g, t);

@@ -37,20 +37,17 @@ __device__ __forceinline__ void vote_at(const Attention& a, const AttentionPair<
     v.biased(bias_at(a, p.bias, r, j));
 }
 
+// Nonzero exactly where some byte of x is 0 (the lowest zero byte's top bit survives in x - 0x01010101 and ~x).
+__device__ __forceinline__ uint32_t zero_byte(uint32_t x) { return (x - 0x01010101u) & ~x & 0x80808080u; }
+
 // Elements j .. j + W - 1 of row r, from one 16-byte read: the mask's (W = 16) or the bias's (W = 8).
 template <typename T, int W>
 __device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPair<T>& p, int64_t r, int64_t j,
                                           float fill, TileVote& v) {
   if constexpr (W == 16) {
     const uint4 w = *reinterpret_cast<const uint4*>(p.cond + r * a.cond_row + j);
-    uint8_t e[16];
-    memcpy(e, &w, 16);
-#pragma unroll
-    for (int k = 0; k < 16; ++k)
-      if (e[k])
-        v.masked(fill);
-      else
-        v.live = 1;
+    if (w.x | w.y | w.z | w.w) v.masked(fill);  // a byte set: a score masked
+    if (zero_byte(w.x) | zero_byte(w.y) | zero_byte(w.z) | zero_byte(w.w)) v.live = 1;  // a byte clear: one not
   } else {
     const uint4 w = *reinterpret_cast<const uint4*>(p.bias + r * a.bias_row + j);
     T e[8];
