@@ -49,10 +49,10 @@ template <typename T>
 __global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, const float* dloss, bool per_row,
                             bool mean, const double* totals, T* g) {
   const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
-  ONNXTRAIN_GRID_LOOP(i, e.n * e.c) {
-    const int64_t r = i / e.c, j = i % e.c, t = target_of(e, r), at = r * e.ld + j;
+  ONNXTRAIN_GRID_LOOP(i, e.n * e.ld) {
+    const int64_t r = i / e.ld, j = i % e.ld, t = target_of(e, r);
     const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale;
-    g[at] = from_float<T>(w * (expf(s[at] - lse[r]) - (j == t ? 1.f : 0.f)));
+    g[i] = from_float<T>(j >= e.c ? 0.f : w * (expf(s[i] - lse[r]) - (j == t ? 1.f : 0.f)));
   }
 }
 
@@ -92,10 +92,10 @@ void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStrea
 
 void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,
                         bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream) {
-  if (e.n * e.c == 0) return;
+  if (e.n * e.ld == 0) return;
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    grad_kernel<<<blocks_for(e.n * e.c), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
+    grad_kernel<<<blocks_for(e.n * e.ld), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
                                                                 static_cast<T*>(g));
   });
   if (!ok) unsupported_dtype("cross_entropy_grad", t);

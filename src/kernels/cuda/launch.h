@@ -158,7 +158,7 @@ void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float
 void count_targets(const CrossEntropy& e, double* totals, cudaStream_t stream);
 // loss[0] = totals[0], divided by totals[1] when `mean` (0 without a target).
 void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStream_t stream);
-// g (n, c; rows ld apart, the columns past c left as they are) of dtype t = w_r (exp(s - lse_r) - onehot(target_r)):
+// g (n, ld; its columns past c zeros) of dtype t = w_r (exp(s - lse_r) - onehot(target_r)):
 // w_r 0 for an ignored target, else dloss (per row when per_row, one number otherwise, 1 when null), divided by
 // totals[1] when `mean`.
 void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,

@@ -47,7 +47,8 @@ bool paddable(DType t, bool db) {
 // h with its classes padded to a multiple of kPad where they are not one and may be: cuBLASLt's fast kernels need
 // the rows of the scores and of their gradient 16-byte aligned (GPT-2's 50,257 classes took Turing's kernels on an
 // H100: 34 ms of a 259 ms step). The padding classes' weights (and bias) are 0 (pad_weights); the cross-entropy reads
-// the c classes of each row alone and writes their gradient alone, and the gradients' products read those.
+// the c classes of each row alone, and writes their gradient and zeros for the padding, over which dX's product runs
+// (its inner dim a multiple of 8 too) and dW's does not.
 Head padded(Head h, bool db) {
   if (paddable(h.t, db) && h.c % kPad) h.ld = (h.c + kPad - 1) / kPad * kPad;
   return h;
@@ -146,9 +147,9 @@ struct Gradients {
       : c(ctx), h(head), x(x_), w(w_), first(first_), ws(workspace) {
     if (in_float32(c, h, first)) sum = scratch.take<float>(h.c * h.k);
   }
-  void add(const void* g, int64_t r0, int64_t m) {
-    if (c.wants(first))
-      product(h.t, h.t, g, h.ld, 1, c.in(w).raw(), h.k, 1, m, h.k, h.c, nullptr, 0, row(c.out(first), r0, h.k), ws);
+  void add(const void* g, const Weights& wb, int64_t r0, int64_t m) {
+    if (c.wants(first))  // (over the padding too, its G and W zeros: cuBLASLt's kernels of aligned rows)
+      product(h.t, h.t, g, h.ld, 1, wb.w, h.k, 1, m, h.k, h.ld, nullptr, 0, row(c.out(first), r0, h.k), ws);
     if (c.wants(first + 1)) {
       void* dw = sum ? static_cast<void*>(sum) : c.out(first + 1).raw();
       product(h.t, sum ? DType::kFloat32 : h.t, g, 1, h.ld, row(c.in(x), r0, h.k), h.k, 1, h.c, h.k, m,
@@ -200,7 +201,7 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
     cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, stream());
     if (!grads) continue;
     cross_entropy_grad(rows, h.t, s, lse + r0, nullptr, false, mean, totals + 2, g, stream());
-    gradients.add(g, r0, m);
+    gradients.add(g, wb, r0, m);
   }
   if (a.reduction != LossAttrs::kNone) cross_entropy_total(mean, totals, loss, stream());
   gradients.finish();
@@ -230,7 +231,7 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
     scores(c, h, 1, wb, r0, m, s, ws);
     cross_entropy_grad(rows_from(e, r0, m), h.t, s, lse + r0, dloss + (per_row ? r0 : 0), per_row,
                        a.reduction == LossAttrs::kMean, totals, g, stream());
-    gradients.add(g, r0, m);
+    gradients.add(g, wb, r0, m);
   }
   gradients.finish();
 }
