@@ -10,13 +10,12 @@
 # the configurations), attention
 # (bench/gpu_attention.py), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
-# conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck
-# (compute-sanitizer over the GPU tests' nodes and an MLP's training steps; racecheck and synccheck over the
-# tensor-core attention), ncu (Nsight Compute over one forward
-# and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls, issue slots and
-# instructions executed, shared memory's bank conflicts). The packages are unpacked under
-# /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on the same
-# machine rebuilds nothing.
+# conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck (compute-sanitizer over the GPU
+# tests' nodes and an MLP's training steps; racecheck and synccheck over the tensor-core attention), ncu (Nsight
+# Compute over one forward and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls
+# and their reasons, issue slots and instructions executed, shared memory's bank conflicts). The packages are
+# unpacked under /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on
+# the same machine rebuilds nothing.
 set -uo pipefail
 debs=$1
 out=$2
@@ -122,7 +121,7 @@ check_ncu() {  # (the first call's four kernels skipped: the second's profiled)
   step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
     --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis_Tables "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
+    --section MemoryWorkloadAnalysis_Tables --print-details all "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
 }
 for check in ${only//,/ }; do
   declare -F "check_$check" >/dev/null || { echo "unknown check: $check (see the usage above)"; exit 2; }
