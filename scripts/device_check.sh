@@ -121,7 +121,8 @@ check_ncu() {  # (the first call's four kernels skipped: the second's profiled)
   step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
     --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
-    --section MemoryWorkloadAnalysis_Tables --print-details all "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
+    --section MemoryWorkloadAnalysis_Tables --print-details all \
+    "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
 }
 for check in ${only//,/ }; do
   declare -F "check_$check" >/dev/null || { echo "unknown check: $check (see the usage above)"; exit 2; }
