@@ -1,8 +1,9 @@
 // Data movement on the GPU: one strided copy serves Transpose, Expand, Slice, Concat's and Split's parts and
-// Identity (contiguous runs moved up to 16 bytes an element); Trilu keeps a triangle; Pad reads each output
-// element's source as the CPU's kernel does.
+// Identity (contiguous runs moved up to 16 bytes an element, transposes by tiles: transpose_tiles.cuh); Trilu keeps a
+// triangle; Pad reads each output element's source as the CPU's kernel does.
 #include "kernels/cuda/device_types.cuh"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/transpose_tiles.cuh"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
@@ -82,6 +83,15 @@ void strided_copy(int elem_bytes, const void* src, void* dst, const Indexing& ix
   const int bytes = widen_contiguous_runs(wide, elem_bytes, dst, src);
   const int64_t n = numel(wide);
   if (n == 0) return;
+  TransposeTiles tiles;
+  if (transpose_tiles(wide, tiles) && tiles.blocks() <= 0x7fffffff) {
+    with_bytes(bytes, "strided_copy", [&](auto v) {
+      using T = decltype(v);
+      transpose_tiles_kernel<<<unsigned(tiles.blocks()), kTransposeThreads, 0, stream>>>(
+          static_cast<const T*>(src), static_cast<T*>(dst), tiles);
+    });
+    return check_launch("strided_copy");
+  }
   auto launch = [&](auto v) {
     using T = decltype(v);
     strided_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst),
