@@ -2,7 +2,8 @@
 // emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
 // keys, zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, grouped-query
 // heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw), a fully masked row, causal
-// masks (a fill or a bias of -inf) whose upper tiles are skipped and lower tiles read no mask. Operands staged by
+// masks (a fill or a bias of -inf) whose upper tiles are skipped and lower tiles read no mask (the map of the tiles'
+// kinds made once, or a pair's each as for a mask that differs between pairs). Operands staged by
 // cp.async land only when the kernel waits for them (a wait too late reads stale tiles), and ldmatrix hands out PTX's
 // fragments. What the emulation cannot show (the layouts as the hardware has them, timing)
 // Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
@@ -29,6 +30,7 @@ struct Case {
   bool zero_below = false;  // the bias 0 on and under the diagonal: a causal mask as the exporter's additive one
   float fill = -30.f, dropout = 0.f;
   int64_t masked_row = -1;  // a row masked whole
+  bool kinds_per_pair = false;  // the map of the tiles' kinds made for each pair (as for a mask that differs by pair)
 };
 
 template <typename T>
@@ -61,6 +63,7 @@ struct Emulated {
     a.cond = cond, a.fill = fill, a.cond_row = c.tk, a.cond_col = 1;
     if (c.bias) a.bias = bias, a.bias_row = c.tk, a.bias_col = 1;
     a.zero_masked_rows = c.zero_masked_rows;
+    a.kinds_per_pair = c.kinds_per_pair;
     if (c.dropout > 0) {
       a.dropout = true;
       a.threshold = dropout_threshold(c.dropout);
@@ -81,7 +84,9 @@ struct Emulated {
     std::unique_ptr<bool[]> cond(new bool[size_t(c.tq * c.tk)]);
     for (int64_t r = 0; r < c.tq; ++r)
       for (int64_t j = 0; j < c.tk; ++j) cond[size_t(r * c.tk + j)] = (c.causal && j > r) || r == c.masked_row;
-    const Attention a = describe(&scale, cond.get(), &fill, bias.data());
+    Attention a = describe(&scale, cond.get(), &fill, bias.data());
+    std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);  // (not a kind: a tile left unmapped shows)
+    a.kinds = kinds.data();
 
     std::vector<T> y(q.size() / size_t(c.d) * size_t(c.dv)), dq(q.size()), dkt(kt.size()), dv(v.size());
     std::vector<float> lse(size_t(pairs() * c.tq)), dots(lse.size());
@@ -89,6 +94,7 @@ struct Emulated {
     const unsigned k_blocks = unsigned((c.tk + tc::kTile - 1) / tc::kTile * kv_count());
     const unsigned row_blocks = unsigned((pairs() * c.tq + 3) / 4);
     auto run = [&]<int D>() {
+      testing::emulate(unsigned(kinds.size()), tc::kBlock, [&] { tc::tile_kinds<T>(a); });
       testing::emulate(q_blocks, tc::kBlock,
                        [&] { tc::forward<T, D>(a, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
       testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
@@ -186,7 +192,7 @@ TEST(TensorCoreAttention, TilesPastTheRowsAndKeysWithACausalFill) {
 TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Case c;
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
-  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f;
+  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.kinds_per_pair = true;
   Emulated<__half>(c).check();
 }
 
@@ -201,7 +207,7 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Case c;
   c.heads = 4, c.groups = 2, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY;
   Emulated<__half>(c).check();
-  c.causal = false, c.bias = c.causal_bias = true;
+  c.causal = false, c.bias = c.causal_bias = true, c.kinds_per_pair = true;
   Emulated<__nv_bfloat16>(c).check();
 }
 
@@ -251,6 +257,45 @@ TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
       EXPECT_EQ(kind(128, 0), tc::TileKind::kPlain) << where;
       EXPECT_EQ(kind(128, 128), tc::TileKind::kMixed) << where;
       EXPECT_EQ(kind(64, 128), fill == -INFINITY ? tc::TileKind::kDead : tc::TileKind::kMixed) << where;
+    }
+  }
+}
+
+// The map of 16-row tiles (tile_kinds), read for 64 and 32 rows (kind_of), gives each tile the kind a vote over the
+// tile as a whole gives: a causal mask's, and a mask that leaves only the first 16 rows open (a 64-row tile's first
+// 16 rows plain, the rest dead: mixed as a whole).
+TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
+  const int64_t n = 144;
+  std::unique_ptr<bool[]> cond(new bool[size_t(n * n)]);
+  for (bool causal : {true, false}) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < n; ++j) cond[size_t(r * n + j)] = causal ? j > r : r >= 16;
+    const float fill = -INFINITY;
+    Attention a;
+    a.pairs = 1, a.tq = a.tk = n, a.d = a.dv = 64, a.kv_count = 1;
+    a.batch.rank = 1, a.batch.dims[0] = 1;
+    a.cond = cond.get(), a.cond_row = n, a.cond_col = 1;
+    const __half fill_h = __float2half(fill);
+    a.fill = &fill_h;
+    std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);
+    a.kinds = kinds.data();
+    testing::emulate(unsigned(kinds.size()), tc::kBlock, [&] { tc::tile_kinds<__half>(a); });
+    const AttentionPair<__half> p{0, cond.get(), nullptr};
+    for (int64_t r0 = 0; r0 < n; r0 += 32)
+      for (int64_t j0 = 0; j0 < n; j0 += 64) {
+        tc::TileKind whole32{}, whole64{};
+        testing::emulate(1, tc::kBlock, [&] {
+          const tc::TileKind k32 = tc::tile_kind<__half, 32, tc::kTile>(a, p, r0, j0, fill);
+          const tc::TileKind k64 = tc::tile_kind<__half, 64, tc::kTile>(a, p, r0, j0, fill);
+          if (threadIdx.x == 0) whole32 = k32, whole64 = k64;
+        });
+        EXPECT_EQ(tc::kind_of<32>(a, 0, r0, j0), whole32) << causal << " " << r0 << " " << j0;
+        if (r0 % 64 == 0) {
+          EXPECT_EQ(tc::kind_of<64>(a, 0, r0, j0), whole64) << causal << " " << r0 << " " << j0;
+        }
+      }
+    if (!causal) {
+      EXPECT_EQ(tc::kind_of<64>(a, 0, 0, 0), tc::TileKind::kMixed);
     }
   }
 }

@@ -1,7 +1,8 @@
 // The scratch CUDA kernels declare (so that the allocation plan and the predicted peak count it), on the host:
 // cuBLASLt's workspace as a product node's (kernels/cuda/workspace.h) at small, middling and large outputs of a
 // symbolic batch, and where in the scratch a kernel finds it (aligned to 256 bytes, inside what was declared); a
-// reduction's partial sums over chunks of rows, when it reduces leading dims; the fused head's padded classes.
+// reduction's partial sums over chunks of rows, when it reduces leading dims; the fused head's padded classes; the
+// attention's map of its mask's tiles.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include <gtest/gtest.h>
 
@@ -116,6 +117,45 @@ TEST(CudaScratch, TheFusedHeadPadsItsClassesToMultiplesOfEight) {
   EXPECT_EQ(head_scratch(padded, false, true), head_scratch(padded, false));
   EXPECT_GE(head_scratch(50257, false) - head_scratch(50257, true), copies);
   EXPECT_EQ(head_scratch(padded, true), head_scratch(padded, false));
+}
+
+// FlashAttention (forward, or its gradient) of batch x 12 heads, 150 rows by 144 keys of 64, dtype t, with a causal
+// mask where `masked`: its scratch.
+Dim attention_scratch(DType t, bool masked, bool grad) {
+  ir::Graph g;
+  g.opsets[""] = 20;
+  g.opsets["com.onnxtrain"] = 1;
+  const Dim b = Dim::symbol("batch");
+  auto add = [&](const char* name, DType dt, Shape shape) { return test_graphs::add_input(g, name, dt, shape); };
+  ir::Value *q = add("q", t, {b, Dim(12), Dim(150), Dim(64)}), *kt = add("kt", t, {b, Dim(12), Dim(64), Dim(144)});
+  ir::Value* v = add("v", t, {b, Dim(12), Dim(144), Dim(64)});
+  ir::Value* cond = masked ? add("cond", DType::kBool, {Dim(150), Dim(144)}) : nullptr;
+  ir::Value* fill = masked ? add("fill", t, {}) : nullptr;
+  std::vector<ir::Value*> in{q, kt, v, nullptr, cond, fill}, out{g.add_value("y"), g.add_value("lse")};
+  if (grad) {
+    in.insert(in.begin(), add("dy", t, {b, Dim(12), Dim(150), Dim(64)}));
+    in.insert(in.begin() + 4, {add("y", t, {b, Dim(12), Dim(150), Dim(64)}),
+                               add("lse_in", DType::kFloat32, {b, Dim(12), Dim(150)})});
+    out = {g.add_value("dq"), g.add_value("dkt"), g.add_value("dv")};
+  }
+  ir::Node* n = g.add_node(grad ? "FlashAttentionGrad" : "FlashAttention", in, out, {});
+  n->domain = "com.onnxtrain";
+  n->opset = 1;
+  ops::bind_graph(g);
+  kernels::infer_shapes(g);
+  return scratch_bytes(cuda_device(0), *n);
+}
+
+// The tensor-core kernels' map of a mask's tiles: a byte per 16 rows by 64 keys of every pair (10 x 3 tiles of each
+// of batch x 12 pairs here), for 16-bit operands with a mask; after the backward's float per row.
+TEST(CudaScratch, AttentionDeclaresTheMapOfItsMasksTiles) {
+  const Bindings at{{"batch", 2}};
+  EXPECT_EQ(attention_scratch(DType::kBFloat16, true, false).eval(at), 2 * 12 * 10 * 3);
+  EXPECT_EQ(attention_scratch(DType::kFloat32, true, false).eval(at), 0);
+  EXPECT_EQ(attention_scratch(DType::kBFloat16, false, false).eval(at), 0);
+  const int64_t rows = 2 * 12 * 150 * 4;
+  EXPECT_EQ(attention_scratch(DType::kFloat16, true, true).eval(at), (rows + 63) / 64 * 64 + 2 * 12 * 10 * 3);
+  EXPECT_EQ(attention_scratch(DType::kFloat16, false, true).eval(at), rows);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The CUDA kernels of com.onnxtrain.FlashAttention and FlashAttentionGrad (ops/flash_attention.cpp) on attention.cu's
 // launchers: the geometry checked as on the CPU (kernels/attention_geometry.h); scale and fill stay on the device,
-// the dropout ratio and training mode are read on the host (the op's host inputs).
+// the dropout ratio and training mode are read on the host (the op's host inputs). The scratch holds the tensor-core
+// kernels' map of the tiles a mask or a bias changes (Attention::kinds), and the backward's rows' D before it.
 #include "kernels/attention_geometry.h"
 #include "kernels/counter_random.h"
 #include "kernels/cuda/indexing.h"
@@ -31,6 +32,7 @@ Attention describe(const KernelCtx& c, size_t q, size_t scale) {
     return st.empty() ? std::vector<int64_t>(r, 0) : std::vector<int64_t>(st.begin(), st.begin() + int64_t(r));
   };
   a.batch = indexing(c, g.batch, {leading(g.cond_strides), leading(g.bias_strides), g.kv_strides});
+  for (int d = 0; d < a.batch.rank; ++d) a.kinds_per_pair |= a.batch.strides[0][d] != 0 || a.batch.strides[1][d] != 0;
   a.zero_masked_rows = c.node.attr_int("zero_masked_rows", 0) != 0;
   if (c.has(scale)) a.scale = c.in(scale).raw();
   if (c.has(cond) != c.has(fill)) c.fail("cond and fill come together");
@@ -61,30 +63,56 @@ void check_lse(const KernelCtx& c, const Tensor& lse, const Attention& a) {
   if (lse.numel() != a.pairs * a.tq) c.fail("LSE " + dims_str(lse.dims()) + " must hold a value per row");
 }
 
+// A byte per 16 rows by 64 keys of every pair's scores (Attention::kinds), for 16-bit operands with a mask or a bias
+// (the tensor-core kernels'); q, kt, cond, bias: the inputs of Q, K^T, the mask and the bias.
+Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t kt, size_t cond, size_t bias) {
+  const DType t = s.dtype(q);
+  const Shape &qs = s.shape(q), &ks = s.shape(kt);
+  if ((t != DType::kFloat16 && t != DType::kBFloat16) || (!s.has(cond) && !s.has(bias)) || qs.size() < 2 ||
+      ks.empty())
+    return Dim(0);
+  return shape_numel(Shape(qs.begin(), qs.end() - 2)) * Dim::ceil_div(qs[qs.size() - 2], Dim(kKindRows)) *
+         Dim::ceil_div(ks.back(), Dim(kKindKeys));
+}
+
+// a's map in the scratch after `at` bytes of other scratch, where kinds_bytes declared it.
+void map_in(const KernelCtx& c, size_t at, Attention& a, DType t) {
+  if ((t == DType::kFloat16 || t == DType::kBFloat16) && (a.cond || a.bias))
+    a.kinds = c.scratch_as<uint8_t>(at, size_t(size_kinds(a)));
+}
+
 void flash_attention(KernelCtx& c) {
-  const Attention a = describe(c, 0, 3);
+  Attention a = describe(c, 0, 3);
+  map_in(c, 0, a, c.in(0).dtype());
   if (c.wants(1)) check_lse(c, c.out(1), a);
   cuda::flash_attention(c.in(0).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.out(0).raw(),
                         c.wants(1) ? c.out(1).data<float>() : nullptr, stream());
 }
 
 void flash_attention_grad(KernelCtx& c) {
-  const Attention a = describe(c, 1, 6);
+  Attention a = describe(c, 1, 6);
+  ScratchCarver scratch{c};
+  float* row_dots = scratch.take<float>(a.pairs * a.tq);
+  map_in(c, scratch.at, a, c.in(1).dtype());
   if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != a.pairs * a.tq * a.dv ||
       c.in(0).dtype() != c.in(1).dtype())
     c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
   check_lse(c, c.in(5), a);
   cuda::flash_attention_grad(c.in(1).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.in(3).raw(),
-                             c.in(4).raw(), c.in(5).data<float>(), c.scratch_as<float>(0, size_t(a.pairs * a.tq)),
-                             c.out(0).raw(), c.out(1).raw(), c.out(2).raw(), stream());
+                             c.in(4).raw(), c.in(5).data<float>(), row_dots, c.out(0).raw(), c.out(1).raw(),
+                             c.out(2).raw(), stream());
 }
 
-// FlashAttentionGrad's scratch: a float per query row (input 5, the LSE, holds one).
-Dim row_dots_bytes(const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(5)) * Dim(4); }
+Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return kinds_bytes(s, 0, 1, 4, 8); }
+// FlashAttentionGrad's: a float per query row (input 5, the LSE, holds one), then the map.
+Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
+  const Dim rows = shape_numel(s.shape(5)) * Dim(4), kinds = kinds_bytes(s, 1, 2, 7, 11);
+  return kinds.is_const() && kinds.value() == 0 ? rows : scratch_span(rows) + kinds;
+}
 
 const bool kRegistered = register_kernels(
-    cuda_device(0), {{"com.onnxtrain", "FlashAttention", kernel(flash_attention)},
-                     {"com.onnxtrain", "FlashAttentionGrad", kernel(flash_attention_grad), row_dots_bytes}});
+    cuda_device(0), {{"com.onnxtrain", "FlashAttention", kernel(flash_attention), forward_scratch},
+                     {"com.onnxtrain", "FlashAttentionGrad", kernel(flash_attention_grad), backward_scratch}});
 
 }  // namespace
 }  // namespace onnxtrain::kernels::cuda

@@ -189,6 +189,15 @@ int mma_head(DType t, const Attention& a) {
   return head <= 64 ? 64 : head <= 128 ? 128 : 0;
 }
 
+// The tensor-core kernels' map of the tiles a mask or a bias changes (attention_tile_kind.cuh), into a.kinds.
+template <typename T>
+void map_tile_kinds(const Attention& a, const char* name, cudaStream_t stream) {
+  if ((!a.cond && !a.bias) || a.pairs * a.tq * a.tk == 0) return;
+  if (!a.kinds || a.kind_rows * a.kind_columns == 0) launch_error(std::string(name) + ": no map of its mask's tiles");
+  const int64_t blocks = a.kind_rows * a.kind_columns * (a.kinds_per_pair ? a.pairs : 1);
+  tc::tile_kinds<T><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(a);
+}
+
 // f.template operator()<D>() for the tensor-core kernels' head size D.
 template <typename F>
 void with_head(int head, F&& f) {
@@ -210,6 +219,7 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* kt,
     const T *qt = static_cast<const T*>(q), *ktt = static_cast<const T*>(kt), *vt = static_cast<const T*>(v);
     if constexpr (!std::is_same_v<T, float>)
       if (head) {
+        map_tile_kinds<T>(a, "FlashAttention", stream);
         const int64_t blocks = to_blocks(a.tq, tc::kTile, "FlashAttention") * a.pairs;
         return with_head(head, [&]<int D>() {
           tc::forward<T, D><<<to_blocks(blocks, 1, "FlashAttention"), tc::kBlock, 0, stream>>>(
@@ -235,6 +245,7 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
     if constexpr (!std::is_same_v<T, float>)
       if (head) {
         const char* name = "FlashAttentionGrad";
+        map_tile_kinds<T>(a, name, stream);
         return with_head(head, [&]<int D>() {
           if (rows) {
             tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(

@@ -8,9 +8,9 @@
 // (grouped-query heads summed there). Masks, biases, the fill of masked scores, dropout (the CPU's counter-based
 // draw) and fully masked rows as the warp-per-row kernels (attention.cu) and the CPU's; tiles whose every score is
 // -inf (a causal mask's upper ones) skipped, and the mask and the bias read per score only in tiles they change
-// (attention_tile_kind.cuh: a causal mask's diagonal). Head sizes up to D (64 or 128), zero-padded. The kernels live
-// in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the tests' warp emulation compiles its own host
-// copy.
+// (a causal mask's diagonal: attention_tile_kind.cuh's map, made once a call by tile_kinds). Head sizes up to D (64
+// or 128), zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the
+// tests' warp emulation compiles its own host copy.
 #pragma once
 #include "kernels/cuda/attention_tile_kind.cuh"
 
@@ -58,7 +58,7 @@ template <int D>
 constexpr int kStages = D > 64 ? 1 : 2;
 
 // Runs step(slot, j0, kind) by the whole block for each tile of keys j0 .. j0 + 63 in order but those whose every
-// score is -inf (tile_kind), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged.
+// score is -inf (the map: kind_of), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged.
 template <typename T, int D, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
                                                uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
@@ -70,7 +70,7 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
   auto live_from = [&](int64_t j0) {  // the first tile from j0 on not all -inf (j0 past the keys: none)
     Tile t{j0, TileKind::kDead};
     for (; t.j0 < a.tk; t.j0 += kTile)
-      if ((t.kind = tile_kind<T, kTile, kTile>(a, b.p, b.block_r0, t.j0, b.fill)) != TileKind::kDead) break;
+      if ((t.kind = kind_of<kTile>(a, b.pair, b.block_r0, t.j0)) != TileKind::kDead) break;
     return t;
   };
   auto stage_tile = [&](int slot, Tile t) {
@@ -231,10 +231,11 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
 template <int D>
 constexpr int kQueries = D > 64 ? 16 : 32;
 
-// dKt and dV: grid (key tiles x K's batch), each block summing over the pairs that read its K and V.
+// dKt and dV: grid (key tiles x K's batch), each block summing over the pairs that read its K and V. (At least 2
+// blocks a multiprocessor: left to itself, ptxas gave heads of 64 168 registers, for 3, and spilled in the loop.)
 template <typename T, int D>
-__global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
-                                                   const float* lse, const float* dots, T* dkt, T* dv) {
+__global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
+                                                      const float* lse, const float* dots, T* dkt, T* dv) {
   constexpr int Q = kQueries<D>;
   __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kBlock) grad_kv(Attention a, const T* dy, cons
         if (r.pair >= a.pairs) return r;
         r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
-      if ((r.kind = tile_kind<T, Q, kTile>(a, r.p, r.q0, k0, fill)) != TileKind::kDead) return r;
+      if ((r.kind = kind_of<Q>(a, r.pair, r.q0, k0)) != TileKind::kDead) return r;
     }
   };
   auto stage_rows = [&](int slot, Rows r) {

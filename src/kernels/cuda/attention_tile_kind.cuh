@@ -1,9 +1,9 @@
 // What a tile of a pair's scores takes from the mask and the additive bias, for the tensor-core attention kernels
-// (attention_mma.cuh), the whole block voting once a tile: nothing, as every score of a causal mask's upper tiles
-// is -inf (skipped); nothing either where neither changes any score, as a causal mask's lower tiles (the kernels
-// then read neither per score); else the mask and the bias at each score (the diagonal's tiles). A row of the tile
-// is read 16 bytes at a time (16 mask or 8 bias elements) where its rows lie whole and aligned, else an element at
-// a time.
+// (attention_mma.cuh): nothing, as every score of a causal mask's upper tiles is -inf (skipped); nothing either where
+// neither changes any score, as a causal mask's lower tiles (the kernels then read neither per score); else the mask
+// and the bias at each score (the diagonal's tiles). A block votes on a tile, a row read 16 bytes at a time (16 mask
+// or 8 bias elements) where its rows lie whole and aligned, else an element at a time: once a call, for tiles of 16
+// rows by 64 keys, into a map (Attention::kinds) the kernels read a byte a tile of from then on.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -92,6 +92,32 @@ __device__ __forceinline__ TileKind tile_kind(const Attention& a, const Attentio
   }
   const int live = __syncthreads_or(v.live), touched = __syncthreads_or(v.touched);
   return !live ? TileKind::kDead : touched ? TileKind::kMixed : TileKind::kPlain;
+}
+
+static_assert(kKindKeys == kTile, "the map's tiles span a step's keys");
+
+// The map: a block a tile (grid: its slices x kind_rows x kind_columns, kBlock threads). (Its dims come with the
+// kernels' parameters, where they take no register.)
+template <typename T>
+__global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
+  const int64_t per_slice = a.kind_rows * a.kind_columns, slice = blockIdx.x / per_slice;
+  const int64_t at = blockIdx.x % per_slice, r0 = at / a.kind_columns * kKindRows, j0 = at % a.kind_columns * kTile;
+  const TileKind k = tile_kind<T, kKindRows, kTile>(a, pair_of<T>(a, slice), r0, j0, scalar_or<T>(a.fill, 0.f));
+  if (threadIdx.x == 0) a.kinds[blockIdx.x] = uint8_t(k);
+}
+
+// The kind of rows r0 .. r0 + R - 1 (R and r0 multiples of 16) by keys j0 .. j0 + 63 of pair `pair`, from the map:
+// its 16-row tiles' that hold rows of the pair, one kind where they agree, else mixed (as a vote over the whole).
+template <int R>
+__device__ __forceinline__ TileKind kind_of(const Attention& a, int64_t pair, int64_t r0, int64_t j0) {
+  static_assert(R % kKindRows == 0, "whole tiles of the map");
+  if (!a.cond && !a.bias) return TileKind::kPlain;
+  const uint8_t* m = a.kinds + ((a.kinds_per_pair ? pair : 0) * a.kind_rows + r0 / kKindRows) * a.kind_columns +
+                     j0 / kTile;
+  TileKind k = TileKind(m[0]);
+  for (int i = 1; i < R / kKindRows && r0 + kKindRows * i < a.tq; ++i)
+    if (TileKind(m[i * a.kind_columns]) != k) k = TileKind::kMixed;
+  return k;
 }
 
 }  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION

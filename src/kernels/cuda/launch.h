@@ -230,7 +230,22 @@ struct Attention {
   uint32_t threshold = 0;
   float keep_scale = 1;
   uint64_t seed = 0;
+  // What the mask and the bias do to each tile of 16 rows by 64 keys (attention_tile_kind.cuh's map, a byte each; the
+  // tensor-core kernels', for 16-bit operands with a mask or a bias): a pair's own where they differ between pairs
+  // (kinds_per_pair), else one map for all, of kind_rows by kind_columns tiles. Scratch, filled by the launch before
+  // the kernels read it.
+  uint8_t* kinds = nullptr;
+  bool kinds_per_pair = false;
+  int64_t kind_rows = 0, kind_columns = 0;
 };
+// The map's tiles (16 rows by the kernels' step of keys), and its bytes for a: a slice's tiles, its slices (a pair's
+// each, or one for every pair); sets a.kind_rows and a.kind_columns.
+constexpr int64_t kKindRows = 16, kKindKeys = 64;
+inline int64_t size_kinds(Attention& a) {
+  a.kind_rows = (a.tq + kKindRows - 1) / kKindRows;
+  a.kind_columns = (a.tk + kKindKeys - 1) / kKindKeys;
+  return a.kind_rows * a.kind_columns * (a.kinds_per_pair ? a.pairs : 1);
+}
 void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
                      cudaStream_t stream);
 // dQ, dKt and dV; row_dots: pairs * tq floats of scratch.
