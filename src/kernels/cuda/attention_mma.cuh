@@ -108,11 +108,14 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     float s[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
-    if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (no score past the rows or the keys, none masked or biased)
+    // No score past the rows or the keys, none masked or biased: the products as they are, scaled in the exponent
+    // (a positive scale keeps the largest the largest).
+    const bool fast = inside(a, kind, r0 + 16, j0 + kTile) && scale > 0.f;
+    if (fast) {
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nt][i] *= scale);
+        for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
     } else {
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -123,18 +126,21 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
           top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
         }
     }
-    float base[2], alpha[2], sum[2] = {0.f, 0.f};
+    const float mult = fast ? scale : 1.f;  // what the scores still take
+    float offset[2], alpha[2], sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float mn = fmaxf(m[h], quad_max(top[h]));
-      base[h] = mn == -INFINITY ? 0.f : mn;  // every score so far -inf: nothing to add yet
-      alpha[h] = __expf(m[h] - base[h]);
+      const float mn = fmaxf(m[h], quad_max(top[h]) * mult);
+      const float base = mn == -INFINITY ? 0.f : mn;  // every score so far -inf: nothing to add yet
+      alpha[h] = __expf(m[h] - base);
+      offset[h] = -base * kLog2e;
       m[h] = mn;
     }
+    const float to_log2 = mult * kLog2e;  // P = 2^(s to_log2 + offset) = exp(s mult - base)
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = __expf(s[nt][i] - base[i / 2]);
+      for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
     if (a.dropout)
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -201,11 +207,13 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    if (inside(a, kind, r0 + 16, j0 + kTile) && !a.dropout) {  // (as the forward's: the products scaled)
+    if (inside(a, kind, r0 + 16, j0 + kTile) && !a.dropout) {  // (as the forward's: P = 2^(s scale log2 e - ...))
+      const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s[nt][i] = __expf(s[nt][i] * scale - lr[i / 2]) * (dp[nt][i] - dr[i / 2]) * scale;
+        for (int i = 0; i < 4; ++i)
+          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * scale;
     } else {
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -241,7 +249,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
   __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
   constexpr int S = kStages<D>;
   __shared__ __align__(16) uint16_t qs[S][Q][D + 8], ys[S][Q][D + 8];  // the step's query rows and their dY
-  __shared__ float lrs[S][Q], drs[S][Q];                               // and their LSE and D
+  __shared__ float lrs[S][Q], drs[S][Q];  // and their LSE (times log2 e: base 2) and D
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
   stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
@@ -271,7 +279,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
       stage<Q, D>(ys[slot], bits(dy) + r.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
       for (int i = threadIdx.x; i < Q; i += kBlock) {
         const bool in = r.q0 + i < a.tq;
-        lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] : INFINITY;
+        lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
         drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] : 0.f;
       }
     }
@@ -308,12 +316,13 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
       }
     }
     if (inside(a, step.kind, q0 + Q, k0 + w0 + 16) && !a.dropout) {
+      const float to_log2 = scale * kLog2e;
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int rl = column_of(nt, i, t);
-          st[nt][i] = __expf(st[nt][i] * scale - lr[rl]);
+          st[nt][i] = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
           dpt[nt][i] = st[nt][i] * (dpt[nt][i] - dr[rl]) * scale;
         }
     } else {
@@ -327,7 +336,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
           if (j < a.tk && r < a.tq) {
             const bool off = !plain && masked(a, p.cond, r, j);
             const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
-            const float e = __expf(x - lr[rl]);
+            const float e = exp2_approx(fmaf(x, kLog2e, -lr[rl]));
             const float kept = !a.dropout ? 1.f : keeps(a, pair * a.tq + r, j) ? a.keep_scale : 0.f;
             pd = e * kept;
             if (!off) ds = e * ((kept == 0.f ? 0.f : dpt[nt][i] * kept) - dr[rl]) * scale;

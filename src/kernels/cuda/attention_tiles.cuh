@@ -5,6 +5,8 @@
 // ONNXTRAIN_MMA_ATTENTION, mma_attention unless the includer names another (the tests' warp emulation does, for its
 // host copy).
 #pragma once
+#include <cmath>
+
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/warp_mma.cuh"
@@ -153,6 +155,19 @@ __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
+// 2^x by the multiprocessor's approximation (__expf(x) is 2^(x log2 e) by the same), so that an exponent's scale
+// and offset fold into one fused multiply-add; the host's exp2 in the tests' emulation.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_approx(float x) {
+#ifdef __CUDACC__
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return std::exp2(x);
+#endif
+}
+
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
