@@ -224,6 +224,15 @@ TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
   Emulated<__half>(c).check();
 }
 
+// One pair of n rows by n keys (heads of 64) under the bool mask cond, its rows n apart.
+Attention one_pair(const bool* cond, int64_t n) {
+  Attention a;
+  a.pairs = 1, a.tq = a.tk = n, a.d = a.dv = 64, a.kv_count = 1;
+  a.batch.rank = 1, a.batch.dims[0] = 1;
+  a.cond = cond, a.cond_row = n, a.cond_col = 1;
+  return a;
+}
+
 // A causal bool mask's tiles as the kernels classify them, its rows read 16 bytes at a time (aligned rows of 144) and
 // an element at a time (the same rows one byte off 16-byte alignment): the upper ones dead where the fill is -inf
 // (masked but live where it is finite), the lower ones plain (no mask read per score), the diagonal's mixed, and
@@ -236,10 +245,7 @@ TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < n; ++j) cond[r * n + j] = j > r;
     for (float fill : {-INFINITY, -30.f}) {
-      Attention a;
-      a.pairs = 1, a.tq = a.tk = n, a.d = a.dv = 64, a.kv_count = 1;
-      a.batch.rank = 1, a.batch.dims[0] = 1;
-      a.cond = cond, a.cond_row = n, a.cond_col = 1;
+      const Attention a = one_pair(cond, n);
       const AttentionPair<__half> p{0, cond, nullptr};
       auto kind = [&](int64_t r0, int64_t j0) {
         tc::TileKind k{};
@@ -271,10 +277,7 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < n; ++j) cond[size_t(r * n + j)] = causal ? j > r : r >= 16;
     const float fill = -INFINITY;
-    Attention a;
-    a.pairs = 1, a.tq = a.tk = n, a.d = a.dv = 64, a.kv_count = 1;
-    a.batch.rank = 1, a.batch.dims[0] = 1;
-    a.cond = cond.get(), a.cond_row = n, a.cond_col = 1;
+    Attention a = one_pair(cond.get(), n);
     const __half fill_h = __float2half(fill);
     a.fill = &fill_h;
     std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);

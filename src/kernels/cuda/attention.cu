@@ -193,9 +193,8 @@ int mma_head(DType t, const Attention& a) {
 template <typename T>
 void map_tile_kinds(const Attention& a, const char* name, cudaStream_t stream) {
   if ((!a.cond && !a.bias) || a.pairs * a.tq * a.tk == 0) return;
-  if (!a.kinds || a.kind_rows * a.kind_columns == 0) launch_error(std::string(name) + ": no map of its mask's tiles");
-  const int64_t blocks = a.kind_rows * a.kind_columns * (a.kinds_per_pair ? a.pairs : 1);
-  tc::tile_kinds<T><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(a);
+  if (!a.kinds) launch_error(std::string(name) + ": no map of its mask's tiles");
+  tc::tile_kinds<T><<<to_blocks(kinds_count(a), 1, name), tc::kBlock, 0, stream>>>(a);
 }
 
 // f.template operator()<D>() for the tensor-core kernels' head size D.

@@ -238,13 +238,18 @@ struct Attention {
   bool kinds_per_pair = false;
   int64_t kind_rows = 0, kind_columns = 0;
 };
-// The map's tiles (16 rows by the kernels' step of keys), and its bytes for a: a slice's tiles, its slices (a pair's
-// each, or one for every pair); sets a.kind_rows and a.kind_columns.
+// The map's tiles: 16 rows by the kernels' step of keys. Whether operands of dtype t with a mask or a bias (`masked`)
+// have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times its slices (a pair's each, or one
+// for every pair), and the same setting a.kind_rows and a.kind_columns first.
 constexpr int64_t kKindRows = 16, kKindKeys = 64;
+inline bool mapped(DType t, bool masked) { return masked && (t == DType::kFloat16 || t == DType::kBFloat16); }
+inline int64_t kinds_count(const Attention& a) {
+  return a.kind_rows * a.kind_columns * (a.kinds_per_pair ? a.pairs : 1);
+}
 inline int64_t size_kinds(Attention& a) {
   a.kind_rows = (a.tq + kKindRows - 1) / kKindRows;
   a.kind_columns = (a.tk + kKindKeys - 1) / kKindKeys;
-  return a.kind_rows * a.kind_columns * (a.kinds_per_pair ? a.pairs : 1);
+  return kinds_count(a);
 }
 void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
                      cudaStream_t stream);
