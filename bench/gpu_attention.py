@@ -3,13 +3,18 @@ backward at GPT-2's shape (batch 16, 12 heads, 1024 tokens, heads of 64, causal,
 beside PyTorch eager (its own flash kernel) and torch.compile, and onnxtrain on its warp-per-row kernels
 (ONNXTRAIN_CUDA_ATTENTION=simple: onnxtrain-simple), each configuration in its own process.
 
+--dropout P drops attention's probabilities with ratio P (as GPT-2's attn_pdrop, 0.1), in every configuration;
+--mask tensor passes the causal mask as a boolean tensor of a batch's own (batch, 1, tokens, tokens), as a model
+that builds its mask from a padding mask does, instead of is_causal.
+
 Printed per configuration: ms per forward and backward (the median of --steps), TFLOP/s (4 x batch x heads x
 tokens^2 x head for the forward's two products, halved for the causal mask, times 3.5 for forward and backward),
 the ratio of its time to eager's, the first call's seconds, and for onnxtrain whether the graph it ran holds the
 fused FlashAttention.
 
     python bench/gpu_attention.py [--batch 16] [--heads 12] [--seq 1024] [--head 64] [--dtype bf16|fp16|fp32]
-                                  [--steps 20] [--only eager,onnxtrain] [--tiny]
+                                  [--dropout 0.1] [--mask causal|tensor] [--steps 20] [--only eager,onnxtrain]
+                                  [--tiny]
 
 --tiny runs a small shape anywhere (the CPU too): a check of the script, not a figure of record.
 """
@@ -27,12 +32,13 @@ CONFIGS = ["eager", "compile", "onnxtrain", "onnxtrain-simple"]
 DTYPES = ["bf16", "fp16", "fp32"]
 
 
-def attention_module():
+def attention_module(dropout):
     import torch
 
     class Attention(torch.nn.Module):
-        def forward(self, q, k, v):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        def forward(self, q, k, v, mask=None):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                                                    is_causal=mask is None)
 
     return Attention()
 
@@ -50,8 +56,12 @@ def measure(name, args):
     shape = (args.batch, args.heads, args.seq, args.head)
     q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     dy = torch.randn(shape, device=device, dtype=dtype)
+    mask = None
+    if args.mask == "tensor":
+        causal = torch.ones(args.seq, args.seq, dtype=torch.bool, device=device).tril()
+        mask = causal.expand(args.batch, 1, args.seq, args.seq).contiguous()
     saved = tempfile.mkdtemp(prefix="onnxtrain-attention-")
-    module = attention_module()
+    module = attention_module(args.dropout)
     if name.startswith("onnxtrain"):
         module = onnxtrain.Module(module, onnxtrain.Options(save_onnx=saved))
     elif name == "compile":
@@ -61,7 +71,7 @@ def measure(name, args):
     def step():
         for x in (q, k, v):
             x.grad = None
-        module(q, k, v).backward(dy)
+        (module(q, k, v) if mask is None else module(q, k, v, mask)).backward(dy)
         sync()
 
     t = time.perf_counter()
@@ -86,7 +96,8 @@ def measure(name, args):
 def run(name, args):
     """measure() in a process of its own."""
     cmd = [sys.executable, __file__, "--measure", name, "--batch", str(args.batch), "--heads", str(args.heads),
-           "--seq", str(args.seq), "--head", str(args.head), "--dtype", args.dtype, "--steps", str(args.steps)]
+           "--seq", str(args.seq), "--head", str(args.head), "--dtype", args.dtype, "--steps", str(args.steps),
+           "--dropout", str(args.dropout), "--mask", args.mask]
     env = dict(os.environ, ONNXTRAIN_CUDA_ATTENTION="simple" if name == "onnxtrain-simple" else "")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -102,6 +113,8 @@ def main():
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--head", type=int, default=64)
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--mask", default="causal", choices=["causal", "tensor"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--only", default="", help="comma-separated configurations (default: all)")
     p.add_argument("--tiny", action="store_true")
@@ -120,7 +133,8 @@ def main():
     results = {c: run(c, args) for c in configs}
     device = next((m["device"] for m in results.values() if m and "device" in m), "the CPU")
     print(f"\nattention forward and backward on {device}: batch {args.batch}, {args.heads} heads, {args.seq} tokens, "
-          f"heads of {args.head}, causal, {args.dtype}; each configuration in its own process, medians of "
+          f"heads of {args.head}, causal ({'a mask tensor' if args.mask == 'tensor' else 'is_causal'}), "
+          f"dropout {args.dropout:g}, {args.dtype}; each configuration in its own process, medians of "
           f"{args.steps} calls")
     print(f"{'':18}{'ms':>9}{'TFLOP/s':>9}{'/eager':>8}{'first s':>9}{'fused':>7}")
     eager = results.get("eager")

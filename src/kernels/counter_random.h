@@ -18,10 +18,37 @@ ONNXTRAIN_HOST_DEVICE uint64_t splitmix64(uint64_t x) {
 // Element i's 64 random bits under `seed`.
 ONNXTRAIN_HOST_DEVICE uint64_t counter_bits(uint64_t seed, uint64_t i) { return splitmix64(seed ^ splitmix64(i)); }
 
-// Dropout with `ratio` keeps element i when the top 24 bits of its hash, as a fraction, reach the ratio.
+// Dropout with `ratio` draws by blocks of 64 elements: block i / 64 takes a key, the low 32 of its 64 random bits,
+// and element i keeps where the top 24 bits of mix32(key ^ (i % 64) * golden) reach the ratio. (A key is one hash
+// for 64 elements: a kernel that walks a block, as the fused attention walks 64 keys of a score row, draws each
+// element with a few 32-bit operations.) mix32 is the lowbias32 integer hash (Chris Wellons' hash-prospector).
+constexpr uint64_t kDropoutBlock = 64;
 ONNXTRAIN_HOST_DEVICE uint32_t dropout_threshold(double ratio) { return uint32_t(ratio * double(1 << 24)); }
+ONNXTRAIN_HOST_DEVICE uint32_t dropout_key(uint64_t seed, uint64_t block) {
+  return uint32_t(counter_bits(seed, block));
+}
+ONNXTRAIN_HOST_DEVICE uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x21f0aaadu;
+  x ^= x >> 15;
+  x *= 0x735a2d97u;
+  return x ^ (x >> 15);
+}
+// Whether the element at `place` (i % 64) of the block with key `key` keeps.
+ONNXTRAIN_HOST_DEVICE bool dropout_keeps_at(uint32_t key, uint32_t place, uint32_t threshold) {
+  return (mix32(key ^ (place * 0x9E3779B9u)) >> 8) >= threshold;
+}
 ONNXTRAIN_HOST_DEVICE bool dropout_keeps(uint64_t seed, uint64_t i, uint32_t threshold) {
-  return uint32_t(counter_bits(seed, i) >> 40) >= threshold;
+  return dropout_keeps_at(dropout_key(seed, i / kDropoutBlock), uint32_t(i % kDropoutBlock), threshold);
+}
+// keep[k] = dropout_keeps(seed, i0 + k) for k < n, a key a block.
+inline void dropout_keeps_run(uint64_t seed, uint64_t i0, int64_t n, uint32_t threshold, bool* keep) {
+  for (int64_t k = 0; k < n;) {
+    const uint32_t key = dropout_key(seed, (i0 + uint64_t(k)) / kDropoutBlock);
+    int64_t end = k + int64_t(kDropoutBlock - (i0 + uint64_t(k)) % kDropoutBlock);
+    if (end > n) end = n;
+    for (; k < end; ++k) keep[k] = dropout_keeps_at(key, uint32_t((i0 + uint64_t(k)) % kDropoutBlock), threshold);
+  }
 }
 
 // Uniform in [0, 1) from the top 24 bits (a float's precision), and (0, 1] from the next 24.

@@ -1,12 +1,12 @@
 // The tensor-core FlashAttention kernels (kernels/cuda/attention_mma.cuh) run on the host through the warp
 // emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
 // keys, zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, grouped-query
-// heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw), a fully masked row, causal
-// masks (a fill or a bias of -inf) whose upper tiles are skipped and lower tiles read no mask (the map of the tiles'
-// kinds made once, or a pair's each as for a mask that differs between pairs). Operands staged by
-// cp.async land only when the kernel waits for them (a wait too late reads stale tiles), and ldmatrix hands out PTX's
-// fragments. What the emulation cannot show (the layouts as the hardware has them, timing)
-// Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
+// heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw; by a row's block key where rows
+// are whole blocks of it), a fully masked row, causal masks (a fill or a bias of -inf) whose upper tiles are skipped
+// and lower tiles read no mask (the map of the tiles' kinds made once, or a batch's each for a mask and a bias that
+// differ between batches). Operands staged by cp.async land only when the kernel waits for them (a wait too late
+// reads stale tiles), and ldmatrix hands out PTX's fragments. What the emulation cannot show (the layouts as the
+// hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_mma_attention
@@ -30,7 +30,7 @@ struct Case {
   bool zero_below = false;  // the bias 0 on and under the diagonal: a causal mask as the exporter's additive one
   float fill = -30.f, dropout = 0.f;
   int64_t masked_row = -1;  // a row masked whole
-  bool kinds_per_pair = false;  // the map of the tiles' kinds made for each pair (as for a mask that differs by pair)
+  int64_t shift = 0;  // batch b's mask and bias b * shift keys to the right: a map a batch (else one for all pairs)
 };
 
 template <typename T>
@@ -38,6 +38,12 @@ struct Emulated {
   explicit Emulated(const Case& c) : c(c) {}
   const Case c;
   int64_t pairs() const { return c.batch * c.heads; }
+  int64_t slices() const { return c.shift ? c.batch : 1; }
+  // Score (r, j) of pair `pair` in the mask and the bias, and batch b's diagonal's first key past row r.
+  size_t at(int64_t pair, int64_t r, int64_t j) const {
+    return size_t((c.shift ? pair / c.heads * c.tq * c.tk : 0) + r * c.tk + j);
+  }
+  int64_t past_diagonal(int64_t b, int64_t r) const { return r + 1 + b * c.shift; }
   int64_t kv_count() const { return c.batch * c.heads / c.groups; }
 
   static T from(double x) { return from_float<T>(float(x)); }
@@ -58,12 +64,16 @@ struct Emulated {
     a.kv_heads = c.heads / c.groups, a.groups = c.groups;
     a.batch.rank = 2;
     a.batch.dims[0] = c.batch, a.batch.dims[1] = c.heads;
-    a.batch.strides[2][0] = c.heads, a.batch.strides[2][1] = 1;  // the mask and the bias shared by every pair
+    a.batch.strides[1][0] = c.heads, a.batch.strides[1][1] = 1;  // K's batch index (before the groups)
+    if (c.shift) {  // a slice of the mask and the bias a batch
+      a.batch.strides[0][0] = 1;
+      a.slices.rank = 1, a.slices.dims[0] = c.batch;
+      a.slices.strides[0][0] = a.slices.strides[1][0] = c.tq * c.tk;
+    }
     a.scale = scale;
     a.cond = cond, a.fill = fill, a.cond_row = c.tk, a.cond_col = 1;
     if (c.bias) a.bias = bias, a.bias_row = c.tk, a.bias_col = 1;
     a.zero_masked_rows = c.zero_masked_rows;
-    a.kinds_per_pair = c.kinds_per_pair;
     if (c.dropout > 0) {
       a.dropout = true;
       a.threshold = dropout_threshold(c.dropout);
@@ -77,13 +87,16 @@ struct Emulated {
     const T scale = from(0.3), fill = from(c.fill);
     std::vector<T> q = random(pairs() * c.tq * c.d, 1), kt = random(kv_count() * c.d * c.tk, 2);
     std::vector<T> v = random(kv_count() * c.tk * c.dv, 3), dy = random(pairs() * c.tq * c.dv, 4);
-    std::vector<T> bias = c.zero_below ? std::vector<T>(size_t(c.tq * c.tk), from(0.)) : random(c.tq * c.tk, 5);
-    if (c.causal_bias)
+    const int64_t n = slices() * c.tq * c.tk;
+    std::vector<T> bias = c.zero_below ? std::vector<T>(size_t(n), from(0.)) : random(n, 5);
+    std::unique_ptr<bool[]> cond(new bool[size_t(n)]);
+    for (int64_t b = 0; b < slices(); ++b)
       for (int64_t r = 0; r < c.tq; ++r)
-        for (int64_t j = r + 1; j < c.tk; ++j) bias[size_t(r * c.tk + j)] = from(-INFINITY);
-    std::unique_ptr<bool[]> cond(new bool[size_t(c.tq * c.tk)]);
-    for (int64_t r = 0; r < c.tq; ++r)
-      for (int64_t j = 0; j < c.tk; ++j) cond[size_t(r * c.tk + j)] = (c.causal && j > r) || r == c.masked_row;
+        for (int64_t j = 0; j < c.tk; ++j) {
+          const bool upper = j >= past_diagonal(b, r);
+          if (c.causal_bias && upper) bias[at(b * c.heads, r, j)] = from(-INFINITY);
+          cond[at(b * c.heads, r, j)] = (c.causal && upper) || r == c.masked_row;
+        }
     Attention a = describe(&scale, cond.get(), &fill, bias.data());
     std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);  // (not a kind: a tile left unmapped shows)
     a.kinds = kinds.data();
@@ -124,8 +137,8 @@ struct Emulated {
           double x = 0;
           for (int64_t k = 0; k < c.d; ++k)
             x += value(q[size_t(row * c.d + k)]) * value(kt[size_t((kv * c.d + k) * c.tk + j)]);
-          x = x * sc + (c.bias ? value(bias[size_t(r * c.tk + j)]) : 0.);
-          s[size_t(j)] = cond[size_t(r * c.tk + j)] ? value(fill) : x;
+          x = x * sc + (c.bias ? value(bias[at(pair, r, j)]) : 0.);
+          s[size_t(j)] = cond[at(pair, r, j)] ? value(fill) : x;
           top = std::max(top, s[size_t(j)]);
           if (a.dropout && !dropout_keeps(a.seed, uint64_t(row * c.tk + j), a.threshold)) keep[size_t(j)] = 0;
           keep[size_t(j)] *= a.keep_scale;
@@ -148,7 +161,7 @@ struct Emulated {
           dsum += p[size_t(j)] * dp[size_t(j)];
         }
         for (int64_t j = 0; j < c.tk; ++j) {
-          if (cond[size_t(r * c.tk + j)]) continue;
+          if (cond[at(pair, r, j)]) continue;
           const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * sc;
           for (int64_t k = 0; k < c.d; ++k) {
             rdq[size_t(row * c.d + k)] += ds * value(kt[size_t((kv * c.d + k) * c.tk + j)]);
@@ -192,7 +205,17 @@ TEST(TensorCoreAttention, TilesPastTheRowsAndKeysWithACausalFill) {
 TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Case c;
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
-  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.kinds_per_pair = true;
+  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.shift = 5;
+  Emulated<__half>(c).check();
+}
+
+// Score rows of whole blocks of dropout's draw (keys a multiple of 64): each row draws its tile's scores from one block
+// key, in the tiles the causal mask leaves plain (the fast paths) and on its diagonal.
+TEST(TensorCoreAttention, DropoutOverWholeBlocksOfKeysDrawsFromARowsKey) {
+  Case c;
+  c.heads = 2, c.groups = 2, c.tq = 100, c.tk = 128, c.fill = -INFINITY, c.dropout = 0.3f;
+  Emulated<__nv_bfloat16>(c).check();
+  c.d = c.dv = 128;
   Emulated<__half>(c).check();
 }
 
@@ -207,7 +230,7 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Case c;
   c.heads = 4, c.groups = 2, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY;
   Emulated<__half>(c).check();
-  c.causal = false, c.bias = c.causal_bias = true, c.kinds_per_pair = true;
+  c.batch = 2, c.causal = false, c.bias = c.causal_bias = true, c.shift = 64;
   Emulated<__nv_bfloat16>(c).check();
 }
 
@@ -246,7 +269,7 @@ TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
       for (int64_t j = 0; j < n; ++j) cond[r * n + j] = j > r;
     for (float fill : {-INFINITY, -30.f}) {
       const Attention a = one_pair(cond, n);
-      const AttentionPair<__half> p{0, cond, nullptr};
+      const AttentionPair<__half> p{0, cond, nullptr, 0};
       auto kind = [&](int64_t r0, int64_t j0) {
         tc::TileKind k{};
         testing::emulate(1, tc::kBlock, [&] {
@@ -283,7 +306,7 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
     std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);
     a.kinds = kinds.data();
     testing::emulate(unsigned(kinds.size()), tc::kBlock, [&] { tc::tile_kinds<__half>(a); });
-    const AttentionPair<__half> p{0, cond.get(), nullptr};
+    const AttentionPair<__half> p{0, cond.get(), nullptr, 0};
     for (int64_t r0 = 0; r0 < n; r0 += 32)
       for (int64_t j0 = 0; j0 < n; j0 += 64) {
         tc::TileKind whole32{}, whole64{};

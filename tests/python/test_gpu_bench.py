@@ -1,10 +1,12 @@
 """bench/gpu.py, the GPU benchmark of record, runs end to end (a two-layer GPT-2 of GPT-2's vocabulary, on the GPU
 where there is one, else the CPU): onnxtrain's step peak printed as predicted and as measured, equal. So does
-bench/gpu_attention.py (attention alone), onnxtrain's graph holding the fused attention, and bench/gpu_profile.py
-(where a step's time goes), its op types timed."""
+bench/gpu_attention.py (attention alone; under is_causal, and under dropout and a mask tensor), onnxtrain's graph
+holding the fused attention, and bench/gpu_profile.py (where a step's time goes), its op types timed."""
 import os
 import subprocess
 import sys
+
+import pytest
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu.py")
 ATTENTION = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu_attention.py")
@@ -20,8 +22,9 @@ def test_the_gpu_benchmark_runs_and_prints_the_predicted_peak_as_measured():
     assert float(predicted) > 0 and predicted == measured, out
 
 
-def test_the_attention_benchmark_runs_on_the_fused_attention():
-    out = subprocess.run([sys.executable, ATTENTION, "--tiny", "--steps", "1", "--only", "eager,onnxtrain"],
+@pytest.mark.parametrize("options", [[], ["--dropout", "0.1", "--mask", "tensor"]])
+def test_the_attention_benchmark_runs_on_the_fused_attention(options):
+    out = subprocess.run([sys.executable, ATTENTION, "--tiny", "--steps", "1", "--only", "eager,onnxtrain", *options],
                          capture_output=True, text=True, check=True).stdout
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("eager", "onnxtrain"))}
     assert set(lines) == {"eager", "onnxtrain"}, out

@@ -1,7 +1,8 @@
-// Dropout in training mode: a counter-based random mask (element i keeps when hash(seed, i) >= ratio), so
-// rerunning with the same seed gives a bit-identical mask whatever the threading; the identity otherwise.
+// Dropout in training mode: a counter-based random mask (counter_random.h: element i keeps where its draw reaches the
+// ratio), so rerunning with the same seed gives a bit-identical mask whatever the threading; the identity otherwise.
 #include "ops/dropout.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -26,10 +27,12 @@ void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mas
     T* y = c.out(0).data<T>();
     acc_t<T> scale = acc_t<T>(1.0 / (1.0 - double(ratio)));
     parallel_for(n, 4, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        bool keep = dropout_keeps(seed, uint64_t(i), threshold);
-        y[i] = keep ? T(xp[i] * scale) : T(0);
-        if (mask) mask[i] = keep;
+      bool keep[256];
+      for (; b < e; b += 256) {
+        const int64_t w = std::min<int64_t>(256, e - b);
+        dropout_keeps_run(seed, uint64_t(b), w, threshold, keep);
+        for (int64_t k = 0; k < w; ++k) y[b + k] = keep[k] ? T(xp[b + k] * scale) : T(0);
+        if (mask) std::memcpy(mask + b, keep, size_t(w));
       }
     });
   });

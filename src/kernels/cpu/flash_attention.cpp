@@ -160,8 +160,7 @@ double row_sum(const T* x, int64_t n) {
 // would number them).
 template <typename T>
 void dropout_row(const Params<T>& p, uint64_t row, int64_t tk, int64_t j0, int64_t w, bool* keep) {
-  const uint64_t base = row * uint64_t(tk) + uint64_t(j0);
-  for (int64_t j = 0; j < w; ++j) keep[j] = dropout_keeps(p.seed, base + uint64_t(j), p.threshold);
+  dropout_keeps_run(p.seed, row * uint64_t(tk) + uint64_t(j0), w, p.threshold, keep);
 }
 
 template <typename T>

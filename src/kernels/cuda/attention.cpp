@@ -31,8 +31,19 @@ Attention describe(const KernelCtx& c, size_t q, size_t scale) {
   auto leading = [&](const std::vector<int64_t>& st) {  // a score stride vector's batch part (zeros without one)
     return st.empty() ? std::vector<int64_t>(r, 0) : std::vector<int64_t>(st.begin(), st.begin() + int64_t(r));
   };
-  a.batch = indexing(c, g.batch, {leading(g.cond_strides), leading(g.bias_strides), g.kv_strides});
-  for (int d = 0; d < a.batch.rank; ++d) a.kinds_per_pair |= a.batch.strides[0][d] != 0 || a.batch.strides[1][d] != 0;
+  // The slices: the batch dims the mask or the bias varies over, numbered row-major.
+  const std::vector<int64_t> cond_batch = leading(g.cond_strides), bias_batch = leading(g.bias_strides);
+  std::vector<int64_t> slice(r, 0), dims, cond_strides, bias_strides;
+  int64_t slices = 1;
+  for (size_t d = r; d-- > 0;)
+    if (cond_batch[d] != 0 || bias_batch[d] != 0) {
+      slice[d] = slices, slices *= g.batch[d];
+      dims.insert(dims.begin(), g.batch[d]);
+      cond_strides.insert(cond_strides.begin(), cond_batch[d]);
+      bias_strides.insert(bias_strides.begin(), bias_batch[d]);
+    }
+  a.batch = indexing(c, g.batch, {slice, g.kv_strides});
+  a.slices = indexing(c, dims, {cond_strides, bias_strides});
   a.zero_masked_rows = c.node.attr_int("zero_masked_rows", 0) != 0;
   if (c.has(scale)) a.scale = c.in(scale).raw();
   if (c.has(cond) != c.has(fill)) c.fail("cond and fill come together");

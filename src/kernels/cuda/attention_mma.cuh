@@ -6,11 +6,12 @@
 // recomputes each probability from the row's log-sum-exp in two kernels, no atomics: one owns query rows (dQ), the
 // other 64 keys of a K and V batch index (dK, dV) and steps over the query rows of every pair reading them
 // (grouped-query heads summed there). Masks, biases, the fill of masked scores, dropout (the CPU's counter-based
-// draw) and fully masked rows as the warp-per-row kernels (attention.cu) and the CPU's; tiles whose every score is
-// -inf (a causal mask's upper ones) skipped, and the mask and the bias read per score only in tiles they change
-// (a causal mask's diagonal: attention_tile_kind.cuh's map, made once a call by tile_kinds). Head sizes up to D (64
-// or 128), zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the
-// tests' warp emulation compiles its own host copy.
+// draw, a block key a row of 64 keys) and fully masked rows as the warp-per-row kernels (attention.cu) and the
+// CPU's; tiles whose every score is -inf (a causal mask's upper ones) skipped, and the mask and the bias read per
+// score only in tiles they change (a causal mask's diagonal: attention_tile_kind.cuh's map, made once a call by
+// tile_kinds, a map a slice of the mask and the bias). Head sizes up to D (64 or 128), zero-padded. The kernels live
+// in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the tests' warp emulation compiles its own host
+// copy.
 #pragma once
 #include "kernels/cuda/attention_tile_kind.cuh"
 
@@ -31,6 +32,23 @@ __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T
 // element.
 __device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_t r_end, int64_t j_end) {
   return kind == TileKind::kPlain && r_end <= a.tq && j_end <= a.tk;
+}
+
+// Dropout's draws of a warp's scores in a tile (forward, grad_q): rows row0 + g and row0 + g + 8 (flat over the
+// pairs) by keys j0 .. j0 + 63, a block key a row where score rows are whole blocks of the draw, else a draw a score.
+static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
+struct RowDraws {
+  uint32_t key[2];
+  int64_t row0, j0;
+  bool blocked;
+  __device__ __forceinline__ bool kept(const Attention& a, int nt, int i, int g, int t) const {
+    const int c = column_of(nt, i, t);
+    return blocked ? dropout_keeps_at(key[i / 2], uint32_t(c), a.threshold) : keeps(a, row0 + row_of(i, g), j0 + c);
+  }
+};
+__device__ __forceinline__ RowDraws row_draws(const Attention& a, int64_t row0, int64_t j0, int g) {
+  const bool blocked = blocked_rows(a);
+  return {{blocked ? row_key(a, row0 + g, j0) : 0u, blocked ? row_key(a, row0 + g + 8, j0) : 0u}, row0, j0, blocked};
 }
 
 // What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
@@ -70,7 +88,7 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
   auto live_from = [&](int64_t j0) {  // the first tile from j0 on not all -inf (j0 past the keys: none)
     Tile t{j0, TileKind::kDead};
     for (; t.j0 < a.tk; t.j0 += kTile)
-      if ((t.kind = kind_of<kTile>(a, b.pair, b.block_r0, t.j0)) != TileKind::kDead) break;
+      if ((t.kind = kind_of<kTile>(a, b.p.slice, b.block_r0, t.j0)) != TileKind::kDead) break;
     return t;
   };
   auto stage_tile = [&](int slot, Tile t) {
@@ -141,14 +159,13 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
-    if (a.dropout)
+    if (a.dropout) {
+      const RowDraws draws = row_draws(a, pair * a.tq + r0, j0, g);
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t row = pair * a.tq + r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
-          s[nt][i] = s[nt][i] != 0.f && keeps(a, row, j) ? s[nt][i] * a.keep_scale : 0.f;
-        }
+        for (int i = 0; i < 4; ++i) s[nt][i] = draws.kept(a, nt, i, g, t) ? s[nt][i] * a.keep_scale : 0.f;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
 #pragma unroll
@@ -207,13 +224,19 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    if (inside(a, kind, r0 + 16, j0 + kTile) && !a.dropout) {  // (as the forward's: P = 2^(s scale log2 e - ...))
+    RowDraws draws{};
+    if (a.dropout) draws = row_draws(a, pair * a.tq + r0, j0, g);
+    // dP through dropout: kept ones scaled, dropped ones 0
+    auto through = [&](int nt, int i) { return draws.kept(a, nt, i, g, t) ? dp[nt][i] * a.keep_scale : 0.f; };
+    if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (as the forward's: P = 2^(s scale log2 e - ...))
       const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * scale;
+        for (int i = 0; i < 4; ++i) {
+          const float g_p = a.dropout ? through(nt, i) : dp[nt][i];
+          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (g_p - dr[i / 2]) * scale;
+        }
     } else {
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
@@ -223,9 +246,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
           float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
           if (r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
             const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
-            float g_p = dp[nt][i];
-            if (a.dropout) g_p = keeps(a, pair * a.tq + r, j) ? g_p * a.keep_scale : 0.f;
-            ds = e * (g_p - dr[i / 2]) * scale;
+            ds = e * ((a.dropout ? through(nt, i) : dp[nt][i]) - dr[i / 2]) * scale;
           }
           s[nt][i] = ds;
         }
@@ -250,12 +271,14 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
   constexpr int S = kStages<D>;
   __shared__ __align__(16) uint16_t qs[S][Q][D + 8], ys[S][Q][D + 8];  // the step's query rows and their dY
   __shared__ float lrs[S][Q], drs[S][Q];  // and their LSE (times log2 e: base 2) and D
+  __shared__ uint32_t keys[S][Q];          // and, under dropout, their rows' block keys of the draw for these keys
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
   stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
   stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
   commit_copies();  // (waited for with the first step's rows)
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  const bool blocked = blocked_rows(a);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
   struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
     int64_t pair, q0;
@@ -266,11 +289,11 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
     for (;;) {
       if ((r.q0 += Q) >= a.tq) {
         do ++r.pair;
-        while (r.pair < a.pairs && pair_of<T>(a, r.pair).kv != kv);
+        while (r.pair < a.pairs && slice_and_kv(a, r.pair).at[1] != kv);
         if (r.pair >= a.pairs) return r;
         r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
-      if ((r.kind = kind_of<Q>(a, r.pair, r.q0, k0)) != TileKind::kDead) return r;
+      if ((r.kind = kind_of<Q>(a, r.p.slice, r.q0, k0)) != TileKind::kDead) return r;
     }
   };
   auto stage_rows = [&](int slot, Rows r) {
@@ -281,6 +304,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         const bool in = r.q0 + i < a.tq;
         lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
         drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] : 0.f;
+        if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pair * a.tq + r.q0 + i, k0);
       }
     }
     commit_copies();
@@ -294,6 +318,13 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
     const AttentionPair<T> p = step.p;
     const bool plain = step.kind == TileKind::kPlain;
     const float *lr = lrs[slot], *dr = drs[slot];
+    const uint32_t* key = keys[slot];
+    // dropout's factor of score (query rl, key w0 + kr of the block's): keep_scale where kept, else 0
+    auto kept = [&](int rl, int kr) {
+      const bool keep = blocked ? dropout_keeps_at(key[rl], uint32_t(w0 + kr), a.threshold)
+                                : keeps(a, pair * a.tq + q0 + rl, k0 + w0 + kr);
+      return keep ? a.keep_scale : 0.f;
+    };
     float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
 #pragma unroll
     for (int nt = 0; nt < Q / 8; ++nt)
@@ -315,15 +346,22 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
       }
     }
-    if (inside(a, step.kind, q0 + Q, k0 + w0 + 16) && !a.dropout) {
+    if (inside(a, step.kind, q0 + Q, k0 + w0 + 16)) {
       const float to_log2 = scale * kLog2e;
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int rl = column_of(nt, i, t);
-          st[nt][i] = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
-          dpt[nt][i] = st[nt][i] * (dpt[nt][i] - dr[rl]) * scale;
+          const float e = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
+          if (!a.dropout) {
+            st[nt][i] = e;
+            dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * scale;
+          } else {
+            const float f = kept(rl, row_of(i, g));
+            st[nt][i] = e * f;
+            dpt[nt][i] = e * ((f == 0.f ? 0.f : dpt[nt][i] * f) - dr[rl]) * scale;
+          }
         }
     } else {
 #pragma unroll
@@ -337,9 +375,9 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
             const bool off = !plain && masked(a, p.cond, r, j);
             const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
             const float e = exp2_approx(fmaf(x, kLog2e, -lr[rl]));
-            const float kept = !a.dropout ? 1.f : keeps(a, pair * a.tq + r, j) ? a.keep_scale : 0.f;
-            pd = e * kept;
-            if (!off) ds = e * ((kept == 0.f ? 0.f : dpt[nt][i] * kept) - dr[rl]) * scale;
+            const float f = !a.dropout ? 1.f : kept(rl, row_of(i, g));
+            pd = e * f;
+            if (!off) ds = e * ((f == 0.f ? 0.f : dpt[nt][i] * f) - dr[rl]) * scale;
           }
           st[nt][i] = pd;
           dpt[nt][i] = ds;

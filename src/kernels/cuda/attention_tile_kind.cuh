@@ -51,7 +51,7 @@ __device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPai
   } else {
     const uint4 w = *reinterpret_cast<const uint4*>(p.bias + r * a.bias_row + j);
     T e[8];
-    memcpy(e, &w, 16);
+    memcpy(static_cast<void*>(e), &w, 16);
 #pragma unroll
     for (int k = 0; k < 8; ++k) v.biased(to_float(e[k]));
   }
@@ -96,24 +96,24 @@ __device__ __forceinline__ TileKind tile_kind(const Attention& a, const Attentio
 
 static_assert(kKindKeys == kTile, "the map's tiles span a step's keys");
 
-// The map: a block a tile (grid: its slices x kind_rows x kind_columns, kBlock threads). (Its dims come with the
+// The map: a block a tile (grid: the slices x kind_rows x kind_columns, kBlock threads). (Its dims come with the
 // kernels' parameters, where they take no register.)
 template <typename T>
 __global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
   const int64_t per_slice = a.kind_rows * a.kind_columns, slice = blockIdx.x / per_slice;
   const int64_t at = blockIdx.x % per_slice, r0 = at / a.kind_columns * kKindRows, j0 = at % a.kind_columns * kTile;
-  const TileKind k = tile_kind<T, kKindRows, kTile>(a, pair_of<T>(a, slice), r0, j0, scalar_or<T>(a.fill, 0.f));
+  const TileKind k = tile_kind<T, kKindRows, kTile>(a, slice_of<T>(a, slice, 0), r0, j0, scalar_or<T>(a.fill, 0.f));
   if (threadIdx.x == 0) a.kinds[blockIdx.x] = uint8_t(k);
 }
 
-// The kind of rows r0 .. r0 + R - 1 (R and r0 multiples of 16) by keys j0 .. j0 + 63 of pair `pair`, from the map:
-// its 16-row tiles' that hold rows of the pair, one kind where they agree, else mixed (as a vote over the whole).
+// The kind of rows r0 .. r0 + R - 1 (R and r0 multiples of 16) by keys j0 .. j0 + 63 of a pair of slice `slice`,
+// from the map: its 16-row tiles' that hold rows of the pair, one kind where they agree, else mixed (as a vote over
+// the whole).
 template <int R>
-__device__ __forceinline__ TileKind kind_of(const Attention& a, int64_t pair, int64_t r0, int64_t j0) {
+__device__ __forceinline__ TileKind kind_of(const Attention& a, int64_t slice, int64_t r0, int64_t j0) {
   static_assert(R % kKindRows == 0, "whole tiles of the map");
   if (!a.cond && !a.bias) return TileKind::kPlain;
-  const uint8_t* m = a.kinds + ((a.kinds_per_pair ? pair : 0) * a.kind_rows + r0 / kKindRows) * a.kind_columns +
-                     j0 / kTile;
+  const uint8_t* m = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kTile;
   TileKind k = TileKind(m[0]);
   for (int i = 1; i < R / kKindRows && r0 + kKindRows * i < a.tq; ++i)
     if (TileKind(m[i * a.kind_columns]) != k) k = TileKind::kMixed;

@@ -212,12 +212,14 @@ void rotary_embedding(DType tx, DType tc, DType ty, const void* x, const void* c
                       const Indexing& rows, int64_t width, bool transposed, cudaStream_t stream);
 
 // com.onnxtrain.FlashAttention's operands: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), Y (pairs, tq, dv), LSE
-// (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's offsets into the mask and the bias, and K's batch index
-// with its heads repeated `groups` times, are offsets<3> of p over `batch` (strides 0: cond, 1: bias, 2: K).
+// (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's slice of the mask and the bias (of those that differ:
+// over `slices`, the batch dims either varies over), and K's batch index with its heads repeated `groups` times, are
+// offsets<2> of p over `batch` (strides 0: slice, 1: K); the slice's offsets into the mask and the bias are offsets<2>
+// of it over `slices` (strides 0: cond, 1: bias).
 constexpr int kMaxHead = 256;
 struct Attention {
   int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0, kv_count = 0;  // kv_count: K's and V's batch size
-  Indexing batch;
+  Indexing batch, slices;
   int64_t kv_heads = 1, groups = 1;
   const void* scale = nullptr;  // a scalar of the operands' dtype on the device (1 when null)
   const bool* cond = nullptr;   // where true, the score is `fill` (a scalar of the operands' dtype on the device)
@@ -231,20 +233,20 @@ struct Attention {
   float keep_scale = 1;
   uint64_t seed = 0;
   // What the mask and the bias do to each tile of 16 rows by 64 keys (attention_tile_kind.cuh's map, a byte each; the
-  // tensor-core kernels', for 16-bit operands with a mask or a bias): a pair's own where they differ between pairs
-  // (kinds_per_pair), else one map for all, of kind_rows by kind_columns tiles. Scratch, filled by the launch before
-  // the kernels read it.
+  // tensor-core kernels', for 16-bit operands with a mask or a bias): a slice's of kind_rows by kind_columns tiles
+  // for each slice. Scratch, filled by the launch before the kernels read it.
   uint8_t* kinds = nullptr;
-  bool kinds_per_pair = false;
   int64_t kind_rows = 0, kind_columns = 0;
 };
 // The map's tiles: 16 rows by the kernels' step of keys. Whether operands of dtype t with a mask or a bias (`masked`)
-// have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times its slices (a pair's each, or one
-// for every pair), and the same setting a.kind_rows and a.kind_columns first.
+// have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times the slices, and the same setting
+// a.kind_rows and a.kind_columns first.
 constexpr int64_t kKindRows = 16, kKindKeys = 64;
 inline bool mapped(DType t, bool masked) { return masked && (t == DType::kFloat16 || t == DType::kBFloat16); }
 inline int64_t kinds_count(const Attention& a) {
-  return a.kind_rows * a.kind_columns * (a.kinds_per_pair ? a.pairs : 1);
+  int64_t n = a.kind_rows * a.kind_columns;
+  for (int d = 0; d < a.slices.rank; ++d) n *= a.slices.dims[d];
+  return n;
 }
 inline int64_t size_kinds(Attention& a) {
   a.kind_rows = (a.tq + kKindRows - 1) / kKindRows;
