@@ -1,6 +1,6 @@
 // Cross-entropy over float32 scores on the GPU, for the fused head (linear_cross_entropy.cpp): a block per row for
-// its log-sum-exp and loss (CUB's block reduction), the totals by double atomics, the scores' gradient and the
-// log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
+// its log-sum-exp (one pass, online) and loss (CUB's block reduction), the totals by double atomics, the scores'
+// gradient by rows and the log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -13,17 +13,25 @@ __device__ __forceinline__ int64_t target_of(const CrossEntropy& e, int64_t r) {
 }
 __device__ __forceinline__ bool ignored(const CrossEntropy& e, int64_t t) { return e.has_ignore && t == e.ignore; }
 
+// A block a row, the scores read once: each thread's maximum and its sum of exponents relative to it (online, an
+// exponent a score), then the block's maximum and the sums rescaled to it.
 __global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* losses, double* totals) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
   const float* row = s + r * e.ld;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < e.c; j += kThreads) m = fmaxf(m, row[j]);
-  m = block_all_reduce(m, MaxOp(), tmp, &shared);
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < e.c; j += kThreads) sum += expf(row[j] - m);
-  sum = BlockReduce(tmp).Reduce(sum, SumOp());
+  float mine = -INFINITY, sum = 0;
+  for (int64_t j = threadIdx.x; j < e.c; j += kThreads) {
+    const float x = row[j];
+    if (x > mine) {
+      sum = sum * expf(mine - x) + 1.f;
+      mine = x;
+    } else if (x != -INFINITY) {
+      sum += expf(x - mine);  // (a NaN's too: the sum NaN, as the loss)
+    }
+  }
+  const float m = block_all_reduce(mine, MaxOp(), tmp, &shared);
+  sum = BlockReduce(tmp).Reduce(sum == 0.f ? 0.f : sum * expf(mine - m), SumOp());
   if (threadIdx.x != 0) return;
   const float l = isfinite(m) ? m + logf(sum) : m;
   lse[r] = l;
@@ -45,14 +53,18 @@ __global__ void total_kernel(bool mean, const double* totals, float* loss) {
   *loss = float(!mean ? totals[0] : totals[1] > 0 ? totals[0] / totals[1] : 0.0);
 }
 
+// Rows by blockIdx.y (a grid-stride loop past 65535), their columns by the blocks along x.
 template <typename T>
 __global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, const float* dloss, bool per_row,
                             bool mean, const double* totals, T* g) {
   const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
-  ONNXTRAIN_GRID_LOOP(i, e.n * e.ld) {
-    const int64_t r = i / e.ld, j = i % e.ld, t = target_of(e, r);
-    const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale;
-    g[i] = from_float<T>(j >= e.c ? 0.f : w * (expf(s[i] - lse[r]) - (j == t ? 1.f : 0.f)));
+  for (int64_t r = blockIdx.y; r < e.n; r += gridDim.y) {
+    const int64_t t = target_of(e, r);
+    const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale, l = lse[r];
+    const float* sr = s + r * e.ld;
+    T* gr = g + r * e.ld;
+    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < e.ld; j += int64_t(gridDim.x) * blockDim.x)
+      gr[j] = from_float<T>(j >= e.c ? 0.f : w * (expf(sr[j] - l) - (j == t ? 1.f : 0.f)));
   }
 }
 
@@ -95,8 +107,9 @@ void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const fl
   if (e.n * e.ld == 0) return;
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    grad_kernel<<<blocks_for(e.n * e.ld), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
-                                                                static_cast<T*>(g));
+    const dim3 grid(unsigned(std::min<int64_t>((e.ld + kThreads - 1) / kThreads, 1024)),
+                    unsigned(std::min<int64_t>(e.n, 65535)));
+    grad_kernel<<<grid, kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals, static_cast<T*>(g));
   });
   if (!ok) unsupported_dtype("cross_entropy_grad", t);
   check_launch("cross_entropy_grad");

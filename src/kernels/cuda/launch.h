@@ -36,6 +36,9 @@ void where(int elem_bytes, const bool* cond, const void* a, const void* b, void*
            cudaStream_t stream);
 // y = x converted from dtype `from` to `to` (float32, float16, bfloat16, float64, int32, int64, int8, uint8, bool).
 void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t stream);
+// Rows of cols elements between float types: row r of x at r * x_ld elements, of y at r * y_ld.
+void cast_rows(DType from, DType to, const void* x, int64_t x_ld, void* y, int64_t y_ld, int64_t rows, int64_t cols,
+               cudaStream_t stream);
 // dst[i] = the value of `elem_bytes` bytes at `value`, for n elements.
 void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t stream);
 // dst[i] = start + i * delta for n elements of dtype t (float32, float64, int32, int64); start and delta

@@ -120,13 +120,11 @@ void scores(const KernelCtx& c, const Head& h, size_t x, const Weights& wb, int6
   product(h.t, DType::kFloat32, row(c.in(x), r0, h.k), h.k, 1, wb.w, 1, h.k, m, h.ld, h.k, wb.b, 0, s, ws);
 }
 
-// Output 5, the scores in X's dtype, rows [r0, r0 + m): cast into it, or with the classes padded into `staged`
-// (m, ld), then copied without the padding.
-void logits(KernelCtx& c, const Head& h, const float* s, void* staged, int64_t r0, int64_t m) {
+// Output 5, the scores in X's dtype, rows [r0, r0 + m): cast into it, each row's c classes (the padding left out).
+void logits(KernelCtx& c, const Head& h, const float* s, int64_t r0, int64_t m) {
   char* out = row(c.out(5), r0, h.c);
   if (h.ld == h.c) return cast(DType::kFloat32, h.t, s, out, m * h.c, stream());
-  cast(DType::kFloat32, h.t, s, staged, m * h.ld, stream());
-  strided_copy(int(dtype_size(h.t)), staged, out, indexing(c, {m, h.c}, {{h.c, 1}, {h.ld, 1}}), stream());
+  cast_rows(DType::kFloat32, h.t, s, h.ld, out, h.c, m, h.c, stream());
 }
 
 // dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
@@ -190,14 +188,13 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   void* g = grads ? scratch.take<uint8_t>(block * h.ld * es) : nullptr;
   Gradients gradients(c, h, 0, 1, 2, scratch, ws);
   const Weights wb = pad_weights(c, scratch, h, 1, 2);
-  void* staged = c.wants(5) && h.ld != h.c ? scratch.take<uint8_t>(block * h.ld * es) : nullptr;
   if (grads && mean) count_targets(e, totals + 2, stream());
   float* loss = c.out(0).data<float>();
   for (int64_t r0 = 0; r0 < h.n; r0 += block) {
     const int64_t m = std::min(block, h.n - r0);
     const CrossEntropy rows = rows_from(e, r0, m);
     scores(c, h, 0, wb, r0, m, s, ws);
-    if (c.wants(5)) logits(c, h, s, staged, r0, m);
+    if (c.wants(5)) logits(c, h, s, r0, m);
     cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, stream());
     if (!grads) continue;
     cross_entropy_grad(rows, h.t, s, lse + r0, nullptr, false, mean, totals + 2, g, stream());
@@ -259,9 +256,8 @@ Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements *
 // As the kernels carve it: cuBLASLt's workspace, a block's scores (float32), the totals, forward's log-sum-exps when
 // output 1 is not asked for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit
 // operands, its float32 sum; with the classes padded (all of it for a count of classes known only at run time), W's
-// padded copy, B's where there is a B, and for output 5 the block's scores in X's dtype before the padding is left
-// out.
-Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, bool db, bool logits,
+// padded copy, and B's where there is a B.
+Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, bool db,
                  int64_t totals) {  // (B is input w + 1)
   const Shape& xs = s.shape(x);
   const DType t = s.dtype(x);
@@ -277,20 +273,19 @@ Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, boo
   if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * k, 4);
   if (pad) r = r + span_of(width * k, es);
   if (pad && s.has(w + 1)) r = r + span_of(width, es);
-  if (pad && logits) r = r + span_of(block * width, es);
   return r;
 }
 
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
   auto asked = [&](size_t i) { return i < outs.size() && outs[i] != nullptr; };
-  return head_scratch(s, 0, 1, asked(2) || asked(3) || asked(4), !asked(1), asked(3), asked(4), asked(5), 4);
+  return head_scratch(s, 0, 1, asked(2) || asked(3) || asked(4), !asked(1), asked(3), asked(4), 4);
 }
 
 Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
   auto asked = [&](size_t i) { return i < outs.size() && outs[i] != nullptr; };
-  return head_scratch(s, 1, 2, true, false, asked(1), asked(2), false, 2);
+  return head_scratch(s, 1, 2, true, false, asked(1), asked(2), 2);
 }
 
 const bool kRegistered = register_kernels(
