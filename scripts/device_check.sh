@@ -7,8 +7,10 @@
 # skipped. The checks: cpp (the C++ CUDA tests, each in a process of its own; a failing one again on the first
 # attention and GEMM kernels), pytest (the CUDA pytest, against PyTorch on CUDA), bench (bench/gpu.py, each
 # configuration alone: GPT-2 124M, bf16 and float32, beside eager and torch.compile; BENCH_ONLY, where set, names
-# the configurations), attention
-# (bench/gpu_attention.py), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes),
+# the configurations), headline (bench/gpu.py --headline: onnxtrain-bf16, then twice eager-bf16's batch under the
+# memory fraction where eager-bf16 just fits its own), attention (bench/gpu_attention.py; ATTENTION_ARGS, where set,
+# its options), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes; PROFILE_MODELS,
+# where set, names the models),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck (compute-sanitizer over the GPU
 # tests' nodes and an MLP's training steps; racecheck and synccheck over the tensor-core attention), ncu (Nsight
@@ -19,7 +21,7 @@
 set -uo pipefail
 debs=$1
 out=$2
-only=${3:-cpp,pytest,bench,attention,profile,example,conformance,memcheck,ncu}
+only=${3:-cpp,pytest,bench,headline,attention,profile,example,conformance,memcheck,ncu}
 deadline=${4:-100000}
 mkdir -p /opt/deb "$out"
 for f in "$debs"/*.deb; do dpkg -x "$f" /opt/deb; done
@@ -90,12 +92,24 @@ check_bench() {  # one configuration a process and a call, so that each one's fi
     step "bench_$c" 100 "$py" bench/gpu.py --steps 3 --only "$c" && tail -1 "$out/bench_$c.log" >>"$out/summary.txt"
   done
 }
+check_headline() {
+  step headline 240 "$py" bench/gpu.py --steps 3 --only onnxtrain-bf16 --headline &&
+    grep -A8 -E '^onnxtrain-bf16|^headline' "$out/headline.log" >>"$out/summary.txt"
+}
 check_attention() {
-  step attention 150 "$py" bench/gpu_attention.py --steps 10 && tail -6 "$out/attention.log" >>"$out/summary.txt"
+  # shellcheck disable=SC2086  # (the options as words)
+  step attention 150 "$py" bench/gpu_attention.py --steps 10 ${ATTENTION_ARGS:-} &&
+    tail -6 "$out/attention.log" >>"$out/summary.txt"
 }
 check_profile() {
-  step profile_gpt2 120 "$py" bench/gpu_profile.py
-  step profile_llama 120 "$py" bench/gpu_profile.py --model llama --batch 8
+  local m
+  for m in ${PROFILE_MODELS:-gpt2 llama}; do
+    if [ "$m" = llama ]; then
+      step profile_llama 120 "$py" bench/gpu_profile.py --model llama --batch 8
+    else
+      step profile_gpt2 120 "$py" bench/gpu_profile.py
+    fi
+  done
 }
 check_example() {
   step example 150 "$py" examples/train_gpt.py --steps 40 --device cuda
