@@ -107,7 +107,7 @@ struct Emulated {
     const unsigned k_blocks = unsigned((c.tk + tc::kTile - 1) / tc::kTile * kv_count());
     const unsigned row_blocks = unsigned((pairs() * c.tq + 3) / 4);
     auto run = [&]<int D>() {
-      testing::emulate(unsigned(kinds.size()), tc::kBlock, [&] { tc::tile_kinds<T>(a); });
+      testing::emulate(unsigned(tc::tile_kinds_blocks(a)), tc::kBlock, [&] { tc::tile_kinds<T>(a); });
       testing::emulate(q_blocks, tc::kBlock,
                        [&] { tc::forward<T, D>(a, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
       testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
@@ -290,9 +290,9 @@ TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
   }
 }
 
-// The map of 16-row tiles (tile_kinds), read for 64 and 32 rows (kind_of), gives each tile the kind a vote over the
-// tile as a whole gives: a causal mask's, and a mask that leaves only the first 16 rows open (a 64-row tile's first
-// 16 rows plain, the rest dead: mixed as a whole).
+// The map of tiles of 16 rows by 16 keys (tile_kinds), read for 16, 32 and 64 rows by 16 or 64 keys (kind_of), gives
+// each tile the kind a vote over the tile as a whole gives: a causal mask's, and a mask that leaves only the first 16
+// rows open (a 64-row tile's first 16 rows plain, the rest dead: mixed as a whole).
 TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
   const int64_t n = 144;
   std::unique_ptr<bool[]> cond(new bool[size_t(n * n)]);
@@ -305,7 +305,7 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
     a.fill = &fill_h;
     std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);
     a.kinds = kinds.data();
-    testing::emulate(unsigned(kinds.size()), tc::kBlock, [&] { tc::tile_kinds<__half>(a); });
+    testing::emulate(unsigned(tc::tile_kinds_blocks(a)), tc::kBlock, [&] { tc::tile_kinds<__half>(a); });
     const AttentionPair<__half> p{0, cond.get(), nullptr, 0};
     for (int64_t r0 = 0; r0 < n; r0 += 32)
       for (int64_t j0 = 0; j0 < n; j0 += 64) {
@@ -315,13 +315,25 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
           const tc::TileKind k64 = tc::tile_kind<__half, 64, tc::kTile>(a, p, r0, j0, fill);
           if (threadIdx.x == 0) whole32 = k32, whole64 = k64;
         });
-        EXPECT_EQ(tc::kind_of<32>(a, 0, r0, j0), whole32) << causal << " " << r0 << " " << j0;
+        EXPECT_EQ((tc::kind_of<32, tc::kTile>(a, 0, r0, j0)), whole32) << causal << " " << r0 << " " << j0;
         if (r0 % 64 == 0) {
-          EXPECT_EQ(tc::kind_of<64>(a, 0, r0, j0), whole64) << causal << " " << r0 << " " << j0;
+          EXPECT_EQ((tc::kind_of<64, tc::kTile>(a, 0, r0, j0)), whole64) << causal << " " << r0 << " " << j0;
+        }
+      }
+    for (int64_t r0 = 0; r0 < n; r0 += 16)
+      for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        tc::TileKind whole16{};
+        testing::emulate(1, tc::kBlock, [&] {
+          const tc::TileKind k16 = tc::tile_kind<__half, 16, 16>(a, p, r0, j0, fill);
+          if (threadIdx.x == 0) whole16 = k16;
+        });
+        EXPECT_EQ((tc::kind_of<16, 16>(a, 0, r0, j0)), whole16) << causal << " " << r0 << " " << j0;
+        if (causal) {  // (dead right of the diagonal, plain left of it)
+          EXPECT_EQ(whole16, j0 > r0 ? tc::TileKind::kDead : j0 < r0 ? tc::TileKind::kPlain : tc::TileKind::kMixed);
         }
       }
     if (!causal) {
-      EXPECT_EQ(tc::kind_of<64>(a, 0, 0, 0), tc::TileKind::kMixed);
+      EXPECT_EQ((tc::kind_of<64, tc::kTile>(a, 0, 0, 0)), tc::TileKind::kMixed);
     }
   }
 }

@@ -74,7 +74,7 @@ void check_lse(const KernelCtx& c, const Tensor& lse, const Attention& a) {
   if (lse.numel() != a.pairs * a.tq) c.fail("LSE " + dims_str(lse.dims()) + " must hold a value per row");
 }
 
-// A byte per 16 rows by 64 keys of every pair's scores (Attention::kinds), for 16-bit operands with a mask or a bias
+// A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds), for 16-bit operands with a mask or a bias
 // (the tensor-core kernels'); q, kt, cond, bias: the inputs of Q, K^T, the mask and the bias.
 Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t kt, size_t cond, size_t bias) {
   const Shape &qs = s.shape(q), &ks = s.shape(kt);

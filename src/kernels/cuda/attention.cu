@@ -194,7 +194,7 @@ template <typename T>
 void map_tile_kinds(const Attention& a, const char* name, cudaStream_t stream) {
   if ((!a.cond && !a.bias) || a.pairs * a.tq * a.tk == 0) return;
   if (!a.kinds) launch_error(std::string(name) + ": no map of its mask's tiles");
-  tc::tile_kinds<T><<<to_blocks(kinds_count(a), 1, name), tc::kBlock, 0, stream>>>(a);
+  tc::tile_kinds<T><<<to_blocks(tc::tile_kinds_blocks(a), 1, name), tc::kBlock, 0, stream>>>(a);
 }
 
 // f.template operator()<D>() for the tensor-core kernels' head size D.

@@ -34,6 +34,22 @@ __device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_
   return kind == TileKind::kPlain && r_end <= a.tq && j_end <= a.tk;
 }
 
+// The kinds of a warp's 16 rows from r0 by each 16 keys of the tile from j0 (forward, grad_q): the tile's where it is
+// plain, else each group's from the map (a causal mask's diagonal tile: the warp's diagonal group mixed, those left of
+// it plain, those right of it dead).
+struct Groups {
+  TileKind k[kTile / kKindKeys];
+  __device__ __forceinline__ TileKind of(int nt) const { return k[nt * 8 / kKindKeys]; }  // of 8-key tile nt
+};
+__device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, int64_t slice, int64_t r0,
+                                            int64_t j0) {
+  Groups g;
+#pragma unroll
+  for (int q = 0; q < kTile / kKindKeys; ++q)
+    g.k[q] = kind == TileKind::kMixed ? kind_of<kKindRows, kKindKeys>(a, slice, r0, j0 + kKindKeys * q) : kind;
+  return g;
+}
+
 // Dropout's draws of a warp's scores in a tile (forward, grad_q): rows row0 + g and row0 + g + 8 (flat over the
 // pairs) by keys j0 .. j0 + 63, a block key a row where score rows are whole blocks of the draw, else a draw a score.
 static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
@@ -88,7 +104,7 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
   auto live_from = [&](int64_t j0) {  // the first tile from j0 on not all -inf (j0 past the keys: none)
     Tile t{j0, TileKind::kDead};
     for (; t.j0 < a.tk; t.j0 += kTile)
-      if ((t.kind = kind_of<kTile>(a, b.p.slice, b.block_r0, t.j0)) != TileKind::kDead) break;
+      if ((t.kind = kind_of<kTile, kTile>(a, b.p.slice, b.block_r0, t.j0)) != TileKind::kDead) break;
     return t;
   };
   auto stage_tile = [&](int slot, Tile t) {
@@ -135,12 +151,15 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
 #pragma unroll
         for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
     } else {
+      const Groups groups = groups_of(a, kind, p.slice, r0, j0);
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          s[nt][i] = score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale, fill,
-                           kind == TileKind::kPlain);
+          const TileKind k = groups.of(nt);
+          s[nt][i] = k == TileKind::kDead ? -INFINITY
+                                          : score(a, p, s[nt][i], r0 + row_of(i, g), j0 + column_of(nt, i, t), scale,
+                                                  fill, k == TileKind::kPlain);
           top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
         }
     }
@@ -220,7 +239,6 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
   }
   float acc[D / 8][4] = {};
   for_live_tiles<T, D>(a, b, kts, vs, [&](int slot, int64_t j0, TileKind kind) {
-    const bool plain = kind == TileKind::kPlain;
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
@@ -238,13 +256,16 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
           s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (g_p - dr[i / 2]) * scale;
         }
     } else {
+      const Groups groups = groups_of(a, kind, p.slice, r0, j0);
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int64_t r = r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
+          const TileKind k = groups.of(nt);
+          const bool plain = k == TileKind::kPlain;
           float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
-          if (r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
+          if (k != TileKind::kDead && r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
             const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
             ds = e * ((a.dropout ? through(nt, i) : dp[nt][i]) - dr[i / 2]) * scale;
           }
@@ -293,7 +314,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         if (r.pair >= a.pairs) return r;
         r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
-      if ((r.kind = kind_of<Q>(a, r.p.slice, r.q0, k0)) != TileKind::kDead) return r;
+      if ((r.kind = kind_of<Q, kTile>(a, r.p.slice, r.q0, k0)) != TileKind::kDead) return r;
     }
   };
   auto stage_rows = [&](int slot, Rows r) {
@@ -316,7 +337,17 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
     const Rows following = step_ahead<S>(n, next(step), stage_rows);
     const int64_t pair = step.pair, q0 = step.q0;
     const AttentionPair<T> p = step.p;
-    const bool plain = step.kind == TileKind::kPlain;
+    // The warp's 16 keys by each 16 of the step's rows: the step's kind where it is not mixed, else each one's from
+    // the map (a causal mask's diagonal: some dead, their scores left out, some plain).
+    TileKind sub[Q / kKindRows];
+    bool live = false, plain = true;
+#pragma unroll
+    for (int h = 0; h < Q / kKindRows; ++h) {
+      sub[h] = step.kind == TileKind::kMixed ? kind_of<kKindRows, kKindKeys>(a, p.slice, q0 + kKindRows * h, k0 + w0)
+                                             : step.kind;
+      live |= sub[h] != TileKind::kDead;
+      plain &= sub[h] == TileKind::kPlain;
+    }
     const float *lr = lrs[slot], *dr = drs[slot];
     const uint32_t* key = keys[slot];
     // dropout's factor of score (query rl, key w0 + kr of the block's): keep_scale where kept, else 0
@@ -325,6 +356,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
                                 : keeps(a, pair * a.tq + q0 + rl, k0 + w0 + kr);
       return keep ? a.keep_scale : 0.f;
     };
+    if (live) {  // (else nothing of the warp's adds to dK or dV)
     float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
 #pragma unroll
     for (int nt = 0; nt < Q / 8; ++nt)
@@ -346,7 +378,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
       }
     }
-    if (inside(a, step.kind, q0 + Q, k0 + w0 + 16)) {
+    if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {
       const float to_log2 = scale * kLog2e;
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
@@ -370,10 +402,12 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         for (int i = 0; i < 4; ++i) {
           const int rl = column_of(nt, i, t);
           const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
+          const TileKind k = sub[nt * 8 / kKindRows];
+          const bool plain_here = k == TileKind::kPlain;
           float pd = 0.f, ds = 0.f;
-          if (j < a.tk && r < a.tq) {
-            const bool off = !plain && masked(a, p.cond, r, j);
-            const float x = off ? fill : st[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j));
+          if (k != TileKind::kDead && j < a.tk && r < a.tq) {
+            const bool off = !plain_here && masked(a, p.cond, r, j);
+            const float x = off ? fill : st[nt][i] * scale + (plain_here ? 0.f : bias_at(a, p.bias, r, j));
             const float e = exp2_approx(fmaf(x, kLog2e, -lr[rl]));
             const float f = !a.dropout ? 1.f : kept(rl, row_of(i, g));
             pd = e * f;
@@ -385,6 +419,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
     }
     product_accumulators<T, D, Q, true>(dva, st, ys[slot], lane);  // dV += P^T dY
     product_accumulators<T, D, Q, true>(dk, dpt, qs[slot], lane);   // dK += dS^T Q
+    }
     step_behind<S>(following, stage_rows);
     step = following;
   }

@@ -2,8 +2,9 @@
 // (attention_mma.cuh): nothing, as every score of a causal mask's upper tiles is -inf (skipped); nothing either where
 // neither changes any score, as a causal mask's lower tiles (the kernels then read neither per score); else the mask
 // and the bias at each score (the diagonal's tiles). A block votes on a tile, a row read 16 bytes at a time (16 mask
-// or 8 bias elements) where its rows lie whole and aligned, else an element at a time: once a call, for tiles of 16
-// rows by 64 keys, into a map (Attention::kinds) the kernels read a byte a tile of from then on.
+// or 8 bias elements) where its rows lie whole and aligned, else an element at a time, a kind for each 16 keys: once
+// a call, for tiles of 16 rows by 16 keys, into a map (Attention::kinds) the kernels read a byte a tile of from then
+// on (a warp's rows by a group of keys: the part of a causal mask's diagonal tile that reads the mask).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -57,29 +58,45 @@ __device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPai
   }
 }
 
-// Rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (j0 a multiple of 16) of pair p: scores past the rows or the keys
-// are -inf whatever the mask says, and are not read.
+// A thread's votes for a tile's groups of 16 keys (kKindKeys): bit g of each for group g.
+struct GroupVotes {
+  uint32_t live = 0, touched = 0;
+  __device__ __forceinline__ void add(int g, const TileVote& v) {
+    live |= uint32_t(v.live) << g;
+    touched |= uint32_t(v.touched) << g;
+  }
+};
+
+// Rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (j0 a multiple of 16) of pair p, each score's vote in its group of
+// 16 keys: scores past the rows or the keys are -inf whatever the mask says, and are not read.
 template <int W, typename T, int R, int C>
 __device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                          float fill, TileVote& v) {
+                                          float fill, GroupVotes& v) {
   for (int i = threadIdx.x; i < R * C / W; i += kBlock) {
     const int64_t r = r0 + i / (C / W), j = j0 + i % (C / W) * W;
     if (r >= a.tq || j >= a.tk) continue;
-    if (j + W <= a.tk) {
-      vote_wide<T, W>(a, p, r, j, fill, v);
-      continue;
-    }
-    for (int64_t k = j; k < a.tk; ++k) vote_at(a, p, r, k, fill, v);
+    TileVote mine;
+    if (j + W <= a.tk)
+      vote_wide<T, W>(a, p, r, j, fill, mine);
+    else
+      for (int64_t k = j; k < a.tk; ++k) vote_at(a, p, r, k, fill, mine);
+    v.add(int(i % (C / W) * W / kKindKeys), mine);
   }
 }
 
+// The kinds of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1, a group of 16 keys each (every thread of the block
+// calls it).
 template <typename T, int R, int C>
-__device__ __forceinline__ TileKind tile_kind(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                              float fill) {
-  if (!a.cond && !a.bias) return TileKind::kPlain;
-  static_assert(C % 16 == 0 && sizeof(T) == 2, "a tile's rows as 16-byte reads of a 16-bit bias or of bools");
+__device__ __forceinline__ void group_kinds(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                            float fill, TileKind (&kinds)[C / kKindKeys]) {
+  constexpr int G = C / kKindKeys;
+  static_assert(C % kKindKeys == 0 && sizeof(T) == 2, "a tile's rows as 16-byte reads of a 16-bit bias or of bools");
+  if (!a.cond && !a.bias) {
+    for (TileKind& k : kinds) k = TileKind::kPlain;
+    return;
+  }
   auto aligned = [](const void* m) { return reinterpret_cast<uintptr_t>(m) % 16 == 0; };
-  TileVote v;
+  GroupVotes v;
   if (a.cond && !a.bias && a.cond_col == 1 && a.cond_row % 16 == 0 && aligned(p.cond)) {
     vote_rows<16, T, R, C>(a, p, r0, j0, fill, v);
   } else if (a.bias && !a.cond && a.bias_col == 1 && a.bias_row % 8 == 0 && aligned(p.bias)) {
@@ -87,36 +104,64 @@ __device__ __forceinline__ TileKind tile_kind(const Attention& a, const Attentio
   } else {
     for (int i = threadIdx.x; i < R * C; i += kBlock) {
       const int64_t r = r0 + i / C, j = j0 + i % C;
-      if (r < a.tq && j < a.tk) vote_at(a, p, r, j, fill, v);
+      if (r >= a.tq || j >= a.tk) continue;
+      TileVote mine;
+      vote_at(a, p, r, j, fill, mine);
+      v.add(i % C / kKindKeys, mine);
     }
   }
-  const int live = __syncthreads_or(v.live), touched = __syncthreads_or(v.touched);
-  return !live ? TileKind::kDead : touched ? TileKind::kMixed : TileKind::kPlain;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int live = __syncthreads_or(int(v.live >> g & 1)), touched = __syncthreads_or(int(v.touched >> g & 1));
+    kinds[g] = !live ? TileKind::kDead : touched ? TileKind::kMixed : TileKind::kPlain;
+  }
 }
 
-static_assert(kKindKeys == kTile, "the map's tiles span a step's keys");
+// One kind for several: theirs where they agree, else mixed (as one vote over them all).
+__device__ __forceinline__ TileKind merged(TileKind a, TileKind b) { return a == b ? a : TileKind::kMixed; }
 
-// The map: a block a tile (grid: the slices x kind_rows x kind_columns, kBlock threads). (Its dims come with the
-// kernels' parameters, where they take no register.)
+// The kind of the whole tile, as one vote.
+template <typename T, int R, int C>
+__device__ __forceinline__ TileKind tile_kind(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                              float fill) {
+  TileKind k[C / kKindKeys];
+  group_kinds<T, R, C>(a, p, r0, j0, fill, k);
+  TileKind whole = k[0];
+  for (int g = 1; g < C / kKindKeys && j0 + kKindKeys * g < a.tk; ++g) whole = merged(whole, k[g]);
+  return whole;
+}
+
+static_assert(kTile % kKindKeys == 0, "a step's keys are whole groups of the map");
+
+// The map: a block for 16 rows by a step's 64 keys, its groups' kinds (grid: the slices x kind_rows x the steps of
+// keys, kBlock threads). (Its dims come with the kernels' parameters, where they take no register.)
 template <typename T>
 __global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
-  const int64_t per_slice = a.kind_rows * a.kind_columns, slice = blockIdx.x / per_slice;
-  const int64_t at = blockIdx.x % per_slice, r0 = at / a.kind_columns * kKindRows, j0 = at % a.kind_columns * kTile;
-  const TileKind k = tile_kind<T, kKindRows, kTile>(a, slice_of<T>(a, slice, 0), r0, j0, scalar_or<T>(a.fill, 0.f));
-  if (threadIdx.x == 0) a.kinds[blockIdx.x] = uint8_t(k);
+  const int64_t steps = (a.tk + kTile - 1) / kTile, per_slice = a.kind_rows * steps, slice = blockIdx.x / per_slice;
+  const int64_t at = blockIdx.x % per_slice, r0 = at / steps * kKindRows, j0 = at % steps * kTile;
+  TileKind k[kTile / kKindKeys];
+  group_kinds<T, kKindRows, kTile>(a, slice_of<T>(a, slice, 0), r0, j0, scalar_or<T>(a.fill, 0.f), k);
+  uint8_t* row = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kKindKeys;
+#pragma unroll
+  for (int g = 0; g < kTile / kKindKeys; ++g)  // (thread g writes group g's: k stays in registers)
+    if (int(threadIdx.x) == g && j0 + kKindKeys * g < a.tk) row[g] = uint8_t(k[g]);
+}
+inline int64_t tile_kinds_blocks(const Attention& a) {
+  return kind_slices(a) * a.kind_rows * ((a.tk + kTile - 1) / kTile);
 }
 
-// The kind of rows r0 .. r0 + R - 1 (R and r0 multiples of 16) by keys j0 .. j0 + 63 of a pair of slice `slice`,
-// from the map: its 16-row tiles' that hold rows of the pair, one kind where they agree, else mixed (as a vote over
-// the whole).
-template <int R>
+// The kind of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (each a multiple of 16) of a pair of slice `slice`,
+// from the map: its tiles' that hold rows and keys of the pair, merged; dead where it holds none.
+template <int R, int C>
 __device__ __forceinline__ TileKind kind_of(const Attention& a, int64_t slice, int64_t r0, int64_t j0) {
-  static_assert(R % kKindRows == 0, "whole tiles of the map");
+  static_assert(R % kKindRows == 0 && C % kKindKeys == 0, "whole tiles of the map");
+  if (r0 >= a.tq || j0 >= a.tk) return TileKind::kDead;
   if (!a.cond && !a.bias) return TileKind::kPlain;
-  const uint8_t* m = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kTile;
+  const uint8_t* m = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kKindKeys;
   TileKind k = TileKind(m[0]);
-  for (int i = 1; i < R / kKindRows && r0 + kKindRows * i < a.tq; ++i)
-    if (TileKind(m[i * a.kind_columns]) != k) k = TileKind::kMixed;
+  for (int i = 0; i < R / kKindRows && r0 + kKindRows * i < a.tq; ++i)
+    for (int c = 0; c < C / kKindKeys && j0 + kKindKeys * c < a.tk; ++c)
+      k = merged(k, TileKind(m[i * a.kind_columns + c]));
   return k;
 }
 

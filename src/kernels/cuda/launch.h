@@ -235,22 +235,23 @@ struct Attention {
   uint32_t threshold = 0;
   float keep_scale = 1;
   uint64_t seed = 0;
-  // What the mask and the bias do to each tile of 16 rows by 64 keys (attention_tile_kind.cuh's map, a byte each; the
+  // What the mask and the bias do to each tile of 16 rows by 16 keys (attention_tile_kind.cuh's map, a byte each; the
   // tensor-core kernels', for 16-bit operands with a mask or a bias): a slice's of kind_rows by kind_columns tiles
   // for each slice. Scratch, filled by the launch before the kernels read it.
   uint8_t* kinds = nullptr;
   int64_t kind_rows = 0, kind_columns = 0;
 };
-// The map's tiles: 16 rows by the kernels' step of keys. Whether operands of dtype t with a mask or a bias (`masked`)
+// The map's tiles: 16 rows by 16 keys. Whether operands of dtype t with a mask or a bias (`masked`)
 // have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times the slices, and the same setting
 // a.kind_rows and a.kind_columns first.
-constexpr int64_t kKindRows = 16, kKindKeys = 64;
+constexpr int64_t kKindRows = 16, kKindKeys = 16;
 inline bool mapped(DType t, bool masked) { return masked && (t == DType::kFloat16 || t == DType::kBFloat16); }
-inline int64_t kinds_count(const Attention& a) {
-  int64_t n = a.kind_rows * a.kind_columns;
+inline int64_t kind_slices(const Attention& a) {
+  int64_t n = 1;
   for (int d = 0; d < a.slices.rank; ++d) n *= a.slices.dims[d];
   return n;
 }
+inline int64_t kinds_count(const Attention& a) { return a.kind_rows * a.kind_columns * kind_slices(a); }
 inline int64_t size_kinds(Attention& a) {
   a.kind_rows = (a.tq + kKindRows - 1) / kKindRows;
   a.kind_columns = (a.tk + kKindKeys - 1) / kKindKeys;
