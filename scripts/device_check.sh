@@ -131,12 +131,13 @@ check_memcheck() {
       --gtest_filter='Cuda.TensorCoreAttention*'
   done
 }
-check_ncu() {  # (the first call's four kernels skipped: the second's profiled)
+check_ncu() {  # (the first call's four kernels skipped: the second's profiled; ATTENTION_ARGS as the bench's)
+  # shellcheck disable=SC2086  # (the options as words)
   step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
     --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables --print-details all \
-    "$py" bench/gpu_attention.py --measure onnxtrain --steps 1
+    "$py" bench/gpu_attention.py --measure onnxtrain --steps 1 ${ATTENTION_ARGS:-}
 }
 for check in ${only//,/ }; do
   declare -F "check_$check" >/dev/null || { echo "unknown check: $check (see the usage above)"; exit 2; }
