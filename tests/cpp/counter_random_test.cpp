@@ -1,6 +1,7 @@
 // Dropout's counter-based draw (kernels/counter_random.h), by blocks of 64 elements: a run drawn a key a block is
 // the draw element by element wherever it starts and ends; the kept fraction is 1 - ratio; and neither neighbours,
-// the same place of consecutive blocks, nor consecutive seeds draw alike more often than independent draws would.
+// the places 8 apart (the two halves of one draw), the same place of consecutive blocks, nor consecutive seeds draw
+// alike more often than independent draws would.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,6 +44,7 @@ void expect_independent(double ratio, uint64_t lag, uint64_t seed_step) {
 TEST(DropoutDraw, KeepsOneMinusTheRatioIndependentlyOfNeighboursBlocksAndSeeds) {
   for (double ratio : {0.1, 0.5, 0.9}) {
     expect_independent(ratio, 1, 0);   // neighbours
+    expect_independent(ratio, 8, 0);   // the place that shares a draw
     expect_independent(ratio, 64, 0);  // the same place of the next block
     expect_independent(ratio, 0, 1);   // the next seed
   }

@@ -50,22 +50,33 @@ __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, i
   return g;
 }
 
-// Dropout's draws of a warp's scores in a tile (forward, grad_q): rows row0 + g and row0 + g + 8 (flat over the
-// pairs) by keys j0 .. j0 + 63, a block key a row where score rows are whole blocks of the draw, else a draw a score.
+// Dropout's keep bits of a warp's scores in a tile (forward, grad_q), bit 4 nt + i for accumulator element i of
+// 8-key tile nt: rows row0 + g and row0 + g + 8 (flat over the pairs) by keys j0 .. j0 + 63. Where score rows are
+// whole blocks of the draw, a row's block key, and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a
+// draw a score.
 static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
-struct RowDraws {
-  uint32_t key[2];
-  int64_t row0, j0;
-  bool blocked;
-  __device__ __forceinline__ bool kept(const Attention& a, int nt, int i, int g, int t) const {
-    const int c = column_of(nt, i, t);
-    return blocked ? dropout_keeps_at(key[i / 2], uint32_t(c), a.threshold) : keeps(a, row0 + row_of(i, g), j0 + c);
+__device__ __forceinline__ uint32_t row_keeps(const Attention& a, int64_t row0, int64_t j0, int g, int t) {
+  uint32_t bits = 0;
+  if (blocked_rows(a)) {
+    const uint32_t key[2] = {row_key(a, row0 + g, j0), row_key(a, row0 + g + 8, j0)};
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; nt += 2)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t d = dropout_draw(key[i / 2], uint32_t(column_of(nt, i, t)));
+        bits |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + i);
+        bits |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * (nt + 1) + i);
+      }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        bits |= uint32_t(keeps(a, row0 + row_of(i, g), j0 + column_of(nt, i, t))) << (4 * nt + i);
   }
-};
-__device__ __forceinline__ RowDraws row_draws(const Attention& a, int64_t row0, int64_t j0, int g) {
-  const bool blocked = blocked_rows(a);
-  return {{blocked ? row_key(a, row0 + g, j0) : 0u, blocked ? row_key(a, row0 + g + 8, j0) : 0u}, row0, j0, blocked};
+  return bits;
 }
+__device__ __forceinline__ bool kept_bit(uint32_t bits, int nt, int i) { return (bits >> (4 * nt + i)) & 1u; }
 
 // What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
 // the warp's first row, the lane's g and t, the pair's K and V, the scalars.
@@ -179,11 +190,11 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
     if (a.dropout) {
-      const RowDraws draws = row_draws(a, pair * a.tq + r0, j0, g);
+      const uint32_t kept = row_keeps(a, pair * a.tq + r0, j0, g, t);
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) s[nt][i] = draws.kept(a, nt, i, g, t) ? s[nt][i] * a.keep_scale : 0.f;
+        for (int i = 0; i < 4; ++i) s[nt][i] = kept_bit(kept, nt, i) ? s[nt][i] * a.keep_scale : 0.f;
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
@@ -242,19 +253,20 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    RowDraws draws{};
-    if (a.dropout) draws = row_draws(a, pair * a.tq + r0, j0, g);
-    // dP through dropout: kept ones scaled, dropped ones 0
-    auto through = [&](int nt, int i) { return draws.kept(a, nt, i, g, t) ? dp[nt][i] * a.keep_scale : 0.f; };
+    if (a.dropout) {  // dP through dropout: kept ones scaled, dropped ones 0
+      const uint32_t kept = row_keeps(a, pair * a.tq + r0, j0, g, t);
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dp[nt][i] = kept_bit(kept, nt, i) ? dp[nt][i] * a.keep_scale : 0.f;
+    }
     if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (as the forward's: P = 2^(s scale log2 e - ...))
       const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float g_p = a.dropout ? through(nt, i) : dp[nt][i];
-          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (g_p - dr[i / 2]) * scale;
-        }
+        for (int i = 0; i < 4; ++i)
+          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * scale;
     } else {
       const Groups groups = groups_of(a, kind, p.slice, r0, j0);
 #pragma unroll
@@ -267,7 +279,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
           float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
           if (k != TileKind::kDead && r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
             const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
-            ds = e * ((a.dropout ? through(nt, i) : dp[nt][i]) - dr[i / 2]) * scale;
+            ds = e * (dp[nt][i] - dr[i / 2]) * scale;
           }
           s[nt][i] = ds;
         }
@@ -350,12 +362,6 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
     }
     const float *lr = lrs[slot], *dr = drs[slot];
     const uint32_t* key = keys[slot];
-    // dropout's factor of score (query rl, key w0 + kr of the block's): keep_scale where kept, else 0
-    auto kept = [&](int rl, int kr) {
-      const bool keep = blocked ? dropout_keeps_at(key[rl], uint32_t(w0 + kr), a.threshold)
-                                : keeps(a, pair * a.tq + q0 + rl, k0 + w0 + kr);
-      return keep ? a.keep_scale : 0.f;
-    };
     if (live) {  // (else nothing of the warp's adds to dK or dV)
     float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
 #pragma unroll
@@ -378,6 +384,34 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
       }
     }
+    // Dropout's keep bits (bit 4 nt + i; a draw for both of a row's keys where rows are whole blocks of it, the row's
+    // key staged), dP^T through it (kept ones scaled, dropped ones 0), and P's factor where kept.
+    uint32_t kept = ~0u;
+    if (a.dropout) {
+      kept = 0;
+      if (blocked) {
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const uint32_t d = dropout_draw(key[column_of(nt, e, t)], uint32_t(w0 + g));
+            kept |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + e);
+            kept |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * nt + 2 + e);
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            kept |= uint32_t(keeps(a, pair * a.tq + q0 + column_of(nt, i, t), k0 + w0 + row_of(i, g)))
+                    << (4 * nt + i);
+      }
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dpt[nt][i] = kept_bit(kept, nt, i) ? dpt[nt][i] * a.keep_scale : 0.f;
+    }
+    const float ks = a.dropout ? a.keep_scale : 1.f;
     if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {
       const float to_log2 = scale * kLog2e;
 #pragma unroll
@@ -386,14 +420,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         for (int i = 0; i < 4; ++i) {
           const int rl = column_of(nt, i, t);
           const float e = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
-          if (!a.dropout) {
-            st[nt][i] = e;
-            dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * scale;
-          } else {
-            const float f = kept(rl, row_of(i, g));
-            st[nt][i] = e * f;
-            dpt[nt][i] = e * ((f == 0.f ? 0.f : dpt[nt][i] * f) - dr[rl]) * scale;
-          }
+          st[nt][i] = kept_bit(kept, nt, i) ? e * ks : 0.f;
+          dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * scale;
         }
     } else {
 #pragma unroll
@@ -409,9 +437,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
             const bool off = !plain_here && masked(a, p.cond, r, j);
             const float x = off ? fill : st[nt][i] * scale + (plain_here ? 0.f : bias_at(a, p.bias, r, j));
             const float e = exp2_approx(fmaf(x, kLog2e, -lr[rl]));
-            const float f = !a.dropout ? 1.f : kept(rl, row_of(i, g));
-            pd = e * f;
-            if (!off) ds = e * ((f == 0.f ? 0.f : dpt[nt][i] * f) - dr[rl]) * scale;
+            pd = kept_bit(kept, nt, i) ? e * ks : 0.f;
+            if (!off) ds = e * (dpt[nt][i] - dr[rl]) * scale;
           }
           st[nt][i] = pd;
           dpt[nt][i] = ds;
