@@ -13,70 +13,9 @@
 // in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh) so that the tests' warp emulation compiles its own host
 // copy.
 #pragma once
-#include "kernels/cuda/attention_tile_kind.cuh"
+#include "kernels/cuda/attention_steps.cuh"
 
 namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
-
-// Score (r, j) of a pair from its product qk: -inf past the keys or the rows, which read no mask; in a tile
-// neither the mask nor the bias changes (plain), qk scaled; else the fill where masked, or scale qk + bias.
-template <typename T>
-__device__ __forceinline__ float score(const Attention& a, const AttentionPair<T>& p, float qk, int64_t r, int64_t j,
-                                       float scale, float fill, bool plain) {
-  if (r >= a.tq || j >= a.tk) return -INFINITY;
-  if (plain) return qk * scale;
-  return masked(a, p.cond, r, j) ? fill : qk * scale + bias_at(a, p.bias, r, j);
-}
-
-// Whether the scores of the rows before r_end by the keys before j_end that a warp holds all lie inside the pair's
-// scores, in a tile the mask and the bias leave as they are: they are then the products scaled, with no test an
-// element.
-__device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_t r_end, int64_t j_end) {
-  return kind == TileKind::kPlain && r_end <= a.tq && j_end <= a.tk;
-}
-
-// The kinds of a warp's 16 rows from r0 by each 16 keys of the tile from j0 (forward, grad_q): the tile's where it is
-// plain, else each group's from the map (a causal mask's diagonal tile: the warp's diagonal group mixed, those left of
-// it plain, those right of it dead).
-struct Groups {
-  TileKind k[kTile / kKindKeys];
-  __device__ __forceinline__ TileKind of(int nt) const { return k[nt * 8 / kKindKeys]; }  // of 8-key tile nt
-};
-__device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, int64_t slice, int64_t r0,
-                                            int64_t j0) {
-  Groups g;
-#pragma unroll
-  for (int q = 0; q < kTile / kKindKeys; ++q)
-    g.k[q] = kind == TileKind::kMixed ? kind_of<kKindRows, kKindKeys>(a, slice, r0, j0 + kKindKeys * q) : kind;
-  return g;
-}
-
-// Dropout's keep bits of a warp's scores in a tile (forward, grad_q), bit 4 nt + i for accumulator element i of
-// 8-key tile nt: rows row0 + g and row0 + g + 8 (flat over the pairs) by keys j0 .. j0 + 63. Where score rows are
-// whole blocks of the draw, a row's block key, and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a
-// draw a score.
-static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
-__device__ __forceinline__ uint32_t row_keeps(const Attention& a, int64_t row0, int64_t j0, int g, int t) {
-  uint32_t bits = 0;
-  if (blocked_rows(a)) {
-    const uint32_t key[2] = {row_key(a, row0 + g, j0), row_key(a, row0 + g + 8, j0)};
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; nt += 2)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t d = dropout_draw(key[i / 2], uint32_t(column_of(nt, i, t)));
-        bits |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + i);
-        bits |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * (nt + 1) + i);
-      }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        bits |= uint32_t(keeps(a, row0 + row_of(i, g), j0 + column_of(nt, i, t))) << (4 * nt + i);
-  }
-  return bits;
-}
-__device__ __forceinline__ bool kept_bit(uint32_t bits, int nt, int i) { return (bits >> (4 * nt + i)) & 1u; }
 
 // What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
 // the warp's first row, the lane's g and t, the pair's K and V, the scalars.
@@ -96,11 +35,6 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
   return {pair, block_r0, block_r0 + threadIdx.x / 32 * 16, lane, lane / 4, lane % 4, p, scalar_or<T>(a.scale, 1.f),
           scalar_or<T>(a.fill, 0.f), bits(kt) + p.kv * a.d * a.tk, bits(v) + p.kv * a.tk * a.dv};
 }
-
-// The slots a kernel stages its steps' operands in (step_ahead()): two (the next step's copied while the warps work on
-// this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.
-template <int D>
-constexpr int kStages = D > 64 ? 1 : 2;
 
 // Runs step(slot, j0, kind) by the whole block for each tile of keys j0 .. j0 + 63 in order but those whose every
 // score is -inf (the map: kind_of), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged.
