@@ -1,7 +1,8 @@
 """Where an onnxtrain training step's time goes on one CUDA device: bench/gpu.py's model and configuration, each of
 the graph's op types with its milliseconds and calls a step (the session's profile, the kernels launched one at a
 time so that a node's time is its kernels': CUDA_LAUNCH_BLOCKING=1), then the device's kernels by time
-(torch.profiler), which name what an op type's time was spent in.
+(torch.profiler), which name what an op type's time was spent in, then the training graph's Casts by what they read
+and what reads them (autocast's, for a fusion to take them into their neighbours).
 
     python bench/gpu_profile.py [--model gpt2|llama] [--config onnxtrain-bf16] [--batch 16] [--seq 1024]
                                 [--steps 2] [--top 30] [--tiny]
@@ -10,12 +11,45 @@ time so that a node's time is its kernels': CUDA_LAUNCH_BLOCKING=1), then the de
 """
 
 import argparse
+import collections
+import glob
 import os
 import sys
+import tempfile
 
 os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")  # (before CUDA starts: torch is imported below)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from real_size import VOCAB, build, parse, train_step  # noqa: E402
+
+
+def casts(folder):
+    """The training graph's Cast nodes (saved in `folder`) as counts by (the op that writes their input, through a
+    Reshape where one, the dtype they cast to, the ops that read their output), most first."""
+    import onnx
+
+    graphs = sorted(glob.glob(os.path.join(folder, "*_train_optimized.onnx")))
+    if not graphs:
+        return []
+    g = onnx.load(graphs[-1], load_external_data=False).graph
+    node_of = {o: n for n in g.node for o in n.output}
+
+    def writer(value):
+        n = node_of.get(value)
+        if n is None:
+            return "input"
+        return writer(n.input[0]) + ">Reshape" if n.op_type == "Reshape" else n.op_type
+
+    readers = collections.defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            readers[i].append(n.op_type)
+    count = collections.Counter()
+    for n in g.node:
+        if n.op_type == "Cast":
+            to = next(a.i for a in n.attribute if a.name == "to")
+            count[(writer(n.input[0]), onnx.TensorProto.DataType.Name(to).lower(),
+                   ",".join(sorted(set(readers[n.output[0]]))) or "output")] += 1
+    return count.most_common()
 
 
 def main():
@@ -34,7 +68,8 @@ def main():
     from torch.profiler import ProfilerActivity, profile
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, opt = build(args.model, args.config, device, args.tiny)
+    saved = tempfile.mkdtemp(prefix="onnxtrain-profile-")
+    model, opt = build(args.model, args.config, device, args.tiny, saved)
     ids = torch.randint(0, VOCAB[args.model], (args.batch, args.seq), device=device)
     bf16 = parse(args.config)["bf16"]
 
@@ -63,6 +98,9 @@ def main():
     key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
     print(f"\nthe {'device' if device == 'cuda' else 'CPU'}'s work by time over {args.steps} steps (torch.profiler)")
     print(prof.key_averages().table(sort_by=key, row_limit=args.top, max_name_column_width=90))
+    print("\nthe training graph's Casts: count, the op that writes the input, to, the ops that read the output")
+    for (source, to, readers), n in casts(saved):
+        print(f"{n:6}  {source:36}{to:10}{readers}")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def parse(config):
     return parts
 
 
-def build(name, config, device="cpu", tiny=False):
+def build(name, config, device="cpu", tiny=False, save_onnx=""):
+    """The model and its optimizer for a configuration; `save_onnx`: a folder onnxtrain saves its graphs in."""
     import torch
 
     import onnxtrain
@@ -98,7 +99,8 @@ def build(name, config, device="cpu", tiny=False):
     if parts["system"] == "compile":
         model = torch.compile(model)
     elif parts["system"].endswith("onnxtrain"):
-        options = onnxtrain.Options(memory_opt_level=parts["level"], memory_budget=parts["budget"])
+        options = onnxtrain.Options(memory_opt_level=parts["level"], memory_budget=parts["budget"],
+                                    save_onnx=save_onnx)
         model = onnxtrain.Module(model, options)
     params = [p for p in model.parameters() if p.requires_grad]
     if parts["adamw"] or parts["inbw"]:

@@ -1,7 +1,8 @@
 """bench/gpu.py, the GPU benchmark of record, runs end to end (a two-layer GPT-2 of GPT-2's vocabulary, on the GPU
 where there is one, else the CPU): onnxtrain's step peak printed as predicted and as measured, equal. So does
 bench/gpu_attention.py (attention alone; under is_causal, and under dropout and a mask tensor), onnxtrain's graph
-holding the fused attention, and bench/gpu_profile.py (where a step's time goes), its op types timed."""
+holding the fused attention, and bench/gpu_profile.py (where a step's time goes), its op types timed and the
+graph's Casts counted."""
 import os
 import subprocess
 import sys
@@ -38,3 +39,5 @@ def test_the_profile_times_the_steps_op_types():
     for op in ("FlashAttention", "FlashAttentionGrad", "LinearCrossEntropy", "Gemm"):
         assert op in ops and float(ops[op][0]) > 0 and float(ops[op][1]) >= 1, out
     assert "torch.profiler" in out, out
+    casts = out.split("the training graph's Casts")[-1].splitlines()[1:]  # (autocast's: bf16 under --tiny's config)
+    assert any(line.split()[2:3] == ["bfloat16"] and int(line.split()[0]) > 0 for line in casts if line.strip()), out
