@@ -123,13 +123,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
-    if (a.dropout) {
-      const uint32_t kept = row_keeps(a, pair * a.tq + r0, j0, g, t);
-#pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[nt][i] = kept_bit(kept, nt, i) ? s[nt][i] * a.keep_scale : 0.f;
-    }
+    if (a.dropout) drop(s, row_keeps(a, pair * a.tq + r0, j0, g, t), a.keep_scale);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
 #pragma unroll
@@ -187,13 +181,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    if (a.dropout) {  // dP through dropout: kept ones scaled, dropped ones 0
-      const uint32_t kept = row_keeps(a, pair * a.tq + r0, j0, g, t);
-#pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dp[nt][i] = kept_bit(kept, nt, i) ? dp[nt][i] * a.keep_scale : 0.f;
-    }
+    if (a.dropout) drop(dp, row_keeps(a, pair * a.tq + r0, j0, g, t), a.keep_scale);  // dP through dropout
     if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (as the forward's: P = 2^(s scale log2 e - ...))
       const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
 #pragma unroll
@@ -340,10 +328,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
             kept |= uint32_t(keeps(a, pair * a.tq + q0 + column_of(nt, i, t), k0 + w0 + row_of(i, g)))
                     << (4 * nt + i);
       }
-#pragma unroll
-      for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dpt[nt][i] = kept_bit(kept, nt, i) ? dpt[nt][i] * a.keep_scale : 0.f;
+      drop(dpt, kept, a.keep_scale);
     }
     const float ks = a.dropout ? a.keep_scale : 1.f;
     if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {

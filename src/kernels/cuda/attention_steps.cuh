@@ -1,7 +1,7 @@
 // What the tensor-core attention kernels (attention_mma.cuh) do to a warp's scores in a step: a score from its
 // product, whether a warp's scores lie inside the pair's and plain, the kinds of a warp's groups of 16 keys (the map
-// of attention_tile_kind.cuh), dropout's keep bits of a warp's scores in a tile, and the slots a step's operands are
-// staged in.
+// of attention_tile_kind.cuh), dropout's keep bits of a warp's scores in a tile and their use, and the slots a step's
+// operands are staged in.
 #pragma once
 #include "kernels/cuda/attention_tile_kind.cuh"
 
@@ -67,6 +67,14 @@ __device__ __forceinline__ uint32_t row_keeps(const Attention& a, int64_t row0, 
   return bits;
 }
 __device__ __forceinline__ bool kept_bit(uint32_t bits, int nt, int i) { return (bits >> (4 * nt + i)) & 1u; }
+// x through dropout by its keep bits: kept elements times keep_scale, dropped ones 0.
+template <int N>
+__device__ __forceinline__ void drop(float (&x)[N][4], uint32_t kept, float keep_scale) {
+#pragma unroll
+  for (int nt = 0; nt < N; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[nt][i] = kept_bit(kept, nt, i) ? x[nt][i] * keep_scale : 0.f;
+}
 
 // The slots a kernel stages its steps' operands in (step_ahead()): two (the next step's copied while the warps work on
 // this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.

@@ -53,7 +53,7 @@ __global__ void total_kernel(bool mean, const double* totals, float* loss) {
   *loss = float(!mean ? totals[0] : totals[1] > 0 ? totals[0] / totals[1] : 0.0);
 }
 
-// Rows by blockIdx.y (a grid-stride loop past 65535), their columns by the blocks along x.
+// Launched over rows_grid(n, ld).
 template <typename T>
 __global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, const float* dloss, bool per_row,
                             bool mean, const double* totals, T* g) {
@@ -107,9 +107,8 @@ void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const fl
   if (e.n * e.ld == 0) return;
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    const dim3 grid(unsigned(std::min<int64_t>((e.ld + kThreads - 1) / kThreads, 1024)),
-                    unsigned(std::min<int64_t>(e.n, 65535)));
-    grad_kernel<<<grid, kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals, static_cast<T*>(g));
+    grad_kernel<<<rows_grid(e.n, e.ld), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
+                                                               static_cast<T*>(g));
   });
   if (!ok) unsupported_dtype("cross_entropy_grad", t);
   check_launch("cross_entropy_grad");

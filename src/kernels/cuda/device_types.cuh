@@ -67,6 +67,13 @@ inline unsigned blocks_for(int64_t n) {
 #define ONNXTRAIN_GRID_LOOP(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
+// A launch over rows of `cols` elements: blocks of kThreads along a row's columns (at most 1024 of them) by a block
+// row a row (at most 65535: the kernel loops over rows by gridDim.y, and over a row's columns by the blocks along x).
+inline dim3 rows_grid(int64_t rows, int64_t cols) {
+  const int64_t across = (cols + kThreads - 1) / kThreads;
+  return dim3(unsigned(across < 1024 ? across : 1024), unsigned(rows < 65535 ? rows : 65535));
+}
+
 // A block per row: at most 2^31 - 1 of them (else launch_error naming the kernel).
 inline void check_rows(int64_t rows, const char* kernel) {
   if (rows > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 rows");

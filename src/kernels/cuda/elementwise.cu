@@ -292,7 +292,7 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t 
   check_launch("Cast");
 }
 
-// A block per row (a grid-stride loop past 65535 of them) by chunks of 256 columns.
+// Launched over rows_grid(rows, cols).
 template <typename F, typename T>
 __global__ void cast_rows_kernel(const F* x, int64_t x_ld, T* y, int64_t y_ld, int64_t rows, int64_t cols) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
@@ -307,10 +307,8 @@ void cast_rows(DType from, DType to, const void* x, int64_t x_ld, void* y, int64
     const bool known = with_float_type(to, [&](auto t) {
       using F = decltype(f);
       using T = decltype(t);
-      const dim3 grid(unsigned(std::min<int64_t>((cols + kThreads - 1) / kThreads, 1024)),
-                      unsigned(std::min<int64_t>(rows, 65535)));
-      cast_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const F*>(x), x_ld, static_cast<T*>(y), y_ld, rows,
-                                                      cols);
+      cast_rows_kernel<<<rows_grid(rows, cols), kThreads, 0, stream>>>(static_cast<const F*>(x), x_ld,
+                                                                        static_cast<T*>(y), y_ld, rows, cols);
     });
     if (!known) unsupported_dtype("cast_rows", to);
   });
