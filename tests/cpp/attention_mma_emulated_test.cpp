@@ -2,9 +2,9 @@
 // emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
 // keys, zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, grouped-query
 // heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw; by a row's block key where rows
-// are whole blocks of it), a fully masked row, causal masks (a fill or a bias of -inf) whose upper tiles are skipped
-// and lower tiles read no mask (the map of the tiles' kinds made once, or a batch's each for a mask and a bias that
-// differ between batches). Operands staged by cp.async land only when the kernel waits for them (a wait too late
+// are whole blocks of it), a fully masked row, causal masks (a fill or a bias of -inf) whose upper tiles are skipped,
+// lower tiles read no mask and diagonal ones none either, their 16 x 16 tiles causal (the map of the tiles' kinds
+// made once, or a batch's each for a mask and a bias that differ between batches). Operands staged by cp.async land only when the kernel waits for them (a wait too late
 // reads stale tiles), and ldmatrix hands out PTX's fragments. What the emulation cannot show (the layouts as the
 // hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
@@ -259,8 +259,8 @@ Attention one_pair(const bool* cond, int64_t n) {
 // A causal bool mask's tiles as the kernels classify them, its rows read 16 bytes at a time (aligned rows of 144) and
 // an element at a time (the same rows one byte off 16-byte alignment): the upper ones dead where the fill is -inf
 // (masked but live where it is finite), the lower ones plain (no mask read per score), the diagonal's mixed, and
-// those past the rows or the keys as the scores inside them.
-TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
+// those past the rows or the keys as the scores inside them (the last one's only 16 x 16 tile inside causal).
+TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainMixedOrCausal) {
   const int64_t n = 144;
   std::unique_ptr<bool[]> buffer(new bool[size_t(n * n + 16)]);
   bool* aligned = buffer.get() + (16 - reinterpret_cast<uintptr_t>(buffer.get()) % 16) % 16;
@@ -284,10 +284,56 @@ TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainOrMixed) {
       EXPECT_EQ(kind(0, 64), fill == -INFINITY ? tc::TileKind::kDead : tc::TileKind::kMixed) << where;
       EXPECT_EQ(kind(64, 0), tc::TileKind::kPlain) << where;
       EXPECT_EQ(kind(128, 0), tc::TileKind::kPlain) << where;
-      EXPECT_EQ(kind(128, 128), tc::TileKind::kMixed) << where;
+      EXPECT_EQ(kind(128, 128), fill == -INFINITY ? tc::TileKind::kCausal : tc::TileKind::kMixed) << where;
       EXPECT_EQ(kind(64, 128), fill == -INFINITY ? tc::TileKind::kDead : tc::TileKind::kMixed) << where;
     }
   }
+}
+
+// A tile of 16 rows by 16 keys is causal (the kernels compare a score's place in it, reading neither the mask nor the
+// bias) exactly where its scores are -inf above its diagonal and unchanged on and under it, those inside the keys
+// (the kernels make the others -inf): a bool mask with a fill of -inf and a bias of 0 and -inf, read 16 bytes at a
+// time and an element at a time; not with a finite fill, a diagonal 5 keys to the right or one score more masked.
+TEST(TensorCoreAttention, ATileIsCausalWhereItsScoresAreMinusInfinityAboveItsDiagonalAlone) {
+  const int64_t n = 48, wide = n + 1;  // rows of the mask n apart (16-byte reads), or n + 1 (an element at a time)
+  std::unique_ptr<bool[]> buffer(new bool[size_t(n * wide + 16)]);
+  bool* cond = buffer.get() + (16 - reinterpret_cast<uintptr_t>(buffer.get()) % 16) % 16;
+  std::vector<__half> bias(size_t(n * n));
+  auto kind = [&](bool with_bias, int64_t row, int64_t tk, float fill, int64_t r0, int64_t j0) {
+    Attention a = one_pair(cond, n);
+    a.tk = tk, a.cond_row = row;
+    if (with_bias) a.cond = nullptr, a.bias = bias.data(), a.bias_row = n, a.bias_col = 1;
+    const AttentionPair<__half> p{0, a.cond, with_bias ? bias.data() : nullptr, 0};
+    tc::TileKind k{};
+    testing::emulate(1, tc::kBlock, [&] {
+      const tc::TileKind mine = tc::tile_kind<__half, 16, 16>(a, p, r0, j0, fill);
+      if (threadIdx.x == 0) k = mine;
+    });
+    return k;
+  };
+  for (int64_t shift : {0, 5})
+    for (bool extra : {false, true}) {
+      auto off = [&](int64_t r, int64_t j) { return j > r + shift || (extra && r == 20 && j == 17); };
+      const bool causal = shift == 0 && !extra;
+      const std::string where = "shift " + std::to_string(shift) + (extra ? ", a score more masked" : "");
+      for (int64_t row : {n, wide}) {
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < n; ++j) {
+            cond[r * row + j] = off(r, j);
+            if (row == n) bias[size_t(r * n + j)] = __float2half(off(r, j) ? -INFINITY : 0.f);
+          }
+        for (bool with_bias : {false, true}) {
+          if (with_bias && row != n) continue;
+          const std::string how = where + (with_bias ? ", bias" : ", mask") + (row == n ? "" : ", unaligned rows");
+          const tc::TileKind diagonal = shift == 0 ? tc::TileKind::kCausal : tc::TileKind::kMixed;
+          EXPECT_EQ(kind(with_bias, row, n, -INFINITY, 0, 0), diagonal) << how;
+          EXPECT_EQ(kind(with_bias, row, n, -INFINITY, 16, 16), causal ? diagonal : tc::TileKind::kMixed) << how;
+          EXPECT_EQ(kind(with_bias, row, n - 3, -INFINITY, 32, 32), diagonal) << how << ", past the keys";
+          EXPECT_EQ(kind(with_bias, row, n, -INFINITY, 32, 16), tc::TileKind::kPlain) << how;
+        }
+        EXPECT_EQ(kind(false, row, n, -30.f, 0, 0), tc::TileKind::kMixed) << where << ", a finite fill";
+      }
+    }
 }
 
 // The map of tiles of 16 rows by 16 keys (tile_kinds), read for 16, 32 and 64 rows by 16 or 64 keys (kind_of), gives
@@ -328,8 +374,8 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
           if (threadIdx.x == 0) whole16 = k16;
         });
         EXPECT_EQ((tc::kind_of<16, 16>(a, 0, r0, j0)), whole16) << causal << " " << r0 << " " << j0;
-        if (causal) {  // (dead right of the diagonal, plain left of it)
-          EXPECT_EQ(whole16, j0 > r0 ? tc::TileKind::kDead : j0 < r0 ? tc::TileKind::kPlain : tc::TileKind::kMixed);
+        if (causal) {  // (dead right of the diagonal, plain left of it, causal on it)
+          EXPECT_EQ(whole16, j0 > r0 ? tc::TileKind::kDead : j0 < r0 ? tc::TileKind::kPlain : tc::TileKind::kCausal);
         }
       }
     if (!causal) {

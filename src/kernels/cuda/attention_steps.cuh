@@ -1,7 +1,7 @@
 // What the tensor-core attention kernels (attention_mma.cuh) do to a warp's scores in a step: a score from its
 // product, whether a warp's scores lie inside the pair's and plain, the kinds of a warp's groups of 16 keys (the map
-// of attention_tile_kind.cuh), dropout's keep bits of a warp's scores in a tile and their use, and the slots a step's
-// operands are staged in.
+// of attention_tile_kind.cuh) and which scores of groups that read neither mask nor bias are -inf, dropout's keep
+// bits of a warp's scores in a tile and their use, and the slots a step's operands are staged in.
 #pragma once
 #include "kernels/cuda/attention_tile_kind.cuh"
 
@@ -25,12 +25,29 @@ __device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_
 }
 
 // The kinds of a warp's 16 rows from r0 by each 16 keys of the tile from j0 (forward, grad_q): the tile's where it is
-// plain, else each group's from the map (a causal mask's diagonal tile: the warp's diagonal group mixed, those left of
-// it plain, those right of it dead).
+// not mixed, else each group's from the map (a causal mask's diagonal tile: the warp's diagonal group causal, those
+// left of it plain, those right of it dead).
 struct Groups {
   TileKind k[kTile / kKindKeys];
   __device__ __forceinline__ TileKind of(int nt) const { return k[nt * 8 / kKindKeys]; }  // of 8-key tile nt
+  // Whether some group's scores read the mask or the bias.
+  __device__ __forceinline__ bool read() const {
+    bool any = false;
+#pragma unroll
+    for (TileKind x : k) any |= x == TileKind::kMixed;
+    return any;
+  }
 };
+
+// Whether a warp's score (row rl of its 16, key c of the step's) is -inf though its group reads neither the mask nor
+// the bias: the group's dead, the score lies above a causal group's diagonal, or past the rows or the keys (rows_in,
+// keys_in: those left from the warp's first row and the step's first key, at most 16 and kTile).
+__device__ __forceinline__ int left(int64_t end, int64_t from, int most) {
+  return int(end - from < most ? end - from : most);
+}
+__device__ __forceinline__ bool off_unread(TileKind k, int rl, int c, int rows_in, int keys_in) {
+  return k == TileKind::kDead || (k == TileKind::kCausal && c % kKindKeys > rl) || rl >= rows_in || c >= keys_in;
+}
 __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, int64_t slice, int64_t r0,
                                             int64_t j0) {
   Groups g;

@@ -1,10 +1,11 @@
 // What a tile of a pair's scores takes from the mask and the additive bias, for the tensor-core attention kernels
 // (attention_mma.cuh): nothing, as every score of a causal mask's upper tiles is -inf (skipped); nothing either where
-// neither changes any score, as a causal mask's lower tiles (the kernels then read neither per score); else the mask
-// and the bias at each score (the diagonal's tiles). A block votes on a tile, a row read 16 bytes at a time (16 mask
-// or 8 bias elements) where its rows lie whole and aligned, else an element at a time, a kind for each 16 keys: once
-// a call, for tiles of 16 rows by 16 keys, into a map (Attention::kinds) the kernels read a byte a tile of from then
-// on (a warp's rows by a group of keys: the part of a causal mask's diagonal tile that reads the mask).
+// neither changes any score, as a causal mask's lower tiles (the kernels then read neither per score); -inf above the
+// diagonal of each of its 16 x 16 tiles and nothing on and under it, as a causal mask's diagonal tiles (causal: the
+// kernels compare a score's place in its tile, and read neither); else the mask and the bias at each score. A block
+// votes on a tile, a row read 16 bytes at a time (16 mask or 8 bias elements) where its rows lie whole and aligned,
+// else an element at a time, a kind for each 16 keys: once a call, for tiles of 16 rows by 16 keys, into a map
+// (Attention::kinds) the kernels read a byte a tile of from then on (a warp's rows by a group of keys).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -13,62 +14,82 @@
 
 namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
 
-enum class TileKind { kDead, kPlain, kMixed };  // every score -inf; no score changed; a score changed
+// Every score -inf; no score changed; a score changed; -inf above the diagonal of each 16 x 16 tile (a key past the
+// row, counted from the tile's first), none changed on and under it.
+enum class TileKind { kDead, kPlain, kMixed, kCausal };
 
 // A thread's share of the vote: some score of its is other than -inf (live), some score the mask or the bias
-// changes (touched).
+// changes (touched), some score departs from a causal tile's: -inf above its 16 x 16 tile's diagonal, unchanged on
+// and under it (departs). (Scores past the rows or the keys vote not: -inf whatever the kind, the kernels see to it.)
 struct TileVote {
-  int live = 0, touched = 0;
-  __device__ __forceinline__ void masked(float fill) {
+  int live = 0, touched = 0, departs = 0;
+  __device__ __forceinline__ void masked(float fill, bool above) {
     touched = 1;
     live |= fill != -INFINITY;
+    departs |= !above || fill != -INFINITY;
   }
-  __device__ __forceinline__ void biased(float b) {
+  __device__ __forceinline__ void biased(float b, bool above) {
     touched |= b != 0.f;
     live |= b != -INFINITY;
+    departs |= above ? b != -INFINITY : b != 0.f;
   }
 };
 
+// Whether score (r, j) lies above the diagonal of its 16 x 16 tile of the map (r0 and j0 tiles' first).
+__device__ __forceinline__ bool above_diagonal(int64_t r, int64_t j, int64_t r0, int64_t j0) {
+  return (j - j0) % kKindKeys > (r - r0) % kKindRows;
+}
+
 template <typename T>
 __device__ __forceinline__ void vote_at(const Attention& a, const AttentionPair<T>& p, int64_t r, int64_t j,
-                                        float fill, TileVote& v) {
+                                        bool above, float fill, TileVote& v) {
   if (masked(a, p.cond, r, j))
-    v.masked(fill);
+    v.masked(fill, above);
   else
-    v.biased(bias_at(a, p.bias, r, j));
+    v.biased(bias_at(a, p.bias, r, j), above);
+}
+
+// The 8 mask bytes from key j (j % 16: 0 or 8 of its 16 x 16 tile) of a causal tile's row rl: 1 past the row.
+__device__ __forceinline__ uint64_t causal_bytes(int rl, int j) {
+  const int first = rl + 1 - j;  // the first byte set
+  return first <= 0 ? 0x0101010101010101ull : first >= 8 ? 0ull : 0x0101010101010101ull << (8 * first);
 }
 
 // Nonzero exactly where some byte of x is 0 (the lowest zero byte's top bit survives in x - 0x01010101 and ~x).
 __device__ __forceinline__ uint32_t zero_byte(uint32_t x) { return (x - 0x01010101u) & ~x & 0x80808080u; }
 
-// Elements j .. j + W - 1 of row r, from one 16-byte read: the mask's (W = 16) or the bias's (W = 8).
+// Elements j .. j + W - 1 of row r, from one 16-byte read: the mask's (W = 16, j a tile's first key) or the bias's
+// (W = 8, j a tile's first key or its ninth); rl, jl: r's and j's place in their 16 x 16 tile.
 template <typename T, int W>
 __device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPair<T>& p, int64_t r, int64_t j,
-                                          float fill, TileVote& v) {
+                                          int rl, int jl, float fill, TileVote& v) {
   if constexpr (W == 16) {
     const uint4 w = *reinterpret_cast<const uint4*>(p.cond + r * a.cond_row + j);
-    if (w.x | w.y | w.z | w.w) v.masked(fill);  // a byte set: a score masked
+    if (w.x | w.y | w.z | w.w) v.masked(fill, true);  // a byte set: a score masked
     if (zero_byte(w.x) | zero_byte(w.y) | zero_byte(w.z) | zero_byte(w.w)) v.live = 1;  // a byte clear: one not
+    const uint64_t lo = w.x | uint64_t(w.y) << 32, hi = w.z | uint64_t(w.w) << 32;
+    v.departs |= lo != causal_bytes(rl, 0) || hi != causal_bytes(rl, 8);  // (bools: bytes of 0 and 1)
   } else {
     const uint4 w = *reinterpret_cast<const uint4*>(p.bias + r * a.bias_row + j);
     T e[8];
     memcpy(static_cast<void*>(e), &w, 16);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v.biased(to_float(e[k]));
+    for (int k = 0; k < 8; ++k) v.biased(to_float(e[k]), jl + k > rl);
   }
 }
 
 // A thread's votes for a tile's groups of 16 keys (kKindKeys): bit g of each for group g.
 struct GroupVotes {
-  uint32_t live = 0, touched = 0;
+  uint32_t live = 0, touched = 0, departs = 0;
   __device__ __forceinline__ void add(int g, const TileVote& v) {
     live |= uint32_t(v.live) << g;
     touched |= uint32_t(v.touched) << g;
+    departs |= uint32_t(v.departs) << g;
   }
 };
 
-// Rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (j0 a multiple of 16) of pair p, each score's vote in its group of
-// 16 keys: scores past the rows or the keys are -inf whatever the mask says, and are not read.
+// Rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (r0 and j0 multiples of 16) of pair p, each score's vote in its
+// group of 16 keys: scores past the rows or the keys are -inf whatever the mask says, and are not read.
 template <int W, typename T, int R, int C>
 __device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
                                           float fill, GroupVotes& v) {
@@ -77,9 +98,9 @@ __device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPai
     if (r >= a.tq || j >= a.tk) continue;
     TileVote mine;
     if (j + W <= a.tk)
-      vote_wide<T, W>(a, p, r, j, fill, mine);
+      vote_wide<T, W>(a, p, r, j, int((r - r0) % kKindRows), int((j - j0) % kKindKeys), fill, mine);
     else
-      for (int64_t k = j; k < a.tk; ++k) vote_at(a, p, r, k, fill, mine);
+      for (int64_t k = j; k < a.tk; ++k) vote_at(a, p, r, k, above_diagonal(r, k, r0, j0), fill, mine);
     v.add(int(i % (C / W) * W / kKindKeys), mine);
   }
 }
@@ -106,14 +127,15 @@ __device__ __forceinline__ void group_kinds(const Attention& a, const AttentionP
       const int64_t r = r0 + i / C, j = j0 + i % C;
       if (r >= a.tq || j >= a.tk) continue;
       TileVote mine;
-      vote_at(a, p, r, j, fill, mine);
+      vote_at(a, p, r, j, above_diagonal(r, j, r0, j0), fill, mine);
       v.add(i % C / kKindKeys, mine);
     }
   }
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const int live = __syncthreads_or(int(v.live >> g & 1)), touched = __syncthreads_or(int(v.touched >> g & 1));
-    kinds[g] = !live ? TileKind::kDead : touched ? TileKind::kMixed : TileKind::kPlain;
+    const int departs = __syncthreads_or(int(v.departs >> g & 1));
+    kinds[g] = !live ? TileKind::kDead : !touched ? TileKind::kPlain : departs ? TileKind::kMixed : TileKind::kCausal;
   }
 }
 

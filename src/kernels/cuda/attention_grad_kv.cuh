@@ -1,0 +1,196 @@
+// The tensor-core FlashAttention's dK and dV kernel (attention_mma.cuh has the scheme): a block owns 64 keys of a K
+// and V batch index, a warp 16 of them, and steps over the query rows of every pair reading them (grouped-query heads
+// summed there), kQueries rows a step staged in shared memory with their dY, log-sum-exps, D and dropout's row keys;
+// S^T and dP^T recomputed in registers, dV += P^T dY and dK += dS^T Q accumulated there.
+#pragma once
+#include "kernels/cuda/attention_steps.cuh"
+
+namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
+
+// The query rows grad_kv stages a step: its registers hold dK and dV of 16 keys by D columns.
+template <int D>
+constexpr int kQueries = D > 64 ? 16 : 32;
+
+// dKt and dV: grid (key tiles x K's batch), each block summing over the pairs that read its K and V. (At least 2
+// blocks a multiprocessor: left to itself, ptxas gave heads of 64 168 registers, for 3, and spilled in the loop.)
+template <typename T, int D>
+__global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
+                                                      const float* lse, const float* dots, T* dkt, T* dv) {
+  constexpr int Q = kQueries<D>;
+  __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
+  __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
+  constexpr int S = kStages<D>;
+  __shared__ __align__(16) uint16_t qs[S][Q][D + 8], ys[S][Q][D + 8];  // the step's query rows and their dY
+  __shared__ float lrs[S][Q], drs[S][Q];  // and their LSE (times log2 e: base 2) and D
+  __shared__ uint32_t keys[S][Q];          // and, under dropout, their rows' block keys of the draw for these keys
+  const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
+  stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
+  stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
+  commit_copies();  // (waited for with the first step's rows)
+  const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  const bool blocked = blocked_rows(a);
+  float dk[D / 8][4] = {}, dva[D / 8][4] = {};
+  struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
+    int64_t pair, q0;
+    AttentionPair<T> p;
+    TileKind kind;
+  };
+  auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
+    for (;;) {
+      if ((r.q0 += Q) >= a.tq) {
+        do ++r.pair;
+        while (r.pair < a.pairs && slice_and_kv(a, r.pair).at[1] != kv);
+        if (r.pair >= a.pairs) return r;
+        r.p = pair_of<T>(a, r.pair), r.q0 = 0;
+      }
+      if ((r.kind = kind_of<Q, kTile>(a, r.p.slice, r.q0, k0)) != TileKind::kDead) return r;
+    }
+  };
+  auto stage_rows = [&](int slot, Rows r) {
+    if (r.pair < a.pairs) {
+      stage<Q, D>(qs[slot], bits(q) + r.pair * a.tq * a.d, r.q0, 0, a.tq, a.d);
+      stage<Q, D>(ys[slot], bits(dy) + r.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
+      for (int i = threadIdx.x; i < Q; i += kBlock) {
+        const bool in = r.q0 + i < a.tq;
+        lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
+        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] : 0.f;
+        if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pair * a.tq + r.q0 + i, k0);
+      }
+    }
+    commit_copies();
+  };
+  Rows step = next(Rows{-1, a.tq, AttentionPair<T>{}, TileKind::kDead});
+  stage_rows(0, step);
+  for (int n = 0; step.pair < a.pairs; ++n) {
+    const int slot = n % S;
+    const Rows following = step_ahead<S>(n, next(step), stage_rows);
+    const int64_t pair = step.pair, q0 = step.q0;
+    const AttentionPair<T> p = step.p;
+    // The warp's 16 keys by each 16 of the step's rows: the step's kind where it is not mixed, else each one's from
+    // the map (a causal mask's diagonal: some dead, their scores left out, some plain).
+    TileKind sub[Q / kKindRows];
+    bool live = false, plain = true, read = false;
+#pragma unroll
+    for (int h = 0; h < Q / kKindRows; ++h) {
+      sub[h] = step.kind == TileKind::kMixed ? kind_of<kKindRows, kKindKeys>(a, p.slice, q0 + kKindRows * h, k0 + w0)
+                                             : step.kind;
+      live |= sub[h] != TileKind::kDead;
+      plain &= sub[h] == TileKind::kPlain;
+      read |= sub[h] == TileKind::kMixed;
+    }
+    const float *lr = lrs[slot], *dr = drs[slot];
+    const uint32_t* key = keys[slot];
+    if (live) {  // (else nothing of the warp's adds to dK or dV)
+    float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
+#pragma unroll
+    for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st[nt][i] = dpt[nt][i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
+      a_tile<false>(va, vs, w0, 16 * kk, lane);
+#pragma unroll
+      for (int np = 0; np < Q / 16; ++np) {
+        uint32_t bq[4], by[4];
+        b_tiles<false>(bq, qs[slot], 16 * np, 16 * kk, lane);
+        b_tiles<false>(by, ys[slot], 16 * np, 16 * kk, lane);
+        mma<T>(st[2 * np], ka, bq[0], bq[1]);
+        mma<T>(st[2 * np + 1], ka, bq[2], bq[3]);
+        mma<T>(dpt[2 * np], va, by[0], by[1]);
+        mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
+      }
+    }
+    // Dropout's keep bits (bit 4 nt + i; a draw for both of a row's keys where rows are whole blocks of it, the row's
+    // key staged), dP^T through it (kept ones scaled, dropped ones 0), and P's factor where kept.
+    uint32_t kept = ~0u;
+    if (a.dropout) {
+      kept = 0;
+      if (blocked) {
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const uint32_t d = dropout_draw(key[column_of(nt, e, t)], uint32_t(w0 + g));
+            kept |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + e);
+            kept |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * nt + 2 + e);
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            kept |= uint32_t(keeps(a, pair * a.tq + q0 + column_of(nt, i, t), k0 + w0 + row_of(i, g)))
+                    << (4 * nt + i);
+      }
+      drop(dpt, kept, a.keep_scale);
+    }
+    const float ks = a.dropout ? a.keep_scale : 1.f;
+    if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {
+      const float to_log2 = scale * kLog2e;
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int rl = column_of(nt, i, t);
+          const float e = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
+          st[nt][i] = kept_bit(kept, nt, i) ? e * ks : 0.f;
+          dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * scale;
+        }
+    } else if (!read) {  // groups dead, plain or causal (a key past its query in its group: -inf), the bounds
+      const int rows_in = left(a.tq, q0, Q), keys_in = left(a.tk, k0 + w0, 16);
+      const float to_log2 = scale * kLog2e;
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int rl = column_of(nt, i, t), kl = row_of(i, g);
+          const TileKind k = sub[nt * 8 / kKindRows];
+          const bool off = k == TileKind::kDead || (k == TileKind::kCausal && kl > rl % kKindRows) || rl >= rows_in ||
+                           kl >= keys_in;
+          const float e = off ? 0.f : exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
+          st[nt][i] = kept_bit(kept, nt, i) ? e * ks : 0.f;
+          dpt[nt][i] = off ? 0.f : e * (dpt[nt][i] - dr[rl]) * scale;
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int rl = column_of(nt, i, t);
+          const int64_t j = k0 + w0 + row_of(i, g), r = q0 + rl;
+          const TileKind k = sub[nt * 8 / kKindRows];
+          const bool plain_here = k == TileKind::kPlain;
+          float pd = 0.f, ds = 0.f;
+          if (k != TileKind::kDead && j < a.tk && r < a.tq) {
+            const bool off = !plain_here && masked(a, p.cond, r, j);
+            const float x = off ? fill : st[nt][i] * scale + (plain_here ? 0.f : bias_at(a, p.bias, r, j));
+            const float e = exp2_approx(fmaf(x, kLog2e, -lr[rl]));
+            pd = kept_bit(kept, nt, i) ? e * ks : 0.f;
+            if (!off) ds = e * (dpt[nt][i] - dr[rl]) * scale;
+          }
+          st[nt][i] = pd;
+          dpt[nt][i] = ds;
+        }
+    }
+    product_accumulators<T, D, Q, true>(dva, st, ys[slot], lane);  // dV += P^T dY
+    product_accumulators<T, D, Q, true>(dk, dpt, qs[slot], lane);   // dK += dS^T Q
+    }
+    step_behind<S>(following, stage_rows);
+    step = following;
+  }
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t j = k0 + w0 + row_of(i, g);
+      const int c = column_of(nt, i, t);
+      if (j >= a.tk) continue;
+      if (c < a.d) dkt[(kv * a.d + c) * a.tk + j] = from_float<T>(dk[nt][i]);
+      if (c < a.dv) dv[(kv * a.tk + j) * a.dv + c] = from_float<T>(dva[nt][i]);
+    }
+}
+
+}  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION
