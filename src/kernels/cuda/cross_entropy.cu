@@ -1,6 +1,7 @@
 // Cross-entropy over float32 scores on the GPU, for the fused head (linear_cross_entropy.cpp): a block per row for
-// its log-sum-exp (one pass, online) and loss (CUB's block reduction), the totals by double atomics, the scores'
-// gradient by rows and the log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
+// its log-sum-exp (one pass, online; the scores rounded into the head's logits on the way) and loss (CUB's block
+// reduction), the totals by double atomics, the scores' gradient by rows (8 columns a thread where rows allow) and
+// the log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -13,23 +14,35 @@ __device__ __forceinline__ int64_t target_of(const CrossEntropy& e, int64_t r) {
 }
 __device__ __forceinline__ bool ignored(const CrossEntropy& e, int64_t t) { return e.has_ignore && t == e.ignore; }
 
-// A block a row, the scores read once: each thread's maximum and its sum of exponents relative to it (online, an
-// exponent a score), then the block's maximum and the sums rescaled to it.
-__global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* losses, double* totals) {
+// A block a row, the scores read once (4 at a time where the rows allow): each thread's maximum and its sum of
+// exponents relative to it (online, an exponent a score), then the block's maximum and the sums rescaled to it; the
+// scores rounded to T into `logits` (rows c apart) where it is given, on the way.
+template <typename T>
+__global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* losses, double* totals, T* logits) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
   const float* row = s + r * e.ld;
+  T* out = logits ? logits + r * e.c : nullptr;
   float mine = -INFINITY, sum = 0;
-  for (int64_t j = threadIdx.x; j < e.c; j += kThreads) {
-    const float x = row[j];
+  auto take = [&](float x, int64_t j) {
+    if (out) out[j] = from_float<T>(x);
     if (x > mine) {
       sum = sum * expf(mine - x) + 1.f;
       mine = x;
     } else if (x != -INFINITY) {
       sum += expf(x - mine);  // (a NaN's too: the sum NaN, as the loss)
     }
+  };
+  int64_t rest = 0;  // the first score not read 4 at a time
+  if (e.ld % 4 == 0 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
+    rest = e.c / 4 * 4;
+    for (int64_t j = 4 * int64_t(threadIdx.x); j < rest; j += 4 * kThreads) {
+      const float4 x = *reinterpret_cast<const float4*>(row + j);
+      take(x.x, j), take(x.y, j + 1), take(x.z, j + 2), take(x.w, j + 3);
+    }
   }
+  for (int64_t j = rest + threadIdx.x; j < e.c; j += kThreads) take(row[j], j);
   const float m = block_all_reduce(mine, MaxOp(), tmp, &shared);
   sum = BlockReduce(tmp).Reduce(sum == 0.f ? 0.f : sum * expf(mine - m), SumOp());
   if (threadIdx.x != 0) return;
@@ -53,8 +66,9 @@ __global__ void total_kernel(bool mean, const double* totals, float* loss) {
   *loss = float(!mean ? totals[0] : totals[1] > 0 ? totals[0] / totals[1] : 0.0);
 }
 
-// Launched over rows_grid(n, ld).
-template <typename T>
+// Launched over rows_grid(n, ld / V): V consecutive columns a thread (V = 8 where the rows allow 16-byte reads and
+// writes, else 1), the row's weight, log-sum-exp and target read once for them.
+template <typename T, int V>
 __global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, const float* dloss, bool per_row,
                             bool mean, const double* totals, T* g) {
   const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
@@ -63,8 +77,30 @@ __global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, co
     const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale, l = lse[r];
     const float* sr = s + r * e.ld;
     T* gr = g + r * e.ld;
-    for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < e.ld; j += int64_t(gridDim.x) * blockDim.x)
-      gr[j] = from_float<T>(j >= e.c ? 0.f : w * (expf(sr[j] - l) - (j == t ? 1.f : 0.f)));
+    for (int64_t j0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j0 < e.ld;
+         j0 += int64_t(gridDim.x) * blockDim.x * V) {
+      float x[V];
+      if constexpr (V == 8) {
+        const float4 lo = *reinterpret_cast<const float4*>(sr + j0), hi = *reinterpret_cast<const float4*>(sr + j0 + 4);
+        x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+      } else {
+        x[0] = sr[j0];
+      }
+      T y[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int64_t j = j0 + k;
+        y[k] = from_float<T>(j >= e.c ? 0.f : w * (expf(x[k] - l) - (j == t ? 1.f : 0.f)));
+      }
+      if constexpr (V == 8) {  // (16 or 32 bytes: whole 16-byte writes)
+        uint4 words[sizeof y / 16];
+        memcpy(words, y, sizeof y);
+#pragma unroll
+        for (size_t k = 0; k < sizeof y / 16; ++k) reinterpret_cast<uint4*>(gr + j0)[k] = words[k];
+      } else {
+        gr[j0] = y[0];
+      }
+    }
   }
 }
 
@@ -83,11 +119,15 @@ __global__ void column_sums_kernel(const T* x, int64_t n, int64_t c, const T* ba
 
 }  // namespace
 
-void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals,
-                        cudaStream_t stream) {
+void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals, DType t,
+                        void* logits, cudaStream_t stream) {
   if (e.n == 0) return;
   if (e.n > 0x7fffffff) launch_error("cross_entropy_rows: more than 2^31 rows");
-  rows_kernel<<<unsigned(e.n), kThreads, 0, stream>>>(e, s, lse, losses, totals);
+  const bool ok = with_float_type(logits ? t : DType::kFloat32, [&](auto v) {
+    using T = decltype(v);
+    rows_kernel<<<unsigned(e.n), kThreads, 0, stream>>>(e, s, lse, losses, totals, static_cast<T*>(logits));
+  });
+  if (!ok) unsupported_dtype("cross_entropy_rows", t);
   check_launch("cross_entropy_rows");
 }
 
@@ -107,8 +147,15 @@ void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const fl
   if (e.n * e.ld == 0) return;
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
-    grad_kernel<<<rows_grid(e.n, e.ld), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
-                                                               static_cast<T*>(g));
+    constexpr int V = 8;
+    const bool wide = e.ld % V == 0 && reinterpret_cast<uintptr_t>(s) % 32 == 0 &&
+                      reinterpret_cast<uintptr_t>(g) % (V * sizeof(T)) == 0;
+    if (wide)
+      grad_kernel<T, V><<<rows_grid(e.n, e.ld / V), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
+                                                                           static_cast<T*>(g));
+    else
+      grad_kernel<T, 1><<<rows_grid(e.n, e.ld), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
+                                                                       static_cast<T*>(g));
   });
   if (!ok) unsupported_dtype("cross_entropy_grad", t);
   check_launch("cross_entropy_grad");

@@ -292,30 +292,6 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t 
   check_launch("Cast");
 }
 
-// Launched over rows_grid(rows, cols).
-template <typename F, typename T>
-__global__ void cast_rows_kernel(const F* x, int64_t x_ld, T* y, int64_t y_ld, int64_t rows, int64_t cols) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
-      y[r * y_ld + c] = CastOf<F, T>{}(x[r * x_ld + c], F{});
-}
-
-void cast_rows(DType from, DType to, const void* x, int64_t x_ld, void* y, int64_t y_ld, int64_t rows, int64_t cols,
-               cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return;
-  const bool ok = with_float_type(from, [&](auto f) {
-    const bool known = with_float_type(to, [&](auto t) {
-      using F = decltype(f);
-      using T = decltype(t);
-      cast_rows_kernel<<<rows_grid(rows, cols), kThreads, 0, stream>>>(static_cast<const F*>(x), x_ld,
-                                                                        static_cast<T*>(y), y_ld, rows, cols);
-    });
-    if (!known) unsupported_dtype("cast_rows", to);
-  });
-  if (!ok) unsupported_dtype("cast_rows", from);
-  check_launch("cast_rows");
-}
-
 void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   with_bytes(elem_bytes, "fill", [&](auto v) {

@@ -36,9 +36,6 @@ void where(int elem_bytes, const bool* cond, const void* a, const void* b, void*
            cudaStream_t stream);
 // y = x converted from dtype `from` to `to` (float32, float16, bfloat16, float64, int32, int64, int8, uint8, bool).
 void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t stream);
-// Rows of cols elements between float types: row r of x at r * x_ld elements, of y at r * y_ld.
-void cast_rows(DType from, DType to, const void* x, int64_t x_ld, void* y, int64_t y_ld, int64_t rows, int64_t cols,
-               cudaStream_t stream);
 // dst[i] = the value of `elem_bytes` bytes at `value`, for n elements.
 void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t stream);
 // dst[i] = start + i * delta for n elements of dtype t (float32, float64, int32, int64); start and delta
@@ -154,9 +151,10 @@ struct CrossEntropy {  // n rows of c scores, ld apart (ld >= c; the gradient's 
   int64_t ignore = 0;
 };
 // Each row's log-sum-exp into lse and its loss into `losses` (where given; 0 for an ignored target); totals[0] +=
-// the losses, totals[1] += the targets not ignored (totals: two doubles the caller zeroed).
-void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals,
-                        cudaStream_t stream);
+// the losses, totals[1] += the targets not ignored (totals: two doubles the caller zeroed); the scores rounded to
+// float dtype t into `logits` (n rows of c) where it is given.
+void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals, DType t,
+                        void* logits, cudaStream_t stream);
 // totals[1] += the targets not ignored.
 void count_targets(const CrossEntropy& e, double* totals, cudaStream_t stream);
 // loss[0] = totals[0], divided by totals[1] when `mean` (0 without a target).

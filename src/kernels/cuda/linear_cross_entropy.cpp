@@ -120,13 +120,6 @@ void scores(const KernelCtx& c, const Head& h, size_t x, const Weights& wb, int6
   product(h.t, DType::kFloat32, row(c.in(x), r0, h.k), h.k, 1, wb.w, 1, h.k, m, h.ld, h.k, wb.b, 0, s, ws);
 }
 
-// Output 5, the scores in X's dtype, rows [r0, r0 + m): cast into it, each row's c classes (the padding left out).
-void logits(KernelCtx& c, const Head& h, const float* s, int64_t r0, int64_t m) {
-  char* out = row(c.out(5), r0, h.c);
-  if (h.ld == h.c) return cast(DType::kFloat32, h.t, s, out, m * h.c, stream());
-  cast_rows(DType::kFloat32, h.t, s, h.ld, out, h.c, m, h.c, stream());
-}
-
 // dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
 // block of rows' G (rows ld apart) at a time: dW and dB summed over the blocks, dW of 16-bit operands in float32
 // (`sum`: c x k floats of scratch, each block's product added to it in place) and rounded once by finish().
@@ -194,8 +187,8 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
     const int64_t m = std::min(block, h.n - r0);
     const CrossEntropy rows = rows_from(e, r0, m);
     scores(c, h, 0, wb, r0, m, s, ws);
-    if (c.wants(5)) logits(c, h, s, r0, m);
-    cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, stream());
+    cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, h.t,
+                       c.wants(5) ? row(c.out(5), r0, h.c) : nullptr, stream());  // (output 5: the logits)
     if (!grads) continue;
     cross_entropy_grad(rows, h.t, s, lse + r0, nullptr, false, mean, totals + 2, g, stream());
     gradients.add(g, wb, r0, m);

@@ -36,7 +36,8 @@ void softmax_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   float* lse = c.wants(2) ? c.out(2).data<float>() : scratch.take<float>(e.n);
   zero(totals, 2 * sizeof(double));
   float* loss = c.out(0).data<float>();
-  cross_entropy_rows(e, x.data<float>(), lse, a.reduction == LossAttrs::kNone ? loss : nullptr, totals, stream());
+  cross_entropy_rows(e, x.data<float>(), lse, a.reduction == LossAttrs::kNone ? loss : nullptr, totals,
+                     DType::kFloat32, nullptr, stream());
   if (a.reduction != LossAttrs::kNone) cross_entropy_total(a.reduction == LossAttrs::kMean, totals, loss, stream());
   if (c.wants(1)) log_probs(x.data<float>(), lse, c.out(1).data<float>(), e.n, e.c, stream());
 }
