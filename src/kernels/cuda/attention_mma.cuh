@@ -38,11 +38,13 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
 }
 
 // Runs step(slot, j0, kind) by the whole block for each tile of keys j0 .. j0 + 63 in order but those whose every
-// score is -inf (the map: kind_of), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged.
+// score is -inf (the map: kind_of), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged, and
+// under dropout by whole blocks of the draw (blocked_rows), each of the block's rows' key of the draw for the tile's
+// keys (keys[slot][row], a thread a row instead of each thread's rows' keys).
 template <typename T, int D, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
                                                uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
-                                               Step&& step) {
+                                               uint32_t (*keys)[kTile], Step&& step) {
   struct Tile {
     int64_t j0;
     TileKind kind;
@@ -57,6 +59,9 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
     if (t.j0 < a.tk) {
       stage<D, kTile>(kts[slot], b.kb, 0, t.j0, a.d, a.tk);
       stage<kTile, D>(vs[slot], b.vb, t.j0, 0, a.tk, a.dv);
+      if (a.dropout && blocked_rows(a))
+        for (int i = threadIdx.x; i < kTile; i += kBlock)
+          keys[slot][i] = row_key(a, b.pair * a.tq + b.block_r0 + i, t.j0);
     }
     commit_copies();
   };
@@ -76,6 +81,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
   __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
+  __shared__ uint32_t keys[kStages<D>][kTile];                      // and the rows' keys of dropout's draw
   const RowBlock<T> b = row_block(a, kt, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
@@ -84,7 +90,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
   a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
   const float scale = b.scale, fill = b.fill;
   float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for_live_tiles<T, D>(a, b, kts, vs, [&](int slot, int64_t j0, TileKind kind) {
+  for_live_tiles<T, D>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
     float s[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
@@ -138,7 +144,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
-    if (a.dropout) drop(s, row_keeps(a, pair * a.tq + r0, j0, g, t), a.keep_scale);
+    if (a.dropout) drop(s, row_keeps(a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t), a.keep_scale);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
 #pragma unroll
@@ -176,6 +182,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
                                                   const float* lse, const float* dots, T* dq) {
   __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
+  __shared__ uint32_t keys[kStages<D>][kTile];                      // and the rows' keys of dropout's draw
   const RowBlock<T> b = row_block(a, kt, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
@@ -192,11 +199,12 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
     dr[h] = r < a.tq ? dots[pair * a.tq + r] : 0.f;
   }
   float acc[D / 8][4] = {};
-  for_live_tiles<T, D>(a, b, kts, vs, [&](int slot, int64_t j0, TileKind kind) {
+  for_live_tiles<T, D>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    if (a.dropout) drop(dp, row_keeps(a, pair * a.tq + r0, j0, g, t), a.keep_scale);  // dP through dropout
+    if (a.dropout)  // dP through dropout
+      drop(dp, row_keeps(a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t), a.keep_scale);
     if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (as the forward's: P = 2^(s scale log2 e - ...))
       const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
 #pragma unroll

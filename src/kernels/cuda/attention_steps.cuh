@@ -59,13 +59,14 @@ __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, i
 
 // Dropout's keep bits of a warp's scores in a tile (forward, grad_q), bit 4 nt + i for accumulator element i of
 // 8-key tile nt: rows row0 + g and row0 + g + 8 (flat over the pairs) by keys j0 .. j0 + 63. Where score rows are
-// whole blocks of the draw, a row's block key, and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a
-// draw a score.
+// whole blocks of the draw, a row's block key (key[r] for the warp's row r, staged), and a draw for keys c and c + 8
+// (tiles nt and nt + 1, nt even); else a draw a score.
 static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
-__device__ __forceinline__ uint32_t row_keeps(const Attention& a, int64_t row0, int64_t j0, int g, int t) {
+__device__ __forceinline__ uint32_t row_keeps(const Attention& a, const uint32_t* key_of, int64_t row0, int64_t j0,
+                                              int g, int t) {
   uint32_t bits = 0;
   if (blocked_rows(a)) {
-    const uint32_t key[2] = {row_key(a, row0 + g, j0), row_key(a, row0 + g + 8, j0)};
+    const uint32_t key[2] = {key_of[g], key_of[g + 8]};
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; nt += 2)
 #pragma unroll

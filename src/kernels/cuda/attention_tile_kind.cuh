@@ -173,13 +173,25 @@ inline int64_t tile_kinds_blocks(const Attention& a) {
 }
 
 // The kind of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (each a multiple of 16) of a pair of slice `slice`,
-// from the map: its tiles' that hold rows and keys of the pair, merged; dead where it holds none.
+// from the map: its tiles' that hold rows and keys of the pair, merged; dead where it holds none. A step's 64 keys
+// inside the rows and the keys (j0 a multiple of 64): each 16 rows' 4 tiles as a word (the map's rows padded to
+// whole words), one kind where every byte is the first's.
 template <int R, int C>
 __device__ __forceinline__ TileKind kind_of(const Attention& a, int64_t slice, int64_t r0, int64_t j0) {
   static_assert(R % kKindRows == 0 && C % kKindKeys == 0, "whole tiles of the map");
   if (r0 >= a.tq || j0 >= a.tk) return TileKind::kDead;
   if (!a.cond && !a.bias) return TileKind::kPlain;
   const uint8_t* m = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kKindKeys;
+  if constexpr (C == 4 * kKindKeys) {
+    if (r0 + R <= a.tq && j0 + C <= a.tk && j0 % C == 0) {
+      const uint32_t first = *reinterpret_cast<const uint32_t*>(m);
+      uint32_t differ = first ^ (first & 0xFFu) * 0x01010101u;
+#pragma unroll
+      for (int i = 1; i < R / kKindRows; ++i)
+        differ |= first ^ *reinterpret_cast<const uint32_t*>(m + i * a.kind_columns);
+      return differ ? TileKind::kMixed : TileKind(first & 0xFFu);
+    }
+  }
   TileKind k = TileKind(m[0]);
   for (int i = 0; i < R / kKindRows && r0 + kKindRows * i < a.tq; ++i)
     for (int c = 0; c < C / kKindKeys && j0 + kKindKeys * c < a.tk; ++c)

@@ -252,7 +252,7 @@ inline int64_t kind_slices(const Attention& a) {
 inline int64_t kinds_count(const Attention& a) { return a.kind_rows * a.kind_columns * kind_slices(a); }
 inline int64_t size_kinds(Attention& a) {
   a.kind_rows = (a.tq + kKindRows - 1) / kKindRows;
-  a.kind_columns = (a.tk + kKindKeys - 1) / kKindKeys;
+  a.kind_columns = ((a.tk + kKindKeys - 1) / kKindKeys + 3) / 4 * 4;  // (4 a word: a step's 64 keys)
   return kinds_count(a);
 }
 void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
