@@ -17,6 +17,11 @@ __device__ __forceinline__ void copy16_async(void* shared, const void* global, i
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(at), "l"(global), "r"(bytes));
 }
 
+__device__ __forceinline__ void copy16_async(void* shared, const void* global) {  // all 16 bytes read
+  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(global));
+}
+
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;"); }
 
 template <int N>
@@ -25,6 +30,7 @@ __device__ __forceinline__ void wait_copies() {
 }
 #else
 void copy16_async(void* shared, const void* global, int bytes);
+inline void copy16_async(void* shared, const void* global) { copy16_async(shared, global, 16); }
 void commit_copies();
 void wait_copies(int in_flight);
 template <int N>

@@ -47,11 +47,22 @@ __device__ __forceinline__ void a_global(uint32_t (&a)[D / 16][4], const uint16_
 // Rows r0 .. r0 + R - 1 and columns c0 .. c0 + C - 1 of a row-major (rows, cols) matrix into s[r][c], zeros
 // outside the matrix: by cp.async where its rows allow copies of 16 bytes (cols a multiple of 8, m 16-byte aligned),
 // the caller then committing and waiting (async_copy.cuh), else an element at a time. Consecutive threads take
-// consecutive 16 bytes of a row.
+// consecutive 16 bytes of a row. A tile inside the matrix (a step's, but the last's) is read with no bound tested
+// and 32-bit offsets from its first element.
 template <int R, int C, int S>
 __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64_t r0, int64_t c0, int64_t rows,
                                       int64_t cols) {
-  if (cols % 8 == 0 && c0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
+  static_assert(C % 8 == 0 && R * C / 8 % kBlock == 0, "whole 16-byte copies, as many for each thread");
+  const bool wide = cols % 8 == 0 && c0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0;
+  if (wide && r0 + R <= rows && c0 + C <= cols && cols <= 0x7fffffff / R) {
+    const uint16_t* tile = m + r0 * cols + c0;
+    const int ld = int(cols);
+#pragma unroll
+    for (int k = 0; k < R * C / 8 / kBlock; ++k) {
+      const unsigned i = threadIdx.x + unsigned(k * kBlock), r = i / (C / 8), c = i % (C / 8) * 8;
+      copy16_async(&s[r][c], tile + (int(r) * ld + int(c)));
+    }
+  } else if (wide) {
     for (int i = threadIdx.x; i < R * C / 8; i += kBlock) {
       const int r = i / (C / 8), c = i % (C / 8) * 8;
       const bool in = r0 + r < rows && c0 + c < cols;
