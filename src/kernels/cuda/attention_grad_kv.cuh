@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
   stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
   stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
   commit_copies();  // (waited for with the first step's rows)
-  const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  // P's kept ones and dP's unscaled (drop_scale: dV's once at the end, dK's in ds_scale, D divided by it as grad_q's)
+  const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f), ds_scale = scale * drop_scale(a);
   const bool blocked = blocked_rows(a);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
   struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
       for (int i = threadIdx.x; i < Q; i += kBlock) {
         const bool in = r.q0 + i < a.tq;
         lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
-        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] : 0.f;
+        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] / drop_scale(a) : 0.f;  // (as grad_q's)
         if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pair * a.tq + r.q0 + i, k0);
       }
     }
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
       }
     }
     // Dropout's keep bits (bit 4 nt + i; a draw for both of a row's keys where rows are whole blocks of it, the row's
-    // key staged), dP^T through it (kept ones scaled, dropped ones 0), and P's factor where kept.
+    // key staged), dP^T through it (dropped ones 0), and P where kept.
     uint32_t kept = ~0u;
     if (a.dropout) {
       kept = 0;
@@ -125,9 +126,12 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
             kept |= uint32_t(keeps(a, pair * a.tq + q0 + column_of(nt, i, t), k0 + w0 + row_of(i, g)))
                     << (4 * nt + i);
       }
-      drop(dpt, kept, a.keep_scale);
+#pragma unroll
+      for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (!kept_bit(kept, nt, i)) dpt[nt][i] = 0.f;
     }
-    const float ks = a.dropout ? a.keep_scale : 1.f;
     if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {
       const float to_log2 = scale * kLog2e;
 #pragma unroll
@@ -136,8 +140,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
         for (int i = 0; i < 4; ++i) {
           const int rl = column_of(nt, i, t);
           const float e = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
-          st[nt][i] = kept_bit(kept, nt, i) ? e * ks : 0.f;
-          dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * scale;
+          st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
+          dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * ds_scale;
         }
     } else if (!read) {  // groups dead, plain or causal (a key past its query in its group: -inf), the bounds
       const int rows_in = left(a.tq, q0, Q), keys_in = left(a.tk, k0 + w0, 16);
@@ -151,8 +155,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
           const bool off = k == TileKind::kDead || (k == TileKind::kCausal && kl > rl % kKindRows) || rl >= rows_in ||
                            kl >= keys_in;
           const float e = off ? 0.f : exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
-          st[nt][i] = kept_bit(kept, nt, i) ? e * ks : 0.f;
-          dpt[nt][i] = off ? 0.f : e * (dpt[nt][i] - dr[rl]) * scale;
+          st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
+          dpt[nt][i] = off ? 0.f : e * (dpt[nt][i] - dr[rl]) * ds_scale;
         }
     } else {
 #pragma unroll
@@ -168,8 +172,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
             const bool off = !plain_here && masked(a, p.cond, r, j);
             const float x = off ? fill : st[nt][i] * scale + (plain_here ? 0.f : bias_at(a, p.bias, r, j));
             const float e = exp2_approx(fmaf(x, kLog2e, -lr[rl]));
-            pd = kept_bit(kept, nt, i) ? e * ks : 0.f;
-            if (!off) ds = e * (dpt[nt][i] - dr[rl]) * scale;
+            pd = kept_bit(kept, nt, i) ? e : 0.f;
+            if (!off) ds = e * (dpt[nt][i] - dr[rl]) * ds_scale;
           }
           st[nt][i] = pd;
           dpt[nt][i] = ds;
@@ -189,7 +193,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
       const int c = column_of(nt, i, t);
       if (j >= a.tk) continue;
       if (c < a.d) dkt[(kv * a.d + c) * a.tk + j] = from_float<T>(dk[nt][i]);
-      if (c < a.dv) dv[(kv * a.tk + j) * a.dv + c] = from_float<T>(dva[nt][i]);
+      if (c < a.dv) dv[(kv * a.tk + j) * a.dv + c] = from_float<T>(dva[nt][i] * drop_scale(a));
     }
 }
 

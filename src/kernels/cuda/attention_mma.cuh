@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
-    if (a.dropout) drop(s, row_keeps(a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t), a.keep_scale);
+    if (a.dropout) drop_rows(s, a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t);  // (kept: unscaled)
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
 #pragma unroll
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const bool empty = l[h] == 0;  // a fully masked row: NaN as Softmax gives, or zeros
-    inv[h] = empty ? (a.zero_masked_rows ? 0.f : NAN) : 1.f / l[h];
+    inv[h] = empty ? (a.zero_masked_rows ? 0.f : NAN) : drop_scale(a) / l[h];  // (dropout's kept ones scaled here)
     const int64_t r = r0 + g + 8 * h;
     if (lse && t == 0 && r < a.tq)
       lse[pair * a.tq + r] = empty ? (a.zero_masked_rows ? INFINITY : NAN) : m[h] + logf(l[h]);
@@ -190,28 +190,28 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
   uint32_t qf[D / 16][4], yf[D / 16][4];
   a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
   a_global<D>(yf, bits(dy) + pair * a.tq * a.dv, r0, a.tq, a.dv, g, t);
-  const float scale = b.scale;
+  // dS = P (dP' keep_scale - D) scale = P (dP' - D / keep_scale) ds_scale, dP' dropout's kept dP (the others 0)
+  const float scale = b.scale, ds_scale = scale * drop_scale(a), dr_scale = 1.f / drop_scale(a);
   float lr[2], dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t r = r0 + g + 8 * h;
     lr[h] = r < a.tq ? lse[pair * a.tq + r] : INFINITY;
-    dr[h] = r < a.tq ? dots[pair * a.tq + r] : 0.f;
+    dr[h] = r < a.tq ? dots[pair * a.tq + r] * dr_scale : 0.f;
   }
   float acc[D / 8][4] = {};
   for_live_tiles<T, D>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
     float s[kTile / 8][4], dp[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
     product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    if (a.dropout)  // dP through dropout
-      drop(dp, row_keeps(a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t), a.keep_scale);
+    if (a.dropout) drop_rows(dp, a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t);  // dP
     if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (as the forward's: P = 2^(s scale log2 e - ...))
       const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * scale;
+          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * ds_scale;
     } else {
       const Groups groups = groups_of(a, kind, p.slice, r0, j0);
       if (groups.read()) {
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
             float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
             if (k != TileKind::kDead && r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
               const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
-              ds = e * (dp[nt][i] - dr[i / 2]) * scale;
+              ds = e * (dp[nt][i] - dr[i / 2]) * ds_scale;
             }
             s[nt][i] = ds;
           }
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const
           for (int i = 0; i < 4; ++i)
             s[nt][i] = off_unread(groups.of(nt), row_of(i, g), column_of(nt, i, t), rows_in, keys_in)
                            ? 0.f
-                           : exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * scale;
+                           : exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * ds_scale;
       }
     }
     product_accumulators<T, D, kTile, false>(acc, s, kts[slot], b.lane);  // dQ += dS K

@@ -1,7 +1,7 @@
 // What the tensor-core attention kernels (attention_mma.cuh) do to a warp's scores in a step: a score from its
 // product, whether a warp's scores lie inside the pair's and plain, the kinds of a warp's groups of 16 keys (the map
-// of attention_tile_kind.cuh) and which scores of groups that read neither mask nor bias are -inf, dropout's keep
-// bits of a warp's scores in a tile and their use, and the slots a step's operands are staged in.
+// of attention_tile_kind.cuh) and which scores of groups that read neither mask nor bias are -inf, dropout's mask
+// of a warp's scores in a tile, and the slots a step's operands are staged in.
 #pragma once
 #include "kernels/cuda/attention_tile_kind.cuh"
 
@@ -57,14 +57,13 @@ __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, i
   return g;
 }
 
-// Dropout's keep bits of a warp's scores in a tile (forward, grad_q), bit 4 nt + i for accumulator element i of
-// 8-key tile nt: rows row0 + g and row0 + g + 8 (flat over the pairs) by keys j0 .. j0 + 63. Where score rows are
-// whole blocks of the draw, a row's block key (key[r] for the warp's row r, staged), and a draw for keys c and c + 8
-// (tiles nt and nt + 1, nt even); else a draw a score.
+// A warp's scores x in a tile (forward, grad_q: rows row0 + g and row0 + g + 8, flat over the pairs, by keys j0 ..
+// j0 + 63) through dropout's mask: the dropped ones 0, the kept ones as they are (keep_scale: the caller's, once for
+// the whole; drop_scale()). Where score rows are whole blocks of the draw, a row's block key (key_of[r] for the
+// warp's row r, staged) and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a draw a score.
 static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
-__device__ __forceinline__ uint32_t row_keeps(const Attention& a, const uint32_t* key_of, int64_t row0, int64_t j0,
-                                              int g, int t) {
-  uint32_t bits = 0;
+__device__ __forceinline__ void drop_rows(float (&x)[kTile / 8][4], const Attention& a, const uint32_t* key_of,
+                                          int64_t row0, int64_t j0, int g, int t) {
   if (blocked_rows(a)) {
     const uint32_t key[2] = {key_of[g], key_of[g + 8]};
 #pragma unroll
@@ -72,27 +71,20 @@ __device__ __forceinline__ uint32_t row_keeps(const Attention& a, const uint32_t
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const uint32_t d = dropout_draw(key[i / 2], uint32_t(column_of(nt, i, t)));
-        bits |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + i);
-        bits |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * (nt + 1) + i);
+        if (!dropout_half_keeps(d, false, a.threshold)) x[nt][i] = 0.f;
+        if (!dropout_half_keeps(d, true, a.threshold)) x[nt + 1][i] = 0.f;
       }
   } else {
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        bits |= uint32_t(keeps(a, row0 + row_of(i, g), j0 + column_of(nt, i, t))) << (4 * nt + i);
+        if (!keeps(a, row0 + row_of(i, g), j0 + column_of(nt, i, t))) x[nt][i] = 0.f;
   }
-  return bits;
 }
+// What the kept ones take, once for all of them: keep_scale under dropout, else 1.
+__device__ __forceinline__ float drop_scale(const Attention& a) { return a.dropout ? a.keep_scale : 1.f; }
 __device__ __forceinline__ bool kept_bit(uint32_t bits, int nt, int i) { return (bits >> (4 * nt + i)) & 1u; }
-// x through dropout by its keep bits: kept elements times keep_scale, dropped ones 0.
-template <int N>
-__device__ __forceinline__ void drop(float (&x)[N][4], uint32_t kept, float keep_scale) {
-#pragma unroll
-  for (int nt = 0; nt < N; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) x[nt][i] = kept_bit(kept, nt, i) ? x[nt][i] * keep_scale : 0.f;
-}
 
 // The slots a kernel stages its steps' operands in (step_ahead()): two (the next step's copied while the warps work on
 // this one's) where they fit in 48 KiB of static shared memory, one for heads of 128.
