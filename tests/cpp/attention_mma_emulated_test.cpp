@@ -4,8 +4,9 @@
 // heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw; by a row's block key where rows
 // are whole blocks of it), a fully masked row, causal masks (a fill or a bias of -inf) whose upper tiles are skipped,
 // lower tiles read no mask and diagonal ones none either, their 16 x 16 tiles causal (the map of the tiles' kinds
-// made once, or a batch's each for a mask and a bias that differ between batches). Operands staged by cp.async land only when the kernel waits for them (a wait too late
-// reads stale tiles), and ldmatrix hands out PTX's fragments. What the emulation cannot show (the layouts as the
+// made once, or a batch's each for a mask and a bias that differ between batches); dQ summed over the key tiles by
+// float atomics. Operands staged by cp.async land only when the kernel waits for them (a wait too late reads stale
+// tiles), and ldmatrix hands out PTX's fragments. What the emulation cannot show (the layouts as the
 // hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
@@ -111,13 +112,12 @@ struct Emulated {
       testing::emulate(q_blocks, tc::kBlock,
                        [&] { tc::forward<T, D>(a, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
       testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
-      testing::emulate(q_blocks, tc::kBlock, [&] {
-        tc::grad_q<T, D>(a, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), dq.data());
-      });
+      std::vector<float> sums(q.size(), 0.f);  // (dQ's, zeroed as the launch does, and cast after)
       testing::emulate(k_blocks, tc::kBlock, [&] {
-        tc::grad_kv<T, D>(a, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), dkt.data(),
-                          dv.data());
+        tc::grad<T, D>(a, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), sums.data(),
+                       dkt.data(), dv.data());
       });
+      for (size_t i = 0; i < sums.size(); ++i) dq[i] = from_float<T>(sums[i]);
     };
     if (std::max(c.d, c.dv) <= 64)
       run.template operator()<64>();

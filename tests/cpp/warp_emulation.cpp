@@ -150,6 +150,8 @@ int __syncthreads_or(int predicate) {
   return any;
 }
 
+float atomicAdd(float* address, float v) { return std::atomic_ref<float>(*address).fetch_add(v); }
+
 float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   onnxtrain::Warp& w = onnxtrain::warp();
   const unsigned lane = threadIdx.x % 32;

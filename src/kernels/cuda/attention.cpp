@@ -101,21 +101,29 @@ void flash_attention_grad(KernelCtx& c) {
   Attention a = describe(c, 1, 6);
   ScratchCarver scratch{c};
   float* row_dots = scratch.take<float>(a.pairs * a.tq);
+  float* dq_sums = summed_dq(c.in(1).dtype(), a.d, a.dv) ? scratch.take<float>(a.pairs * a.tq * a.d) : nullptr;
   map_in(c, scratch.at, a, c.in(1).dtype());
   if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != a.pairs * a.tq * a.dv ||
       c.in(0).dtype() != c.in(1).dtype())
     c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
   check_lse(c, c.in(5), a);
   cuda::flash_attention_grad(c.in(1).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.in(3).raw(),
-                             c.in(4).raw(), c.in(5).data<float>(), row_dots, c.out(0).raw(), c.out(1).raw(),
-                             c.out(2).raw(), stream());
+                             c.in(4).raw(), c.in(5).data<float>(), row_dots, dq_sums, c.out(0).raw(),
+                             c.out(1).raw(), c.out(2).raw(), stream());
 }
 
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return kinds_bytes(s, 0, 1, 4, 8); }
-// FlashAttentionGrad's: a float per query row (input 5, the LSE, holds one), then the map.
+// FlashAttentionGrad's: a float per query row (input 5, the LSE, holds one), a float per element of Q where the
+// tensor-core kernels sum dQ (summed_dq; a head size known only at run time counts as one they take), then the map.
 Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
-  const Dim rows = shape_numel(s.shape(5)) * Dim(4), kinds = kinds_bytes(s, 1, 2, 7, 11);
-  return kinds.is_const() && kinds.value() == 0 ? rows : scratch_span(rows) + kinds;
+  const Shape &qs = s.shape(1), &vs = s.shape(3);
+  const bool sized = !qs.empty() && !vs.empty() && qs.back().is_const() && vs.back().is_const();
+  const bool summed = sized ? summed_dq(s.dtype(1), qs.back().value(), vs.back().value())
+                            : summed_dq(s.dtype(1), 0, 0);
+  Dim r = shape_numel(s.shape(5)) * Dim(4);
+  if (summed) r = scratch_span(r) + shape_numel(qs) * Dim(4);
+  const Dim kinds = kinds_bytes(s, 1, 2, 7, 11);
+  return kinds.is_const() && kinds.value() == 0 ? r : scratch_span(r) + kinds;
 }
 
 const bool kRegistered = register_kernels(

@@ -233,8 +233,8 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* kt,
 }
 
 void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
-                          const void* y, const float* lse, float* row_dots, void* dq, void* dkt, void* dv,
-                          cudaStream_t stream) {
+                          const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dkt,
+                          void* dv, cudaStream_t stream) {
   const int64_t rows = a.pairs * a.tq, keys = a.kv_count * a.tk;
   const int head = mma_head(t, a);
   bool ok = with_float_type(t, [&](auto x) {
@@ -245,19 +245,18 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
       if (head) {
         const char* name = "FlashAttentionGrad";
         map_tile_kinds<T>(a, name, stream);
+        if (!dq_sums) launch_error(std::string(name) + ": no scratch for dQ's sums (summed_dq)");
         return with_head(head, [&]<int D>() {
-          if (rows) {
-            tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
-                a, dyt, static_cast<const T*>(y), row_dots);
-            const int64_t blocks = to_blocks(a.tq, tc::kTile, name) * a.pairs;
-            tc::grad_q<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(a, dyt, qt, ktt, vt, lse,
-                                                                                      row_dots, static_cast<T*>(dq));
-          }
+          if (!rows) return;
+          tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
+              a, dyt, static_cast<const T*>(y), row_dots);
+          check(cudaMemsetAsync(dq_sums, 0, size_t(rows * a.d) * sizeof(float), stream), name);
           if (keys) {
             const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
-            tc::grad_kv<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
-                a, dyt, qt, ktt, vt, lse, row_dots, static_cast<T*>(dkt), static_cast<T*>(dv));
+            tc::grad<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
+                a, dyt, qt, ktt, vt, lse, row_dots, dq_sums, static_cast<T*>(dkt), static_cast<T*>(dv));
           }
+          cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);
         });
       }
     if (rows)

@@ -3,22 +3,22 @@
 // shared memory as they lie in global memory (by cp.async; where two stages fit, the next step's copied while the
 // warps work on this one's) and read as operands by ldmatrix; scores, probabilities and the output stay in
 // registers, rescaled by the online softmax, the probabilities fed to the next product as they are. The backward
-// recomputes each probability from the row's log-sum-exp in two kernels, no atomics: one owns query rows (dQ), the
-// other 64 keys of a K and V batch index (dK, dV) and steps over the query rows of every pair reading them
-// (grouped-query heads summed there). Masks, biases, the fill of masked scores, dropout (the CPU's counter-based
-// draw, a block key a row of 64 keys) and fully masked rows as the warp-per-row kernels (attention.cu) and the
-// CPU's; tiles whose every score is -inf (a causal mask's upper ones) skipped, and the mask and the bias read per
-// score only in tiles they change irregularly (attention_tile_kind.cuh's map, made once a call by tile_kinds, a map a
-// slice of the mask and the bias: a causal mask's diagonal tiles read neither). Head sizes up to D (64 or 128),
-// zero-padded; dK and dV's kernel in attention_grad_kv.cuh. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION
-// (attention_tiles.cuh) so that the tests' warp emulation compiles its own host copy.
+// (attention_grad.cuh) recomputes each probability from the row's log-sum-exp in one kernel that owns 64 keys of a K
+// and V batch index (dK, dV) and steps over the query rows of every pair reading them (grouped-query heads summed
+// there), adding each step's share of dQ to float32 sums by atomics. Masks, biases, the fill of masked scores,
+// dropout (the CPU's counter-based draw, a block key a row of 64 keys) and fully masked rows as the warp-per-row
+// kernels (attention.cu) and the CPU's; tiles whose every score is -inf (a causal mask's upper ones) skipped, and the
+// mask and the bias read per score only in tiles they change irregularly (attention_tile_kind.cuh's map, made once a
+// call by tile_kinds, a map a slice of the mask and the bias: a causal mask's diagonal tiles read neither). Head
+// sizes up to D (64 or 128), zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh)
+// so that the tests' warp emulation compiles its own host copy.
 #pragma once
-#include "kernels/cuda/attention_grad_kv.cuh"
+#include "kernels/cuda/attention_grad.cuh"
 #include "kernels/cuda/attention_steps.cuh"
 
 namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
 
-// What a block over 64 query rows (forward, grad_q; grid: query tiles x pairs) starts from: its pair and first row,
+// What a block over 64 query rows (the forward's; grid: query tiles x pairs) starts from: its pair and first row,
 // the warp's first row, the lane's g and t, the pair's K and V, the scalars.
 template <typename T>
 struct RowBlock {
@@ -174,76 +174,6 @@ __global__ void __launch_bounds__(kBlock) row_dots(Attention a, const T* dy, con
   for (int64_t c = threadIdx.x % 32; c < a.dv; c += 32) s += to_float(dy[row * a.dv + c]) * to_float(y[row * a.dv + c]);
   s = warp_sum(s);
   if (threadIdx.x % 32 == 0) dots[row] = s;
-}
-
-// dQ: grid as the forward's.
-template <typename T, int D>
-__global__ void __launch_bounds__(kBlock) grad_q(Attention a, const T* dy, const T* q, const T* kt, const T* v,
-                                                  const float* lse, const float* dots, T* dq) {
-  __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
-  __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
-  __shared__ uint32_t keys[kStages<D>][kTile];                      // and the rows' keys of dropout's draw
-  const RowBlock<T> b = row_block(a, kt, v);
-  const int64_t pair = b.pair, r0 = b.r0;
-  const int g = b.g, t = b.t;
-  const AttentionPair<T> p = b.p;
-  uint32_t qf[D / 16][4], yf[D / 16][4];
-  a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
-  a_global<D>(yf, bits(dy) + pair * a.tq * a.dv, r0, a.tq, a.dv, g, t);
-  // dS = P (dP' keep_scale - D) scale = P (dP' - D / keep_scale) ds_scale, dP' dropout's kept dP (the others 0)
-  const float scale = b.scale, ds_scale = scale * drop_scale(a), dr_scale = 1.f / drop_scale(a);
-  float lr[2], dr[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t r = r0 + g + 8 * h;
-    lr[h] = r < a.tq ? lse[pair * a.tq + r] : INFINITY;
-    dr[h] = r < a.tq ? dots[pair * a.tq + r] * dr_scale : 0.f;
-  }
-  float acc[D / 8][4] = {};
-  for_live_tiles<T, D>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
-    float s[kTile / 8][4], dp[kTile / 8][4];
-    product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);   // S = Q K^T
-    product_rows<T, D, kTile, false>(dp, yf, vs[slot], b.lane);  // dP = dY V^T
-    if (a.dropout) drop_rows(dp, a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t);  // dP
-    if (inside(a, kind, r0 + 16, j0 + kTile)) {  // (as the forward's: P = 2^(s scale log2 e - ...))
-      const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
-#pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * ds_scale;
-    } else {
-      const Groups groups = groups_of(a, kind, p.slice, r0, j0);
-      if (groups.read()) {
-#pragma unroll
-        for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int64_t r = r0 + row_of(i, g), j = j0 + column_of(nt, i, t);
-            const TileKind k = groups.of(nt);
-            const bool plain = k == TileKind::kPlain;
-            float ds = 0.f;  // (a masked score's fill is a constant: no gradient through it)
-            if (k != TileKind::kDead && r < a.tq && j < a.tk && (plain || !masked(a, p.cond, r, j))) {
-              const float e = __expf(s[nt][i] * scale + (plain ? 0.f : bias_at(a, p.bias, r, j)) - lr[i / 2]);
-              ds = e * (dp[nt][i] - dr[i / 2]) * ds_scale;
-            }
-            s[nt][i] = ds;
-          }
-      } else {
-        const int rows_in = left(a.tq, r0, 16), keys_in = left(a.tk, j0, kTile);
-        const float to_log2 = scale * kLog2e, offset[2] = {-lr[0] * kLog2e, -lr[1] * kLog2e};
-#pragma unroll
-        for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            s[nt][i] = off_unread(groups.of(nt), row_of(i, g), column_of(nt, i, t), rows_in, keys_in)
-                           ? 0.f
-                           : exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2])) * (dp[nt][i] - dr[i / 2]) * ds_scale;
-      }
-    }
-    product_accumulators<T, D, kTile, false>(acc, s, kts[slot], b.lane);  // dQ += dS K
-  });
-  store_rows<T, D>(dq + pair * a.tq * a.d, acc, r0, a.tq, a.d, {1.f, 1.f}, g, t);
 }
 
 }  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION

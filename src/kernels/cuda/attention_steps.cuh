@@ -24,7 +24,7 @@ __device__ __forceinline__ bool inside(const Attention& a, TileKind kind, int64_
   return kind == TileKind::kPlain && r_end <= a.tq && j_end <= a.tk;
 }
 
-// The kinds of a warp's 16 rows from r0 by each 16 keys of the tile from j0 (forward, grad_q): the tile's where it is
+// The kinds of a warp's 16 rows from r0 by each 16 keys of the tile from j0 (the forward's): the tile's where it is
 // not mixed, else each group's from the map (a causal mask's diagonal tile: the warp's diagonal group causal, those
 // left of it plain, those right of it dead).
 struct Groups {
@@ -57,7 +57,7 @@ __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, i
   return g;
 }
 
-// A warp's scores x in a tile (forward, grad_q: rows row0 + g and row0 + g + 8, flat over the pairs, by keys j0 ..
+// A warp's scores x in a tile (the forward's: rows row0 + g and row0 + g + 8, flat over the pairs, by keys j0 ..
 // j0 + 63) through dropout's mask: the dropped ones 0, the kept ones as they are (keep_scale: the caller's, once for
 // the whole; drop_scale()). Where score rows are whole blocks of the draw, a row's block key (key_of[r] for the
 // warp's row r, staged) and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a draw a score.

@@ -83,7 +83,7 @@ __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64
 //     step_behind<S>(following, stage);
 //     step = following;
 //   }
-// (A loop the kernel writes, not a function taking the work: grad_kv's accumulators went to local memory when its
+// (A loop the kernel writes, not a function taking the work: grad's accumulators went to local memory when its
 // work was a lambda.) step_ahead stages the following step where there are two slots, waits for this step's copies and
 // syncs the block; step_behind syncs the block (the step's operands read) and stages the following where there is
 // one slot.
@@ -160,6 +160,18 @@ __device__ __forceinline__ void store_rows(T* m, const float (&c)[D / 8][4], int
         if (const int col = 8 * nt + 2 * t + e; col < cols)
           m[r * cols + col] = from_float<T>(c[nt][2 * h + e] * mult[h]);
   }
+}
+
+// A warp's accumulators c (its rows r0 + g and r0 + g + 8 by N columns) rounded to T into rows r0 .. of shared
+// memory s (rows of S elements), two columns a 32-bit store.
+template <typename T, int N, int S>
+__device__ __forceinline__ void accumulators_to_shared(uint16_t (*s)[S], const float (&c)[N / 8][4], int r0, int g,
+                                                       int t) {
+#pragma unroll
+  for (int nt = 0; nt < N / 8; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(&s[r0 + g + 8 * h][8 * nt + 2 * t]) = pack<T>(c[nt][2 * h], c[nt][2 * h + 1]);
 }
 
 __device__ __forceinline__ float quad_max(float v) {

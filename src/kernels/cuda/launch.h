@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/parameter_math.h"
@@ -257,10 +258,14 @@ inline int64_t size_kinds(Attention& a) {
 }
 void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
                      cudaStream_t stream);
-// dQ, dKt and dV; row_dots: pairs * tq floats of scratch.
+inline bool summed_dq(DType t, int64_t d, int64_t dv) {
+  return (t == DType::kFloat16 || t == DType::kBFloat16) && std::max(d, dv) <= 128;
+}
+// dQ, dKt and dV; row_dots: pairs * tq floats of scratch; dq_sums: pairs * tq * d floats of scratch where summed
+// (summed_dq: the tensor-core kernels' operands, which sum dQ over the key tiles in float32), else null.
 void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
-                          const void* y, const float* lse, float* row_dots, void* dq, void* dkt, void* dv,
-                          cudaStream_t stream);
+                          const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dkt,
+                          void* dv, cudaStream_t stream);
 
 // onnxtrain.optim's updates (kernels/parameter_update.h) over n elements of dtype t (float32, bfloat16, float16;
 // float64), in place: AdamW at `step` (vmax with amsgrad, else null), SGD (buf with momentum, else null; `first` sets

@@ -1,21 +1,62 @@
-// The tensor-core FlashAttention's dK and dV kernel (attention_mma.cuh has the scheme): a block owns 64 keys of a K
+// The tensor-core FlashAttention's backward kernel (attention_mma.cuh has the scheme): a block owns 64 keys of a K
 // and V batch index, a warp 16 of them, and steps over the query rows of every pair reading them (grouped-query heads
 // summed there), kQueries rows a step staged in shared memory with their dY, log-sum-exps, D and dropout's row keys;
-// S^T and dP^T recomputed in registers, dV += P^T dY and dK += dS^T Q accumulated there.
+// S^T and dP^T recomputed in registers, dV += P^T dY and dK += dS^T Q accumulated there; dS then goes through shared
+// memory for the step's dQ share, dS K, added to float32 sums by atomics (FlashAttention-2's), each warp a quarter of
+// the columns (the launch zeroes the sums first and casts them into dQ after).
 #pragma once
 #include "kernels/cuda/attention_steps.cuh"
 
 namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
 
-// The query rows grad_kv stages a step: its registers hold dK and dV of 16 keys by D columns.
+// The query rows grad stages a step: its registers hold dK and dV of 16 keys by D columns.
 template <int D>
 constexpr int kQueries = D > 64 ? 16 : 32;
 
-// dKt and dV: grid (key tiles x K's batch), each block summing over the pairs that read its K and V. (At least 2
-// blocks a multiprocessor: left to itself, ptxas gave heads of 64 168 registers, for 3, and spilled in the loop.)
+// The step's dQ share of a warp: dS (ds_t[key][row]: the step's rows by the block's keys, as A operands transposed)
+// times K (K^T's rows kts[d][key]) for the warp's quarter of the D columns, added to dq_sums (rows of a.d floats) of
+// the step's rows q0 .. of pair `pair`.
+template <typename T, int D, int Q>
+__device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t)[Q + 8],
+                                       const uint16_t (*kts)[kTile + 8], float* dq_sums, int64_t pair, int64_t q0,
+                                       int warp, int lane) {
+  constexpr int M = Q / 16, N = D / 32;  // the step's 16-row tiles, the warp's 8-column ones
+  const int c0 = warp * (D / 4), g = lane / 4, t = lane % 4;
+  float acc[M][N][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    uint32_t ar[M][4];
+#pragma unroll
+    for (int m = 0; m < M; ++m) a_tile<true>(ar[m], ds_t, 16 * m, 16 * kk, lane);
+#pragma unroll
+    for (int np = 0; np < N / 2; ++np) {
+      uint32_t b[4];
+      b_tiles<false>(b, kts, c0 + 16 * np, 16 * kk, lane);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        mma<T>(acc[m][2 * np], ar[m], b[0], b[1]);
+        mma<T>(acc[m][2 * np + 1], ar[m], b[2], b[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int nt = 0; nt < N; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = q0 + 16 * m + row_of(i, g);
+        const int c = c0 + column_of(nt, i, t);
+        if (r < a.tq && c < a.d) atomicAdd(dq_sums + (pair * a.tq + r) * a.d + c, acc[m][nt][i]);
+      }
+}
+
+// dKt and dV, and dQ's float32 sums: grid (key tiles x K's batch), each block summing over the pairs that read its K
+// and V. (At least 2 blocks a multiprocessor: left to itself, ptxas gave heads of 64 168 registers, for 3, and
+// spilled in the loop.)
 template <typename T, int D>
-__global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, const T* q, const T* kt, const T* v,
-                                                      const float* lse, const float* dots, T* dkt, T* dv) {
+__global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, const T* q, const T* kt, const T* v,
+                                                   const float* lse, const float* dots, float* dq_sums, T* dkt, T* dv) {
   constexpr int Q = kQueries<D>;
   __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
@@ -23,12 +64,14 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
   __shared__ __align__(16) uint16_t qs[S][Q][D + 8], ys[S][Q][D + 8];  // the step's query rows and their dY
   __shared__ float lrs[S][Q], drs[S][Q];  // and their LSE (times log2 e: base 2) and D
   __shared__ uint32_t keys[S][Q];          // and, under dropout, their rows' block keys of the draw for these keys
+  __shared__ __align__(16) uint16_t ds_t[kTile][Q + 8];  // the step's dS^T: the block's keys by the step's rows
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
   stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
   stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
   commit_copies();  // (waited for with the first step's rows)
-  // P's kept ones and dP's unscaled (drop_scale: dV's once at the end, dK's in ds_scale, D divided by it as grad_q's)
+  // P's kept ones and dP's unscaled: drop_scale goes into dV once at the end, into dS's factor ds_scale (dS = P (dP
+  // keep_scale - D) scale = P (dP - D / keep_scale) ds_scale), D staged divided by it
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f), ds_scale = scale * drop_scale(a);
   const bool blocked = blocked_rows(a);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
@@ -55,7 +98,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
       for (int i = threadIdx.x; i < Q; i += kBlock) {
         const bool in = r.q0 + i < a.tq;
         lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
-        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] / drop_scale(a) : 0.f;  // (as grad_q's)
+        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] / drop_scale(a) : 0.f;
         if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pair * a.tq + r.q0 + i, k0);
       }
     }
@@ -181,7 +224,13 @@ __global__ void __launch_bounds__(kBlock, 2) grad_kv(Attention a, const T* dy, c
     }
     product_accumulators<T, D, Q, true>(dva, st, ys[slot], lane);  // dV += P^T dY
     product_accumulators<T, D, Q, true>(dk, dpt, qs[slot], lane);   // dK += dS^T Q
+    accumulators_to_shared<T, Q>(ds_t, dpt, w0, g, t);  // (rounded as dK's product takes it)
+    } else {
+      const float none[Q / 8][4] = {};
+      accumulators_to_shared<T, Q>(ds_t, none, w0, g, t);
     }
+    __syncthreads();  // (every warp's dS^T stored)
+    add_dq<T, D, Q>(a, ds_t, kts, dq_sums, pair, q0, warp, lane);
     step_behind<S>(following, stage_rows);
     step = following;
   }
