@@ -126,81 +126,81 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     const float *lr = lrs[slot], *dr = drs[slot];
     const uint32_t* key = keys[slot];
     if (live) {  // (else nothing of the warp's adds to dK or dV)
-    float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
+      float st[Q / 8][4], dpt[Q / 8][4];  // S^T = K Q^T and dP^T = V dY^T: the warp's keys by the step's rows
 #pragma unroll
-    for (int nt = 0; nt < Q / 8; ++nt)
+      for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) st[nt][i] = dpt[nt][i] = 0.f;
+        for (int i = 0; i < 4; ++i) st[nt][i] = dpt[nt][i] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[4], va[4];
-      a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
-      a_tile<false>(va, vs, w0, 16 * kk, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
+        a_tile<false>(va, vs, w0, 16 * kk, lane);
 #pragma unroll
-      for (int np = 0; np < Q / 16; ++np) {
-        uint32_t bq[4], by[4];
-        b_tiles<false>(bq, qs[slot], 16 * np, 16 * kk, lane);
-        b_tiles<false>(by, ys[slot], 16 * np, 16 * kk, lane);
-        mma<T>(st[2 * np], ka, bq[0], bq[1]);
-        mma<T>(st[2 * np + 1], ka, bq[2], bq[3]);
-        mma<T>(dpt[2 * np], va, by[0], by[1]);
-        mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
+        for (int np = 0; np < Q / 16; ++np) {
+          uint32_t bq[4], by[4];
+          b_tiles<false>(bq, qs[slot], 16 * np, 16 * kk, lane);
+          b_tiles<false>(by, ys[slot], 16 * np, 16 * kk, lane);
+          mma<T>(st[2 * np], ka, bq[0], bq[1]);
+          mma<T>(st[2 * np + 1], ka, bq[2], bq[3]);
+          mma<T>(dpt[2 * np], va, by[0], by[1]);
+          mma<T>(dpt[2 * np + 1], va, by[2], by[3]);
+        }
       }
-    }
-    // Dropout's keep bits (bit 4 nt + i; a draw for both of a row's keys where rows are whole blocks of it, the row's
-    // key staged), dP^T through it (dropped ones 0), and P where kept.
-    uint32_t kept = ~0u;
-    if (a.dropout) {
-      kept = 0;
-      if (blocked) {
+      // Dropout's keep bits (bit 4 nt + i; a draw for both of a row's keys where rows are whole blocks of it, the row's
+      // key staged), dP^T through it (dropped ones 0), and P where kept.
+      uint32_t kept = ~0u;
+      if (a.dropout) {
+        kept = 0;
+        if (blocked) {
 #pragma unroll
-        for (int nt = 0; nt < Q / 8; ++nt)
+          for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const uint32_t d = dropout_draw(key[column_of(nt, e, t)], uint32_t(w0 + g));
-            kept |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + e);
-            kept |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * nt + 2 + e);
-          }
-      } else {
+            for (int e = 0; e < 2; ++e) {
+              const uint32_t d = dropout_draw(key[column_of(nt, e, t)], uint32_t(w0 + g));
+              kept |= uint32_t(dropout_half_keeps(d, false, a.threshold)) << (4 * nt + e);
+              kept |= uint32_t(dropout_half_keeps(d, true, a.threshold)) << (4 * nt + 2 + e);
+            }
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < Q / 8; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              kept |= uint32_t(keeps(a, pair * a.tq + q0 + column_of(nt, i, t), k0 + w0 + row_of(i, g)))
+                      << (4 * nt + i);
+        }
 #pragma unroll
         for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            kept |= uint32_t(keeps(a, pair * a.tq + q0 + column_of(nt, i, t), k0 + w0 + row_of(i, g)))
-                    << (4 * nt + i);
+            if (!kept_bit(kept, nt, i)) dpt[nt][i] = 0.f;
       }
+      if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {
+        const float to_log2 = scale * kLog2e;
 #pragma unroll
-      for (int nt = 0; nt < Q / 8; ++nt)
+        for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (!kept_bit(kept, nt, i)) dpt[nt][i] = 0.f;
-    }
-    if (inside(a, plain ? TileKind::kPlain : TileKind::kMixed, q0 + Q, k0 + w0 + 16)) {
-      const float to_log2 = scale * kLog2e;
+          for (int i = 0; i < 4; ++i) {
+            const int rl = column_of(nt, i, t);
+            const float e = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
+            st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
+            dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * ds_scale;
+          }
+      } else if (!read) {  // groups dead, plain or causal (a key past its query in its group: -inf), the bounds
+        const int rows_in = left(a.tq, q0, Q), keys_in = left(a.tk, k0 + w0, 16);
+        const float to_log2 = scale * kLog2e;
 #pragma unroll
-      for (int nt = 0; nt < Q / 8; ++nt)
+        for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int rl = column_of(nt, i, t);
-          const float e = exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
-          st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
-          dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * ds_scale;
-        }
-    } else if (!read) {  // groups dead, plain or causal (a key past its query in its group: -inf), the bounds
-      const int rows_in = left(a.tq, q0, Q), keys_in = left(a.tk, k0 + w0, 16);
-      const float to_log2 = scale * kLog2e;
-#pragma unroll
-      for (int nt = 0; nt < Q / 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int rl = column_of(nt, i, t), kl = row_of(i, g);
-          const TileKind k = sub[nt * 8 / kKindRows];
-          const bool off = k == TileKind::kDead || (k == TileKind::kCausal && kl > rl % kKindRows) || rl >= rows_in ||
-                           kl >= keys_in;
-          const float e = off ? 0.f : exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
-          st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
-          dpt[nt][i] = off ? 0.f : e * (dpt[nt][i] - dr[rl]) * ds_scale;
-        }
+          for (int i = 0; i < 4; ++i) {
+            const int rl = column_of(nt, i, t), kl = row_of(i, g);
+            const TileKind k = sub[nt * 8 / kKindRows];
+            const bool off = k == TileKind::kDead || (k == TileKind::kCausal && kl > rl % kKindRows) || rl >= rows_in ||
+                             kl >= keys_in;
+            const float e = off ? 0.f : exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
+            st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
+            dpt[nt][i] = off ? 0.f : e * (dpt[nt][i] - dr[rl]) * ds_scale;
+          }
     } else {
 #pragma unroll
       for (int nt = 0; nt < Q / 8; ++nt)
