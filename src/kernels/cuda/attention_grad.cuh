@@ -229,9 +229,9 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
       const float none[Q / 8][4] = {};
       accumulators_to_shared<T, Q>(ds_t, none, w0, g, t);
     }
-    __syncthreads();  // (every warp's dS^T stored)
+    __syncthreads();  // every warp's dS^T stored, and its step's rows read: with one slot, the following's copied now
+    if constexpr (S == 1) stage_rows(0, following);
     add_dq<T, D, Q>(a, ds_t, kts, dq_sums, pair, q0, warp, lane);
-    step_behind<S>(following, stage_rows);
     step = following;
   }
 #pragma unroll

@@ -73,9 +73,9 @@ __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64
   }
 }
 
-// A block's steps pipelined through S slots of shared memory (S = 2: the next step's copies issued before the warps
-// work on this one's; 1: after), each step's operands staged by stage(slot, step), which issues their copies and
-// commits them (a group a call, empty for a step past the last):
+// A block's steps pipelined through S slots of shared memory (S = 2: the next step's copies issued as the warps start
+// on this one's; 1: once they are done with it), each step's operands staged by stage(slot, step), which issues their
+// copies and commits them (a group a call, empty for a step past the last):
 //   stage(0, step);
 //   for (int n = 0; <step is one>; ++n) {
 //     const Step following = step_ahead<S>(n, next(step), stage);
@@ -84,26 +84,25 @@ __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64
 //     step = following;
 //   }
 // (A loop the kernel writes, not a function taking the work: grad's accumulators went to local memory when its
-// work was a lambda.) step_ahead stages the following step where there are two slots, waits for this step's copies and
-// syncs the block; step_behind syncs the block (the step's operands read) and stages the following where there is
-// one slot.
+// work was a lambda.) step_ahead waits for this step's copies and syncs the block, then where there are two slots
+// stages the following step into the other, which the step before read: past the barrier every warp is done with it,
+// so that a step takes one barrier. step_behind, where there is one slot, syncs the block (the step's operands read)
+// and stages the following.
 template <int S, typename Step, typename Stage>
 __device__ __forceinline__ Step step_ahead(int n, Step following, Stage&& stage) {
   static_assert(S == 1 || S == 2, "one slot, or two");
-  if constexpr (S == 2) {
-    stage(1 - n % 2, following);
-    wait_copies<1>();
-  } else {
-    wait_copies<0>();
-  }
+  wait_copies<0>();
   __syncthreads();
+  if constexpr (S == 2) stage(1 - n % 2, following);
   return following;
 }
 
 template <int S, typename Step, typename Stage>
 __device__ __forceinline__ void step_behind(const Step& following, Stage&& stage) {
-  __syncthreads();
-  if constexpr (S == 1) stage(0, following);
+  if constexpr (S == 1) {
+    __syncthreads();
+    stage(0, following);
+  }
 }
 
 // c[nt] = A B over the tile's N / 8 columns of 8 (N a multiple of 16), k over D: B(k, n) = s[n][k], or s[k][n]
