@@ -44,10 +44,19 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
 #pragma unroll
     for (int nt = 0; nt < N; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t r = q0 + 16 * m + row_of(i, g);
-        const int c = c0 + column_of(nt, i, t);
-        if (r < a.tq && c < a.d) atomicAdd(dq_sums + (pair * a.tq + r) * a.d + c, acc[m][nt][i]);
+      for (int h = 0; h < 2; ++h) {  // (a lane's two columns side by side: one 8-byte atomic on sm_90)
+        const int64_t r = q0 + 16 * m + g + 8 * h;
+        const int c = c0 + 8 * nt + 2 * t;
+        if (r >= a.tq) continue;
+        float* at = dq_sums + (pair * a.tq + r) * a.d + c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (c + 1 < a.d && a.d % 2 == 0) {
+          atomicAdd(reinterpret_cast<float2*>(at), make_float2(acc[m][nt][2 * h], acc[m][nt][2 * h + 1]));
+          continue;
+        }
+#endif
+        if (c < a.d) atomicAdd(at, acc[m][nt][2 * h]);
+        if (c + 1 < a.d) atomicAdd(at + 1, acc[m][nt][2 * h + 1]);
       }
 }
 
