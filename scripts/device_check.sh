@@ -131,11 +131,12 @@ check_memcheck() {
       --gtest_filter='Cuda.TensorCoreAttention*'
   done
 }
-check_ncu() {  # (the first call's four kernels skipped: the second's profiled; ATTENTION_ARGS as the bench's)
+check_ncu() {  # (the forward and backward kernels: the first call's skipped, the second's profiled; ATTENTION_ARGS
+  # as the bench's)
   # shellcheck disable=SC2086  # (the options as words)
-  step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name regex:mma_attention --launch-skip 4 \
-    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
+  step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name 'regex:mma_attention::(forward|grad)<' \
+    --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables --print-details all \
     "$py" bench/gpu_attention.py --measure onnxtrain --steps 1 ${ATTENTION_ARGS:-}
 }
