@@ -247,16 +247,17 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
         map_tile_kinds<T>(a, name, stream);
         if (!dq_sums) launch_error(std::string(name) + ": no scratch for dQ's sums (summed_dq)");
         return with_head(head, [&]<int D>() {
-          if (!rows) return;
-          tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
-              a, dyt, static_cast<const T*>(y), row_dots);
-          check(cudaMemsetAsync(dq_sums, 0, size_t(rows * a.d) * sizeof(float), stream), name);
-          if (keys) {
+          if (rows) {
+            tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
+                a, dyt, static_cast<const T*>(y), row_dots);
+            check(cudaMemsetAsync(dq_sums, 0, size_t(rows * a.d) * sizeof(float), stream), name);
+          }
+          if (keys) {  // (no rows: dK and dV zeros)
             const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
             tc::grad<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
                 a, dyt, qt, ktt, vt, lse, row_dots, dq_sums, static_cast<T*>(dkt), static_cast<T*>(dv));
           }
-          cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);
+          cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);  // (no keys: dQ zeros)
         });
       }
     if (rows)
