@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
         for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
     } else {
       const Groups groups = groups_of(a, kind, p.slice, r0, j0);
-      const int rows_in = left(a.tq, r0, 16), keys_in = left(a.tk, j0, kTile);
       if (groups.read()) {
 #pragma unroll
         for (int nt = 0; nt < kTile / 8; ++nt)
@@ -116,6 +115,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
                                                     scale, fill, k == TileKind::kPlain);
           }
       } else {
+        const int rows_in = left(a.tq, r0, 16), keys_in = left(a.tk, j0, kTile);
 #pragma unroll
         for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll

@@ -39,12 +39,13 @@ struct Groups {
   }
 };
 
-// Whether a warp's score (row rl of its 16, key c of the step's) is -inf though its group reads neither the mask nor
-// the bias: the group's dead, the score lies above a causal group's diagonal, or past the rows or the keys (rows_in,
-// keys_in: those left from the warp's first row and the step's first key, at most 16 and kTile).
+// The rows or keys from `from` on before `end`, at most `most` (those a warp's or a step's tile holds).
 __device__ __forceinline__ int left(int64_t end, int64_t from, int most) {
   return int(end - from < most ? end - from : most);
 }
+// Whether a warp's score (row rl of its 16, key c of the step's) is -inf though its group reads neither the mask nor
+// the bias: the group's dead, the score lies above a causal group's diagonal, or past the rows or the keys (rows_in,
+// keys_in: left() from the warp's first row and the step's first key).
 __device__ __forceinline__ bool off_unread(TileKind k, int rl, int c, int rows_in, int keys_in) {
   return k == TileKind::kDead || (k == TileKind::kCausal && c % kKindKeys > rl) || rl >= rows_in || c >= keys_in;
 }
@@ -84,6 +85,7 @@ __device__ __forceinline__ void drop_rows(float (&x)[kTile / 8][4], const Attent
 }
 // What the kept ones take, once for all of them: keep_scale under dropout, else 1.
 __device__ __forceinline__ float drop_scale(const Attention& a) { return a.dropout ? a.keep_scale : 1.f; }
+// Whether keep bits (bit 4 nt + i for accumulator element i of 8-column tile nt: the backward's) keep an element.
 __device__ __forceinline__ bool kept_bit(uint32_t bits, int nt, int i) { return (bits >> (4 * nt + i)) & 1u; }
 
 // The slots a kernel stages its steps' operands in (step_ahead()): two (the next step's copied while the warps work on
