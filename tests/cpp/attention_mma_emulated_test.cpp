@@ -247,6 +247,16 @@ TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
   Emulated<__half>(c).check();
 }
 
+// GPT-2's attention in training: its causal mask an additive bias of 0 and -inf of a batch's own, dropout over whole
+// blocks of keys, three tiles of rows and keys: causal tiles of a bias, the map's words, whole tiles staged with no
+// bound tested, the rows' staged keys of the draw, one barrier a step, dQ summed from three blocks of keys.
+TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
+  Case c;
+  c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
+  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64;
+  Emulated<__nv_bfloat16>(c).check();
+}
+
 // One pair of n rows by n keys (heads of 64) under the bool mask cond, its rows n apart.
 Attention one_pair(const bool* cond, int64_t n) {
   Attention a;
