@@ -116,12 +116,10 @@ Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return kinds_bytes(s, 0,
 // FlashAttentionGrad's: a float per query row (input 5, the LSE, holds one), a float per element of Q where the
 // tensor-core kernels sum dQ (summed_dq; a head size known only at run time counts as one they take), then the map.
 Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
-  const Shape &qs = s.shape(1), &vs = s.shape(3);
-  const bool sized = !qs.empty() && !vs.empty() && qs.back().is_const() && vs.back().is_const();
-  const bool summed = sized ? summed_dq(s.dtype(1), qs.back().value(), vs.back().value())
-                            : summed_dq(s.dtype(1), 0, 0);
+  auto head = [](const Shape& x) { return !x.empty() && x.back().is_const() ? x.back().value() : 0; };
+  const Shape& qs = s.shape(1);
   Dim r = shape_numel(s.shape(5)) * Dim(4);
-  if (summed) r = scratch_span(r) + shape_numel(qs) * Dim(4);
+  if (summed_dq(s.dtype(1), head(qs), head(s.shape(3)))) r = scratch_span(r) + shape_numel(qs) * Dim(4);
   const Dim kinds = kinds_bytes(s, 1, 2, 7, 11);
   return kinds.is_const() && kinds.value() == 0 ? r : scratch_span(r) + kinds;
 }

@@ -202,10 +202,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
         for (int nt = 0; nt < Q / 8; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int rl = column_of(nt, i, t), kl = row_of(i, g);
-            const TileKind k = sub[nt * 8 / kKindRows];
-            const bool off = k == TileKind::kDead || (k == TileKind::kCausal && kl > rl % kKindRows) || rl >= rows_in ||
-                             kl >= keys_in;
+            const int rl = column_of(nt, i, t);
+            const bool off = off_unread(sub[nt * 8 / kKindRows], rl, row_of(i, g), rows_in, keys_in);
             const float e = off ? 0.f : exp2_approx(fmaf(st[nt][i], to_log2, -lr[rl]));
             st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
             dpt[nt][i] = off ? 0.f : e * (dpt[nt][i] - dr[rl]) * ds_scale;

@@ -43,11 +43,12 @@ struct Groups {
 __device__ __forceinline__ int left(int64_t end, int64_t from, int most) {
   return int(end - from < most ? end - from : most);
 }
-// Whether a warp's score (row rl of its 16, key c of the step's) is -inf though its group reads neither the mask nor
-// the bias: the group's dead, the score lies above a causal group's diagonal, or past the rows or the keys (rows_in,
-// keys_in: left() from the warp's first row and the step's first key).
-__device__ __forceinline__ bool off_unread(TileKind k, int rl, int c, int rows_in, int keys_in) {
-  return k == TileKind::kDead || (k == TileKind::kCausal && c % kKindKeys > rl) || rl >= rows_in || c >= keys_in;
+// Whether score (row, key) of a warp's tile (counted from its first row and first key, each a multiple of 16) is -inf
+// though its group reads neither the mask nor the bias: the group's dead, the score lies above a causal group's
+// diagonal, or past the rows or the keys (rows_in, keys_in: left() from the tile's first row and first key).
+__device__ __forceinline__ bool off_unread(TileKind k, int row, int key, int rows_in, int keys_in) {
+  return k == TileKind::kDead || (k == TileKind::kCausal && key % kKindKeys > row % kKindRows) || row >= rows_in ||
+         key >= keys_in;
 }
 __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, int64_t slice, int64_t r0,
                                             int64_t j0) {
