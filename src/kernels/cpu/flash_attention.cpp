@@ -140,22 +140,6 @@ void exp_shifted(T* x, T shift, int64_t n) {
   }
 }
 
-template <typename T>
-T row_max(const T* x, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) return max_f32(x, n);
-  T m = -std::numeric_limits<T>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  return m;
-}
-
-template <typename T>
-double row_sum(const T* x, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) return sum_f32(x, n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i];
-  return sum;
-}
-
 // keep[j] for keys [j0, j0 + w) of score row `row` (flat over all pairs' scores, as a Dropout after the softmax
 // would number them).
 template <typename T>

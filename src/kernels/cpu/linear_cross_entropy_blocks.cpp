@@ -169,7 +169,7 @@ void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A*
         }
         const int64_t t = r.target[size_t(i)];
         if (t >= c0 && t < c0 + cb) picked[i] = row[t - c0];
-        const A m = std::max(running[i], *std::max_element(row, row + cb));
+        const A m = std::max(running[i], row_max(row, cb));
         const A factor = std::isfinite(m) ? std::exp(running[i] - m) : A(0);
         for (int64_t j = 0; j < cb; ++j) row[j] -= m;
         if constexpr (std::is_same_v<A, float>) {
@@ -177,9 +177,7 @@ void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A*
         } else {
           for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
         }
-        A sum(0);
-        for (int64_t j = 0; j < cb; ++j) sum += row[j];
-        sums[i] = sums[i] * factor + sum;
+        sums[i] = sums[i] * factor + A(row_sum(row, cb));
         running[i] = m;
         if (u && c0 > 0)
           for (int64_t j = 0; j < r.k; ++j) u[i * r.k + j] *= factor;

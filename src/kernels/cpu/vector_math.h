@@ -6,7 +6,10 @@
 // as a padded full vector, so each element's result never depends on where it
 // sits in the array (a recomputed activation stays bit-identical).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace onnxtrain::kernels {
 
@@ -39,5 +42,21 @@ float max_f32(const float* x, int64_t n);
 double sum_f32(const float* x, int64_t n);
 // The mean and the (biased) variance of n floats, accumulated in double: a sum, then the centred sum of squares.
 void mean_var_f32(const float* x, int64_t n, double* mean, double* var);
+
+// The largest of a row and its sum (in double), vectorised for float32, in order for other types.
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return max_f32(x, n);
+  T m = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+template <typename T>
+double row_sum(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return sum_f32(x, n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  return sum;
+}
 
 }  // namespace onnxtrain::kernels
