@@ -5,8 +5,9 @@
 //   SoftmaxCrossEntropyLoss(X W^T + B, as (N, C) rows, target)
 // (N the product of X's leading dims; attributes reduction and ignore_index as SoftmaxCrossEntropyLoss's, no class
 // weights) a block of rows at a time (kernels/cpu/linear_cross_entropy.cpp): the (N, C) scores never exist whole,
-// and forward keeps only each row's log-sum-exp. For X, W, B in bfloat16 or float16 the scores, the loss and the
-// log-sum-exps are float32: autocast's head, a 16-bit Linear whose scores are cast to float32 for the loss. Backward,
+// and forward keeps only each row's log-sum-exp. For X, W, B in bfloat16 or float16 the scores are rounded to that
+// dtype and the loss and the log-sum-exps computed from them in float32: autocast's head, a 16-bit Linear whose
+// output is cast to float32 for the loss. Backward,
 // com.onnxtrain.LinearCrossEntropyGrad(dloss, X, W, B?, target, lse) -> (dX, dW, dB), computes each block's scores
 // again and forms their gradient once, straight into dX, dW and dB: training stashes X, the targets and N numbers
 // instead of the (N, C) scores, at the price of the head's product once more. For a loss of one number, forward

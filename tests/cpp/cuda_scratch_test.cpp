@@ -119,6 +119,16 @@ TEST(CudaScratch, TheFusedHeadPadsItsClassesToMultiplesOfEight) {
   EXPECT_EQ(head_scratch(padded, true), head_scratch(padded, false));
 }
 
+// The head's scores are in its dtype (bf16, rounded as autocast's Linear writes them) and their gradient takes their
+// place: 2,048 rows of 50,264 classes are one block, after cuBLASLt's workspace (32 MiB at most, aligned) and before
+// the log-sum-exps (output 1 is not asked for), the totals and dW's float32 sum.
+TEST(CudaScratch, TheFusedHeadsScoresAreInItsDtypeTheirGradientInTheirPlace) {
+  auto span = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
+  const int64_t classes = 50264, rows = 2048;
+  EXPECT_EQ(head_scratch(classes, false), span(32 * kMiB + 256) + span(rows * classes * 2) + span(rows * 4) +
+                                              span(4 * 8) + span(classes * 64 * 4));
+}
+
 // FlashAttention (forward, or its gradient) of batch x 12 heads, 150 rows by 144 keys of 64, dtype t, with a causal
 // mask where `masked`: its scratch.
 Dim attention_scratch(DType t, bool masked, bool grad) {

@@ -33,7 +33,34 @@ __attribute__((target("avx512f,avx512bw"))) void from_f32_avx512(const float* x,
   for (; i < n; ++i) y[i] = BFloat16(x[i]);
 }
 
+// from_f32_avx512's rounding, the bf16 value widened back in place.
+__attribute__((target("avx512f,avx512bw"))) void round_bf16_avx512(float* x, int64_t n) {
+  int64_t i = 0;
+  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x400000),
+                high = _mm512_set1_epi32(int(0xffff0000u));
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(x + i);
+    __m512i u = _mm512_castps_si512(v);
+    __m512i rounded =
+        _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one))),
+                         high);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    rounded = _mm512_mask_or_epi32(rounded, nan, _mm512_and_si512(u, high), quiet);
+    _mm512_storeu_ps(x + i, _mm512_castsi512_ps(rounded));
+  }
+  for (; i < n; ++i) x[i] = float(BFloat16(x[i]));
+}
+
 }  // namespace
+
+void round_to(DType to, float* x, int64_t n) {
+  if (to == DType::kBFloat16) {
+    if (cpu::features().avx512) return round_bf16_avx512(x, n);
+    for (int64_t i = 0; i < n; ++i) x[i] = float(BFloat16(x[i]));
+  } else if (to == DType::kFloat16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = float(Half(x[i]));
+  }
+}
 
 void to_f32(const BFloat16* x, float* y, int64_t n) {
   if (cpu::features().avx512) return to_f32_avx512(x, y, n);

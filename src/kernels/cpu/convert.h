@@ -13,6 +13,9 @@ void to_f32(const BFloat16* x, float* y, int64_t n);
 void from_f32(const float* x, BFloat16* y, int64_t n);  // rounding to nearest even
 void to_f32(const Half* x, float* y, int64_t n);
 void from_f32(const float* x, Half* y, int64_t n);
+// x rounded in place to the values of `to` (bfloat16 or float16, to nearest even as from_f32 rounds; any other
+// dtype: left as it is).
+void round_to(DType to, float* x, int64_t n);
 inline void to_f32(const float* x, float* y, int64_t n) { std::memcpy(y, x, size_t(n) * sizeof(float)); }
 inline void from_f32(const float* x, float* y, int64_t n) { std::memcpy(y, x, size_t(n) * sizeof(float)); }
 

@@ -1,8 +1,9 @@
 // com.onnxtrain.LinearCrossEntropy and LinearCrossEntropyGrad (ops/linear_cross_entropy.cpp) on the CPU, in
-// float32 and float64, and in bfloat16 (float32 scores, loss and log-sum-exps from bf16 GEMMs) where the CPU has
-// bf16 dot products (elsewhere through float32 copies). Forward: blocks of classes whose scores (N, columns) fill at
+// float32 and float64, and in bfloat16 (the scores rounded to bf16 as autocast's Linear writes them, loss and
+// log-sum-exps in float32 from them, bf16 GEMMs) where the CPU has bf16 dot products (elsewhere through float32
+// copies, the scores rounded alike). Forward: blocks of classes whose scores (N, columns) fill at
 // most 8 MiB of scratch, one GEMM per block, keeping each row's log-sum-exp as a running maximum and sum, writing
-// the scores to output 5 (rounded to bf16 for a bf16 head) when the graph keeps them, and a frozen head's dX in the
+// the scores to output 5 (in bf16 for a bf16 head) when the graph keeps them, and a frozen head's dX in the
 // same pass (lce::loss_pass); the other gradients it forms for a loss of one number come after, a block of classes
 // at a time (forward_gradients). Backward (a loss per row) computes blocks of rows' scores (rows, C) of at most
 // 8 MiB again, turns them into their gradient in place and multiplies it into dX, dW and dB.
@@ -44,6 +45,9 @@ Rows rows(const LossAttrs& a, const KernelCtx& ctx, size_t x, size_t w, size_t b
   if (wd.size() != 2 || wd[1] != r.k || (ctx.has(b) && ctx.in(b).numel() != r.c) || ctx.in(target).numel() != r.n)
     ctx.fail("X " + dims_str(xd) + ", W " + dims_str(wd) + (ctx.has(b) ? ", B " + dims_str(ctx.in(b).dims()) : "") +
              " and target " + dims_str(ctx.in(target).dims()) + " do not fit together");
+  const ir::Value* declared = x < ctx.node.inputs.size() ? ctx.node.inputs[x] : nullptr;
+  for (DType t : {ctx.in(x).dtype(), declared ? declared->dtype : DType::kFloat32})
+    if (dtype_is_16bit_float(t)) r.rounded = t;
   r.target = ctx.in(target).to_int64();
   for (int64_t t : r.target) {
     if (a.has_ignore && t == a.ignore_index) continue;

@@ -20,6 +20,9 @@ struct Rows {
   int64_t n = 0, k = 0, c = 0;
   std::vector<int64_t> target;
   int64_t valid = 0;  // targets not ignored
+  // A 16-bit head's dtype (bfloat16 or float16; the node's, also where its kernel runs on float32 copies), which its
+  // scores are rounded to as autocast's Linear writes them; float32 for a head of float32 or float64.
+  DType rounded = DType::kFloat32;
 };
 
 inline bool ignored(const LossAttrs& a, int64_t t) { return a.has_ignore && t == a.ignore_index; }
@@ -34,8 +37,8 @@ struct Block {
   int64_t r0, m, c0, cb;
 };
 
-// s = the block's scores, X W^T + B; in float32 for bfloat16 (autocast's head rounds them to bf16 before its float32
-// loss: these are the more precise).
+// s = the block's scores, X W^T + B, rounded to r.rounded; in float32 for bfloat16 (autocast's head's are its
+// Linear's bf16 output, read as float32 by its loss: the same values).
 template <typename T>
 void block_scores(const Rows& r, const T* x, const T* w, const T* b, const Block& k, T* s);
 void block_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, const Block& k, float* s);

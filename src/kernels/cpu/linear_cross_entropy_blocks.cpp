@@ -25,10 +25,12 @@ void block_scores(const Rows& r, const T* x, const T* w, const T* b, const Block
   if (b)
     for (int64_t i = 0; i < k.m; ++i)
       for (int64_t j = 0; j < k.cb; ++j) s[i * k.cb + j] += b[k.c0 + j];
+  if constexpr (std::is_same_v<T, float>) round_to(r.rounded, s, k.m * k.cb);  // (a 16-bit head on float32 copies)
 }
 
 void block_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, const Block& k, float* s) {
   gemm_bf16(1, k.m, k.cb, r.k, {x + k.r0 * r.k, r.k}, {w + k.c0 * r.k, r.k, 0, true}, s, 1, b ? b + k.c0 : nullptr);
+  round_to(DType::kBFloat16, s, k.m * k.cb);
 }
 
 template <typename T>
@@ -78,8 +80,8 @@ void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
 }  // namespace
 
 // The gradients of forward (outputs 2-4: dX, dW, dB for a loss gradient of 1) a block of classes at a time: each
-// block's scores are computed again over all rows (or, where the loss pass wrote them to output 5 as they are, in
-// float32 or float64, read back from there), turned into their gradient, and multiplied into its rows of dW and
+// block's scores are computed again over all rows (or, where the loss pass wrote them to output 5, read back from
+// there: they are the scores, a 16-bit head's rounded to its dtype as output 5 holds them), turned into their gradient, and multiplied into its rows of dW and
 // dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the block's
 // gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather than of
 // rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per block of
@@ -102,14 +104,19 @@ void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, co
     g = scratch.take<BFloat16>(r.n * width);
     dx32 = dx ? scratch.take<float>(r.n * r.k) : nullptr;
   }
-  const S* kept = std::is_same_v<S, A> && c.wants(5) ? c.out(5).data<S>() : nullptr;  // (N, C): the loss pass's
+  const S* kept = c.wants(5) ? c.out(5).data<S>() : nullptr;  // (N, C): the loss pass's
   const A one(1), scale = mean_scale<A>(a, r);
   for (int64_t c0 = 0; c0 < r.c; c0 += width) {
     const int64_t cb = std::min(width, r.c - c0);
     const Block block{0, r.n, c0, cb};
     if (kept)
       parallel_for(r.n, cb, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) std::copy(kept + i * r.c + c0, kept + i * r.c + c0 + cb, s + i * cb);
+        for (int64_t i = i0; i < i1; ++i) {
+          if constexpr (std::is_same_v<S, A>)
+            std::copy(kept + i * r.c + c0, kept + i * r.c + c0 + cb, s + i * cb);
+          else
+            to_f32(kept + i * r.c + c0, s + i * cb, cb);
+        }
       });
     else
       block_scores(r, x, w, b, block, s);

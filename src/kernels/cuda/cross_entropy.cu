@@ -1,7 +1,8 @@
-// Cross-entropy over float32 scores on the GPU, for the fused head (linear_cross_entropy.cpp): a block per row for
-// its log-sum-exp (one pass, online; the scores rounded into the head's logits on the way) and loss (CUB's block
-// reduction), the totals by double atomics, the scores' gradient by rows (8 columns a thread where rows allow) and
-// the log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
+// Cross-entropy over scores (float32, or a 16-bit head's in its dtype) on the GPU, for the fused head
+// (linear_cross_entropy.cpp) and SoftmaxCrossEntropyLoss: a block per row for its log-sum-exp (one pass, online; the
+// scores written into the head's logits on the way) and loss (CUB's block reduction), the totals by double atomics,
+// the scores' gradient by rows (8 columns a thread where rows allow; in the scores' place where asked) and the
+// log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -14,15 +15,25 @@ __device__ __forceinline__ int64_t target_of(const CrossEntropy& e, int64_t r) {
 }
 __device__ __forceinline__ bool ignored(const CrossEntropy& e, int64_t t) { return e.has_ignore && t == e.ignore; }
 
-// A block a row, the scores read once (4 at a time where the rows allow): each thread's maximum and its sum of
-// exponents relative to it (online, an exponent a score), then the block's maximum and the sums rescaled to it; the
-// scores rounded to T into `logits` (rows c apart) where it is given, on the way.
-template <typename T>
-__global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* losses, double* totals, T* logits) {
+// The 16 / sizeof(S) scores from p (16-byte aligned) as floats into x.
+template <typename S>
+__device__ __forceinline__ void load16(const S* p, float* x) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  S v[16 / sizeof(S)];
+  memcpy(v, &w, 16);
+#pragma unroll
+  for (size_t k = 0; k < 16 / sizeof(S); ++k) x[k] = to_float(v[k]);
+}
+
+// A block a row, the scores read once (16 bytes at a time where the rows allow): each thread's maximum and its sum
+// of exponents relative to it (online, an exponent a score), then the block's maximum and the sums rescaled to it;
+// the scores rounded to T into `logits` (rows c apart) where it is given, on the way.
+template <typename S, typename T>
+__global__ void rows_kernel(CrossEntropy e, const S* s, float* lse, float* losses, double* totals, T* logits) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
-  const float* row = s + r * e.ld;
+  const S* row = s + r * e.ld;
   T* out = logits ? logits + r * e.c : nullptr;
   float mine = -INFINITY, sum = 0;
   auto take = [&](float x, int64_t j) {
@@ -34,15 +45,18 @@ __global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* l
       sum += expf(x - mine);  // (a NaN's too: the sum NaN, as the loss)
     }
   };
-  int64_t rest = 0;  // the first score not read 4 at a time
-  if (e.ld % 4 == 0 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
-    rest = e.c / 4 * 4;
-    for (int64_t j = 4 * int64_t(threadIdx.x); j < rest; j += 4 * kThreads) {
-      const float4 x = *reinterpret_cast<const float4*>(row + j);
-      take(x.x, j), take(x.y, j + 1), take(x.z, j + 2), take(x.w, j + 3);
+  constexpr int P = 16 / sizeof(S);
+  int64_t rest = 0;  // the first score not read 16 bytes at a time
+  if (e.ld % P == 0 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
+    rest = e.c / P * P;
+    for (int64_t j = P * int64_t(threadIdx.x); j < rest; j += P * kThreads) {
+      float x[P];
+      load16(row + j, x);
+#pragma unroll
+      for (int k = 0; k < P; ++k) take(x[k], j + k);
     }
   }
-  for (int64_t j = rest + threadIdx.x; j < e.c; j += kThreads) take(row[j], j);
+  for (int64_t j = rest + threadIdx.x; j < e.c; j += kThreads) take(to_float(row[j]), j);
   const float m = block_all_reduce(mine, MaxOp(), tmp, &shared);
   sum = BlockReduce(tmp).Reduce(sum == 0.f ? 0.f : sum * expf(mine - m), SumOp());
   if (threadIdx.x != 0) return;
@@ -50,7 +64,7 @@ __global__ void rows_kernel(CrossEntropy e, const float* s, float* lse, float* l
   lse[r] = l;
   const int64_t t = target_of(e, r);
   const bool skip = ignored(e, t);
-  const float loss = skip ? 0.f : t < 0 || t >= e.c ? NAN : l - row[t];
+  const float loss = skip ? 0.f : t < 0 || t >= e.c ? NAN : l - to_float(row[t]);
   if (losses) losses[r] = loss;
   atomicAdd(totals, double(loss));
   if (!skip) atomicAdd(totals + 1, 1.0);
@@ -67,24 +81,25 @@ __global__ void total_kernel(bool mean, const double* totals, float* loss) {
 }
 
 // Launched over rows_grid(n, ld / V): V consecutive columns a thread (V = 8 where the rows allow 16-byte reads and
-// writes, else 1), the row's weight, log-sum-exp and target read once for them.
-template <typename T, int V>
-__global__ void grad_kernel(CrossEntropy e, const float* s, const float* lse, const float* dloss, bool per_row,
-                            bool mean, const double* totals, T* g) {
+// writes, else 1), the row's weight, log-sum-exp and target read once for them; g may be s (a thread writes the
+// columns it read).
+template <typename S, typename T, int V>
+__global__ void grad_kernel(CrossEntropy e, const S* s, const float* lse, const float* dloss, bool per_row, bool mean,
+                            const double* totals, T* g) {
   const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
   for (int64_t r = blockIdx.y; r < e.n; r += gridDim.y) {
     const int64_t t = target_of(e, r);
     const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale, l = lse[r];
-    const float* sr = s + r * e.ld;
+    const S* sr = s + r * e.ld;
     T* gr = g + r * e.ld;
     for (int64_t j0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j0 < e.ld;
          j0 += int64_t(gridDim.x) * blockDim.x * V) {
       float x[V];
       if constexpr (V == 8) {
-        const float4 lo = *reinterpret_cast<const float4*>(sr + j0), hi = *reinterpret_cast<const float4*>(sr + j0 + 4);
-        x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w, x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+#pragma unroll
+        for (int h = 0; h < int(V * sizeof(S) / 16); ++h) load16(sr + j0 + h * int(16 / sizeof(S)), x + h * int(16 / sizeof(S)));
       } else {
-        x[0] = sr[j0];
+        x[0] = to_float(sr[j0]);
       }
       T y[V];
 #pragma unroll
@@ -117,15 +132,28 @@ __global__ void column_sums_kernel(const T* x, int64_t n, int64_t c, const T* ba
   }
 }
 
+// Calls f(S{}, T{}) for scores of dtype st, float32 or t's, and a dtype t (false for another).
+template <typename F>
+bool with_score_types(DType st, DType t, F&& f) {
+  return with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    if (st == DType::kFloat32) return f(float{}, v);
+    if (st != t) unsupported_dtype("cross-entropy's scores", st);
+    f(v, v);
+  });
+}
+
 }  // namespace
 
-void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals, DType t,
-                        void* logits, cudaStream_t stream) {
+void cross_entropy_rows(const CrossEntropy& e, DType st, const void* s, float* lse, float* losses, double* totals,
+                        DType t, void* logits, cudaStream_t stream) {
   if (e.n == 0) return;
   if (e.n > 0x7fffffff) launch_error("cross_entropy_rows: more than 2^31 rows");
-  const bool ok = with_float_type(logits ? t : DType::kFloat32, [&](auto v) {
+  const bool ok = with_score_types(st, logits ? t : st, [&](auto sv, auto v) {
+    using S = decltype(sv);
     using T = decltype(v);
-    rows_kernel<<<unsigned(e.n), kThreads, 0, stream>>>(e, s, lse, losses, totals, static_cast<T*>(logits));
+    rows_kernel<<<unsigned(e.n), kThreads, 0, stream>>>(e, static_cast<const S*>(s), lse, losses, totals,
+                                                        static_cast<T*>(logits));
   });
   if (!ok) unsupported_dtype("cross_entropy_rows", t);
   check_launch("cross_entropy_rows");
@@ -142,20 +170,22 @@ void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStrea
   check_launch("cross_entropy_total");
 }
 
-void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,
+void cross_entropy_grad(const CrossEntropy& e, DType st, const void* s, DType t, const float* lse, const float* dloss,
                         bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream) {
   if (e.n * e.ld == 0) return;
-  bool ok = with_float_type(t, [&](auto v) {
+  bool ok = with_score_types(st, t, [&](auto sv, auto v) {
+    using S = decltype(sv);
     using T = decltype(v);
     constexpr int V = 8;
-    const bool wide = e.ld % V == 0 && reinterpret_cast<uintptr_t>(s) % 32 == 0 &&
-                      reinterpret_cast<uintptr_t>(g) % (V * sizeof(T)) == 0;
+    const S* sp = static_cast<const S*>(s);
+    const bool wide = e.ld % V == 0 && reinterpret_cast<uintptr_t>(s) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(g) % 16 == 0;
     if (wide)
-      grad_kernel<T, V><<<rows_grid(e.n, e.ld / V), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
-                                                                           static_cast<T*>(g));
+      grad_kernel<S, T, V><<<rows_grid(e.n, e.ld / V), kThreads, 0, stream>>>(e, sp, lse, dloss, per_row, mean, totals,
+                                                                              static_cast<T*>(g));
     else
-      grad_kernel<T, 1><<<rows_grid(e.n, e.ld), kThreads, 0, stream>>>(e, s, lse, dloss, per_row, mean, totals,
-                                                                       static_cast<T*>(g));
+      grad_kernel<S, T, 1><<<rows_grid(e.n, e.ld), kThreads, 0, stream>>>(e, sp, lse, dloss, per_row, mean, totals,
+                                                                          static_cast<T*>(g));
   });
   if (!ok) unsupported_dtype("cross_entropy_grad", t);
   check_launch("cross_entropy_grad");

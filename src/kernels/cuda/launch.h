@@ -142,7 +142,7 @@ void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmS
 // unit stride, a batch that does not fold into one stride, a base of another shape, ONNXTRAIN_CUDA_GEMM=tiled.
 bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
 
-// Cross-entropy over (n, c) float32 scores and n targets (int32 or int64, on the device; `ignore` skipped when
+// Cross-entropy over (n, c) scores (float32, or of a 16-bit head's dtype t: dtype st) and n targets (int32 or int64, on the device; `ignore` skipped when
 // has_ignore). A target out of range counts, with a NaN loss (the device cannot stop the step to say so).
 struct CrossEntropy {  // n rows of c scores, ld apart (ld >= c; the gradient's rows the same)
   int64_t n = 0, c = 0, ld = 0;
@@ -154,16 +154,16 @@ struct CrossEntropy {  // n rows of c scores, ld apart (ld >= c; the gradient's 
 // Each row's log-sum-exp into lse and its loss into `losses` (where given; 0 for an ignored target); totals[0] +=
 // the losses, totals[1] += the targets not ignored (totals: two doubles the caller zeroed); the scores rounded to
 // float dtype t into `logits` (n rows of c) where it is given.
-void cross_entropy_rows(const CrossEntropy& e, const float* s, float* lse, float* losses, double* totals, DType t,
-                        void* logits, cudaStream_t stream);
+void cross_entropy_rows(const CrossEntropy& e, DType st, const void* s, float* lse, float* losses, double* totals,
+                        DType t, void* logits, cudaStream_t stream);
 // totals[1] += the targets not ignored.
 void count_targets(const CrossEntropy& e, double* totals, cudaStream_t stream);
 // loss[0] = totals[0], divided by totals[1] when `mean` (0 without a target).
 void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStream_t stream);
 // g (n, ld; its columns past c zeros) of dtype t = w_r (exp(s - lse_r) - onehot(target_r)):
 // w_r 0 for an ignored target, else dloss (per row when per_row, one number otherwise, 1 when null), divided by
-// totals[1] when `mean`.
-void cross_entropy_grad(const CrossEntropy& e, DType t, const float* s, const float* lse, const float* dloss,
+// totals[1] when `mean`. g may be s.
+void cross_entropy_grad(const CrossEntropy& e, DType st, const void* s, DType t, const float* lse, const float* dloss,
                         bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream);
 // out (n, c) = s - lse_r: the log-probabilities.
 void log_probs(const float* s, const float* lse, float* out, int64_t n, int64_t c, cudaStream_t stream);

@@ -1,8 +1,9 @@
 // The CUDA kernels of the fused head (ops/linear_cross_entropy.cpp): com.onnxtrain.LinearCrossEntropy, its gradient
 // LinearCrossEntropyGrad and LinearGradAdd, on matmul.cu's GEMM and cross_entropy.cu's row kernels. Both go by blocks
-// of rows whose scores (float32) and their gradient (in X's dtype) fill at most kBlockBytes of scratch: each block's
-// scores, its rows' log-sum-exps and losses, then (for gradients) its scores' gradient, dX's rows, and its share of
-// dW and dB, summed over the blocks (dW of 16-bit operands in float32, rounded once; dB in its dtype). The targets
+// of rows whose scores (in X's dtype: a 16-bit head's rounded to it as autocast's Linear writes them, as on the CPU)
+// fill at most kBlockBytes of scratch: each block's scores, its rows' log-sum-exps and losses, then (for gradients)
+// its scores' gradient in their place, dX's rows, and its share of dW and dB, summed over the blocks (dW of 16-bit
+// operands in float32, rounded once; dB in its dtype). The targets
 // stay on the device (one out of range gives a NaN loss, not an error). Classes that are not a multiple of 8 (GPT-2's
 // 50,257) are padded to one (padded(), pad_weights()), so that cuBLASLt's fast kernels take the products.
 #include "kernels/cuda/indexing.h"
@@ -56,7 +57,7 @@ Head padded(Head h, bool db) {
 
 // Rows per block for c classes of dtype t (the scratch function's Dim the same, at most the rows there are).
 int64_t block_rows(int64_t c, DType t) {
-  return std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, c * int64_t(4 + dtype_size(t))));
+  return std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, c * int64_t(dtype_size(t))));
 }
 
 CrossEntropy cross_entropy_of(const LossAttrs& a, const KernelCtx& c, const Head& h, size_t target) {
@@ -114,10 +115,10 @@ Weights pad_weights(const KernelCtx& c, ScratchCarver& scratch, const Head& h, s
   return {wp, bp};
 }
 
-// s (m, ld) float32 = X's rows [r0, r0 + m) W^T + B.
-void scores(const KernelCtx& c, const Head& h, size_t x, const Weights& wb, int64_t r0, int64_t m, float* s,
+// s (m, ld) of X's dtype = X's rows [r0, r0 + m) W^T + B.
+void scores(const KernelCtx& c, const Head& h, size_t x, const Weights& wb, int64_t r0, int64_t m, void* s,
             Workspace ws) {
-  product(h.t, DType::kFloat32, row(c.in(x), r0, h.k), h.k, 1, wb.w, 1, h.k, m, h.ld, h.k, wb.b, 0, s, ws);
+  product(h.t, h.t, row(c.in(x), r0, h.k), h.k, 1, wb.w, 1, h.k, m, h.ld, h.k, wb.b, 0, s, ws);
 }
 
 // dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
@@ -174,11 +175,10 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   const int64_t block = std::min(h.n, block_rows(h.ld, h.t)), es = int64_t(dtype_size(h.t));
   ScratchCarver scratch{c};
   const Workspace ws = take_workspace(c, scratch, block, h);
-  float* s = scratch.take<float>(block * h.ld);
+  void* s = scratch.take<uint8_t>(block * h.ld * es);
   float* lse = c.wants(1) ? c.out(1).data<float>() : scratch.take<float>(h.n);
   double* totals = scratch.take<double>(4);  // the loss's sum and count; the count alone, for the gradient's scale
   zero(totals, 4 * sizeof(double));
-  void* g = grads ? scratch.take<uint8_t>(block * h.ld * es) : nullptr;
   Gradients gradients(c, h, 0, 1, 2, scratch, ws);
   const Weights wb = pad_weights(c, scratch, h, 1, 2);
   if (grads && mean) count_targets(e, totals + 2, stream());
@@ -187,11 +187,11 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
     const int64_t m = std::min(block, h.n - r0);
     const CrossEntropy rows = rows_from(e, r0, m);
     scores(c, h, 0, wb, r0, m, s, ws);
-    cross_entropy_rows(rows, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, h.t,
+    cross_entropy_rows(rows, h.t, s, lse + r0, a.reduction == LossAttrs::kNone ? loss + r0 : nullptr, totals, h.t,
                        c.wants(5) ? row(c.out(5), r0, h.c) : nullptr, stream());  // (output 5: the logits)
     if (!grads) continue;
-    cross_entropy_grad(rows, h.t, s, lse + r0, nullptr, false, mean, totals + 2, g, stream());
-    gradients.add(g, wb, r0, m);
+    cross_entropy_grad(rows, h.t, s, h.t, lse + r0, nullptr, false, mean, totals + 2, s, stream());
+    gradients.add(s, wb, r0, m);
   }
   if (a.reduction != LossAttrs::kNone) cross_entropy_total(mean, totals, loss, stream());
   gradients.finish();
@@ -208,9 +208,8 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
   const int64_t block = std::min(h.n, block_rows(h.ld, h.t));
   ScratchCarver scratch{c};
   const Workspace ws = take_workspace(c, scratch, block, h);
-  float* s = scratch.take<float>(block * h.ld);
+  void* s = scratch.take<uint8_t>(block * h.ld * int64_t(dtype_size(h.t)));
   double* totals = scratch.take<double>(2);
-  void* g = scratch.take<uint8_t>(block * h.ld * int64_t(dtype_size(h.t)));
   Gradients gradients(c, h, 1, 2, 0, scratch, ws);
   const Weights wb = pad_weights(c, scratch, h, 2, 3);
   zero(totals, 2 * sizeof(double));
@@ -219,9 +218,9 @@ void linear_cross_entropy_grad(const LossAttrs& a, KernelCtx& c) {
   for (int64_t r0 = 0; r0 < h.n; r0 += block) {
     const int64_t m = std::min(block, h.n - r0);
     scores(c, h, 1, wb, r0, m, s, ws);
-    cross_entropy_grad(rows_from(e, r0, m), h.t, s, lse + r0, dloss + (per_row ? r0 : 0), per_row,
-                       a.reduction == LossAttrs::kMean, totals, g, stream());
-    gradients.add(g, wb, r0, m);
+    cross_entropy_grad(rows_from(e, r0, m), h.t, s, h.t, lse + r0, dloss + (per_row ? r0 : 0), per_row,
+                       a.reduction == LossAttrs::kMean, totals, s, stream());
+    gradients.add(s, wb, r0, m);
   }
   gradients.finish();
 }
@@ -246,9 +245,8 @@ void linear_grad_add(const LinearGradAddAttrs& a, KernelCtx& c) {
 
 Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements * Dim(bytes)); }
 
-// As the kernels carve it: cuBLASLt's workspace, a block's scores (float32), the totals, forward's log-sum-exps when
-// output 1 is not asked for, and for gradients the block's scores' gradient (X's dtype) and, for dW of 16-bit
-// operands, its float32 sum; with the classes padded (all of it for a count of classes known only at run time), W's
+// As the kernels carve it: cuBLASLt's workspace, a block's scores (X's dtype, their gradient taking their place), the
+// totals, forward's log-sum-exps when output 1 is not asked for, and for dW of 16-bit operands its float32 sum; with the classes padded (all of it for a count of classes known only at run time), W's
 // padded copy, and B's where there is a B.
 Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, bool db,
                  int64_t totals) {  // (B is input w + 1)
@@ -259,10 +257,9 @@ Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, boo
   const bool pad = paddable(t, db) && (!classes.is_const() || classes.value() % kPad != 0);
   const Dim width = pad ? Dim::ceil_div(classes, Dim(kPad)) * Dim(kPad) : classes;
   const Dim block = width.is_const() ? Dim::min(rows, Dim(block_rows(width.value(), t))) : rows;
-  Dim r = head_workspace(block, width, k) + span_of(block * width, 4);
+  Dim r = head_workspace(block, width, k) + span_of(block * width, es);
   if (lse) r = r + span_of(rows, 4);
   r = r + span_of(Dim(totals), 8);
-  if (grads) r = r + span_of(block * width, es);
   if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * k, 4);
   if (pad) r = r + span_of(width * k, es);
   if (pad && s.has(w + 1)) r = r + span_of(width, es);

@@ -36,7 +36,7 @@ void softmax_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   float* lse = c.wants(2) ? c.out(2).data<float>() : scratch.take<float>(e.n);
   zero(totals, 2 * sizeof(double));
   float* loss = c.out(0).data<float>();
-  cross_entropy_rows(e, x.data<float>(), lse, a.reduction == LossAttrs::kNone ? loss : nullptr, totals,
+  cross_entropy_rows(e, DType::kFloat32, x.data<float>(), lse, a.reduction == LossAttrs::kNone ? loss : nullptr, totals,
                      DType::kFloat32, nullptr, stream());
   if (a.reduction != LossAttrs::kNone) cross_entropy_total(a.reduction == LossAttrs::kMean, totals, loss, stream());
   if (c.wants(1)) log_probs(x.data<float>(), lse, c.out(1).data<float>(), e.n, e.c, stream());
@@ -49,8 +49,8 @@ void softmax_cross_entropy_grad(KernelCtx& c) {
       c.in(2).dtype() != DType::kFloat32)
     c.fail("per " + dims_str(c.in(0).dims()) + " and lse " + dims_str(c.in(2).dims()) +
            " must hold a float32 number per row of the scores");
-  cross_entropy_grad(e, DType::kFloat32, c.in(1).data<float>(), c.in(2).data<float>(), c.in(0).data<float>(), true,
-                     false, nullptr, c.out(0).raw(), stream());
+  cross_entropy_grad(e, DType::kFloat32, c.in(1).data<float>(), DType::kFloat32, c.in(2).data<float>(),
+                     c.in(0).data<float>(), true, false, nullptr, c.out(0).raw(), stream());
 }
 
 // The totals, and the log-sum-exps when output 2 is not asked for.
