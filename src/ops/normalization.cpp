@@ -44,9 +44,11 @@ bool batch_statistics(const ir::Node& n) {
 
 NormAttrs norm_attrs(const ir::Node& n) {
   return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), n.attr_float("momentum", 0.9f), batch_statistics(n),
-          n.attr_int("unbiased_running_var", 0) != 0};
+          n.attr_int("unbiased_running_var", 0) != 0, n.attr_int("to", 0)};
 }
 
+// LayerNormalization; com.onnxtrain.LayerNormalization is the same with attribute `to`, Y's dtype (a float32 norm
+// whose output autocast casts to 16 bits writes them itself: norm_output_cast.cpp).
 class LayerNormOp : public OpWith<NormAttrs> {
  public:
   explicit LayerNormOp(const ir::Node& n) : OpWith(norm_attrs(n)) {}
@@ -54,7 +56,7 @@ class LayerNormOp : public OpWith<NormAttrs> {
   bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(attrs.axis, ctx.rank(0));
-    ctx.set(0, ctx.dtype(0), ctx.shape(0));
+    ctx.set(0, attrs.to ? DType(attrs.to) : ctx.dtype(0), ctx.shape(0));
     Shape stat = ctx.shape(0);
     for (size_t i = size_t(a); i < stat.size(); ++i) stat[i] = Dim(1);
     ctx.set(1, ctx.dtype(0), stat);
@@ -85,6 +87,7 @@ void LayerNormOp::grad(GradCtx& g) const {
       if (g.needs(i)) g.set_dx(i, d[i]);
     return;
   }
+  if (dy->dtype != x->dtype) dy = g.cast(dy, x->dtype);  // (a Y of its own dtype)
   Value* rstd = g.y(2);
   Value* xhat = g.mul(g.sub(x, g.y(1)), rstd);
   if (g.needs(0)) g.set_dx(0, normalized_dx(g, xhat, rstd, g.mul(dy, w), range_axes(a, r)));
@@ -158,6 +161,7 @@ class InstanceNormOp : public OpWith<NormAttrs> {
 
 const bool kRegistered = register_ops({
     {"", "LayerNormalization", factory<LayerNormOp>()},
+    {"com.onnxtrain", "LayerNormalization", factory<LayerNormOp>()},
     {"", "BatchNormalization", factory<BatchNormOp>()},
     {"", "InstanceNormalization", factory<InstanceNormOp>()},
     {"com.onnxtrain", "LayerNormalizationGrad", factory<LayerNormGradOp>()},

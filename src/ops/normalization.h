@@ -10,6 +10,7 @@ struct NormAttrs {
   float momentum;  // BatchNormalization's running statistics
   bool training;   // BatchNormalization: batch statistics, running ones updated
   bool unbiased;   // onnxtrain's unbiased_running_var: PyTorch's update of running_var
+  int64_t to = 0;  // com.onnxtrain's LayerNormalization and RMSNormalization: Y's dtype (0: X's)
 };
 
 }  // namespace onnxtrain::ops

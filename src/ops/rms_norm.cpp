@@ -1,6 +1,8 @@
 // com.onnxtrain.RMSNormalization(X, scale) -> (Y, InvStdDev): Y = X / sqrt(mean(X^2) + epsilon) * scale over the
 // dims from `axis` on (Llama's, T5's, Gemma's norm; ONNX's RMSNormalization of opset 23), the statistics in float32
-// or wider; and its gradient com.onnxtrain.RMSNormalizationGrad(dY, X, scale, InvStdDev) -> (dX, dscale).
+// or wider, Y of X's dtype or of attribute `to` (a float32 norm whose output autocast casts to 16 bits writes them
+// itself: norm_output_cast.cpp); and its gradient com.onnxtrain.RMSNormalizationGrad(dY, X, scale, InvStdDev) ->
+// (dX, dscale), dY of Y's dtype.
 #include "ops/normalization.h"
 #include "ops/grad.h"
 #include "ops/op.h"
@@ -9,7 +11,7 @@ namespace onnxtrain::ops {
 namespace {
 
 NormAttrs rms_attrs(const ir::Node& n) {
-  return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), 0, false, false};
+  return {n.attr_int("axis", -1), n.attr_float("epsilon", 1e-5f), 0, false, false, n.attr_int("to", 0)};
 }
 
 // The per-row statistic's shape: X's with the normalized dims 1.
@@ -38,7 +40,7 @@ class RMSNormOp : public OpWith<NormAttrs> {
         ctx.fail("scale " + shape_str(w) + " is not shaped as the normalized dims of " + shape_str(ctx.shape(0)));
       if (!d.is_const()) d = w[i];
     }
-    ctx.set(0, ctx.dtype(0), y);
+    ctx.set(0, attrs.to ? DType(attrs.to) : ctx.dtype(0), y);
     ctx.set(1, ctx.dtype(0), row_shape(ctx, attrs.axis));
   }
   void grad(GradCtx& g) const override {

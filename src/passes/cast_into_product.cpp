@@ -40,14 +40,14 @@ class CastIntoProduct : public Pass {
       attrs["to"] = int64_t(DType::kFloat32);
       std::vector<ir::Value*> in = p->inputs;
       if (gemm) in.resize(2);
-      ir::Value* wide = reshape ? g.add_value(g.unique_name(p->outputs[0]->name + "_f32")) : cast->outputs[0];
-      add_fused(g, "com.onnxtrain", 1, gemm ? "FusedMatMul" : p->op_type, in, {wide}, g.unique_name(p->name + "_f32"),
-                p->backward, attrs);
-      if (reshape)
-        add_fused(g, "", reshape->opset, "Reshape", {wide, reshape->input(1)}, {cast->outputs[0]},
-                  g.unique_name(reshape->name + "_f32"), reshape->backward, reshape->attrs);
-      gone.insert(gone.end(), {p, cast});
-      if (reshape) gone.push_back(reshape);
+      fold_cast(
+          g, reshape, cast, "_f32",
+          [&](ir::Value* wide) {
+            add_fused(g, "com.onnxtrain", 1, gemm ? "FusedMatMul" : p->op_type, in, {wide},
+                      g.unique_name(p->name + "_f32"), p->backward, attrs);
+          },
+          gone);
+      gone.push_back(p);
     }
     return remove_all(g, gone, true);
   }

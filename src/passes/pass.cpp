@@ -15,6 +15,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(gelu_fusion());
   r.push_back(narrow_gelu());
   r.push_back(rms_norm_fusion());
+  r.push_back(norm_output_cast());
   r.push_back(swiglu_fusion());
   r.push_back(rotary_embedding_fusion());
   r.push_back(linear_fusion());
@@ -96,6 +97,18 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
   ops::bind_node(*f);
   kernels::infer_node(g, *f);
   return f;
+}
+
+void fold_cast(ir::Graph& g, const ir::Node* reshape, const ir::Node* cast, const std::string& suffix,
+               const std::function<void(ir::Value* out)>& make, std::vector<const ir::Node*>& gone) {
+  ir::Value* out = reshape ? g.add_value(g.unique_name(reshape->input(0)->name + suffix)) : cast->outputs[0];
+  make(out);
+  if (reshape) {
+    add_fused(g, "", reshape->opset, "Reshape", {out, reshape->input(1)}, {cast->outputs[0]},
+              g.unique_name(reshape->name + suffix), reshape->backward, reshape->attrs);
+    gone.push_back(reshape);
+  }
+  gone.push_back(cast);
 }
 
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort) {

@@ -1,6 +1,7 @@
 // Graph rewrites: one class per pass, each with a name and apply(graph) that
 // says whether it changed anything; run_passes applies the ordered list.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ std::unique_ptr<Pass> identity_elimination();
 std::unique_ptr<Pass> cast_like_to_cast();
 std::unique_ptr<Pass> gelu_fusion();
 std::unique_ptr<Pass> narrow_gelu();
+std::unique_ptr<Pass> norm_output_cast();
 std::unique_ptr<Pass> rms_norm_fusion();
 std::unique_ptr<Pass> swiglu_fusion();
 std::unique_ptr<Pass> rotary_embedding_fusion();
@@ -68,12 +70,17 @@ bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader)
 ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, const std::string& op_type,
                     const std::vector<ir::Value*>& inputs, const std::vector<ir::Value*>& outs, const std::string& name,
                     bool backward, ir::Attributes attrs = {});
+// A Cast of the value an op writes (through `reshape` where one stands between) folded into the op: make(out) adds
+// the op, writing out, the Cast's output itself, or with a Reshape a new value (named as the Reshape's input and
+// `suffix`) that a new Reshape then makes the Cast's output of; the Reshape and the Cast go into `gone`.
+void fold_cast(ir::Graph& g, const ir::Node* reshape, const ir::Node* cast, const std::string& suffix,
+               const std::function<void(ir::Value* out)>& make, std::vector<const ir::Node*>& gone);
 // Removes the nodes in `gone` (their outputs must have no remaining readers), then, with `resort`, orders the
 // rest producers first (fusions put new nodes at the end); returns whether any went.
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
 // The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion,
-// SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion,
+// the norms' output cast, SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion,
 // attention-softmax fusion, flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion,
 // Cast-into-product fusion, scatter accumulation, slice gradients to a Concat, constant folding, common
 // subexpressions, dead code.

@@ -225,6 +225,24 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
   expect_like_cpu("Range", {scalar(DType::kFloat32, -1), scalar(DType::kFloat32, 2), scalar(DType::kFloat32, 0.25)});
 }
 
+// The norms of a float32 X writing Y in 16 bits (norm_output_cast: attribute `to`), their gradients reading dY in 16
+// bits, as on the CPU (where the float32 copies compute them).
+TEST(Cuda, NormsWriteAndReadSixteenBitsBesideFloat32) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = random_tensor(DType::kFloat32, {3, 700, 40}, 41), w = random_tensor(DType::kFloat32, {40}, 42),
+         b = random_tensor(DType::kFloat32, {40}, 43);
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    const ir::Attributes norm{{"axis", int64_t(-1)}, {"epsilon", 1e-5f}, {"to", int64_t(t)}};
+    Tensor dy = random_tensor(t, {3, 700, 40}, 44);
+    expect_like_cpu("com.onnxtrain.LayerNormalization", {x, w, b}, norm, 1e-2, 3);
+    auto stats = run_one(kCpu, "com.onnxtrain.LayerNormalization", {x, w, b}, norm, 3);
+    expect_like_cpu("com.onnxtrain.LayerNormalizationGrad", {dy, x, w, stats.at("o1"), stats.at("o2")}, norm, 1e-5, 3);
+    expect_like_cpu("com.onnxtrain.RMSNormalization", {x, w}, norm, 1e-2, 2);
+    stats = run_one(kCpu, "com.onnxtrain.RMSNormalization", {x, w}, norm, 2);
+    expect_like_cpu("com.onnxtrain.RMSNormalizationGrad", {dy, x, w, stats.at("o1")}, norm, 1e-5, 2);
+  }
+}
+
 // Llama's fused ops: RMSNorm and its gradient (dscale over one chunk of rows and over several), SwiGLU and its
 // gradient, rotary embeddings (cos and sin broadcast from (T, D) and (B, 1, T, D), and the transposed map of the
 // gradient), in three dtypes, and the rotary embedding of a 16-bit X with float32 cos and sin (autocast's).

@@ -213,6 +213,7 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
 const bool kRegistered = register_kernels(
     kCpu, {
               in_float32({"", "LayerNormalization", kernel(layer_norm)}),
+              in_float32({"com.onnxtrain", "LayerNormalization", kernel(layer_norm)}),  // (Y of attribute `to`)
               in_float32({"", "BatchNormalization", kernel(batch_norm)}),
               in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
               in_float32({"com.onnxtrain", "LayerNormalizationGrad", kernel(layer_norm_grad),

@@ -132,24 +132,13 @@ __global__ void column_sums_kernel(const T* x, int64_t n, int64_t c, const T* ba
   }
 }
 
-// Calls f(S{}, T{}) for scores of dtype st, float32 or t's, and a dtype t (false for another).
-template <typename F>
-bool with_score_types(DType st, DType t, F&& f) {
-  return with_float_type(t, [&](auto v) {
-    using T = decltype(v);
-    if (st == DType::kFloat32) return f(float{}, v);
-    if (st != t) unsupported_dtype("cross-entropy's scores", st);
-    f(v, v);
-  });
-}
-
 }  // namespace
 
 void cross_entropy_rows(const CrossEntropy& e, DType st, const void* s, float* lse, float* losses, double* totals,
                         DType t, void* logits, cudaStream_t stream) {
   if (e.n == 0) return;
   if (e.n > 0x7fffffff) launch_error("cross_entropy_rows: more than 2^31 rows");
-  const bool ok = with_score_types(st, logits ? t : st, [&](auto sv, auto v) {
+  const bool ok = with_float_pair(st, logits ? t : st, [&](auto sv, auto v) {
     using S = decltype(sv);
     using T = decltype(v);
     rows_kernel<<<unsigned(e.n), kThreads, 0, stream>>>(e, static_cast<const S*>(s), lse, losses, totals,
@@ -173,7 +162,7 @@ void cross_entropy_total(bool mean, const double* totals, float* loss, cudaStrea
 void cross_entropy_grad(const CrossEntropy& e, DType st, const void* s, DType t, const float* lse, const float* dloss,
                         bool per_row, bool mean, const double* totals, void* g, cudaStream_t stream) {
   if (e.n * e.ld == 0) return;
-  bool ok = with_score_types(st, t, [&](auto sv, auto v) {
+  bool ok = with_float_pair(st, t, [&](auto sv, auto v) {
     using S = decltype(sv);
     using T = decltype(v);
     constexpr int V = 8;

@@ -97,6 +97,15 @@ bool with_float_type(DType t, F&& f) {
   }
 }
 
+// Calls f(T{}, U{}) for float dtypes t and u, u t's own or a 16-bit float beside a float32 t (autocast's: a norm's
+// 16-bit output or gradient, a head's scores); false for other pairs.
+template <typename F>
+bool with_float_pair(DType t, DType u, F&& f) {
+  if (u == t) return with_float_type(t, [&](auto v) { f(v, v); });
+  if (t != DType::kFloat32 || (u != DType::kBFloat16 && u != DType::kFloat16)) return false;
+  return with_float_type(u, [&](auto v) { f(float{}, v); });
+}
+
 // Calls f with an unsigned type of `bytes` bytes.
 template <typename F>
 void with_bytes(int bytes, const char* kernel, F&& f) {

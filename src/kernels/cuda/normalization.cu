@@ -1,5 +1,6 @@
 // LayerNormalization and its gradient on the GPU: a block per row for the statistics, the output and dX (sums by
 // block_reduce.cuh's reduction, in float32); dscale and dbias by columns over chunks of the rows (column_chunks.cuh).
+// Y (and so dY) of X's dtype T, or Y of 16 bits beside a float32 X (com.onnxtrain's attribute `to`).
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/column_chunks.cuh"
 #include "kernels/cuda/runtime.h"
@@ -7,8 +8,8 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-template <typename T>
-__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, T* mean_out, T* rstd_out, int64_t n,
+template <typename T, typename Y>
+__global__ void layer_norm_kernel(const T* x, const T* w, const T* b, Y* y, T* mean_out, T* rstd_out, int64_t n,
                                   int64_t nw, int64_t nb, float epsilon) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
@@ -23,24 +24,25 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, T* y, T* m
     v += d * d;
   }
   const float rstd = rsqrtf(block_all_reduce(v, SumOp(), tmp, &shared) / float(n) + epsilon);
-  T* yr = y + r * n;
+  Y* yr = y + r * n;
   for (int64_t j = threadIdx.x; j < n; j += kThreads) {
     float o = (to_float(xr[j]) - mean) * rstd * to_float(w[j % nw]);
     if (b) o += to_float(b[j % nb]);
-    yr[j] = from_float<T>(o);
+    yr[j] = from_float<Y>(o);
   }
   if (threadIdx.x != 0) return;
   if (mean_out) mean_out[r] = from_float<T>(mean);
   if (rstd_out) rstd_out[r] = from_float<T>(rstd);
 }
 
-template <typename T>
-__global__ void layer_norm_dx_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+template <typename T, typename D>
+__global__ void layer_norm_dx_kernel(const D* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                                      int64_t n) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
-  const T *dr = dy + r * n, *xr = x + r * n;
+  const D* dr = dy + r * n;
+  const T* xr = x + r * n;
   const float m = to_float(mean[r]), rs = to_float(rstd[r]);
   float s1 = 0, s2 = 0;
   for (int64_t j = threadIdx.x; j < n; j += kThreads) {
@@ -57,8 +59,8 @@ __global__ void layer_norm_dx_kernel(const T* dy, const T* x, const T* w, const 
   }
 }
 
-template <typename T>
-__global__ void layer_norm_dw_kernel(const T* dy, const T* x, const T* mean, const T* rstd, float* partial_w,
+template <typename T, typename D>
+__global__ void layer_norm_dw_kernel(const D* dy, const T* x, const T* mean, const T* rstd, float* partial_w,
                                      float* partial_b, int64_t rows, int64_t n, int64_t per_chunk) {
   __shared__ float lanes_w[kRowLanes][kColumns + 1], lanes_b[kRowLanes][kColumns + 1];
   const ChunkSpan s = chunk_span(rows, per_chunk);
@@ -75,28 +77,31 @@ __global__ void layer_norm_dw_kernel(const T* dy, const T* x, const T* mean, con
 
 }  // namespace
 
-void layer_norm(DType t, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd, int64_t rows,
-                int64_t n, int64_t nw, int64_t nb, float epsilon, cudaStream_t stream) {
+void layer_norm(DType t, DType yt, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
+                int64_t rows, int64_t n, int64_t nw, int64_t nb, float epsilon, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
   check_rows(rows, "LayerNormalization");
-  bool ok = with_float_type(t, [&](auto v) {
+  bool ok = with_float_pair(t, yt, [&](auto v, auto yv) {
     using T = decltype(v);
+    using Y = decltype(yv);
     layer_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(y),
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b), static_cast<Y*>(y),
         static_cast<T*>(mean), static_cast<T*>(rstd), n, nw, nb, epsilon);
   });
-  if (!ok) unsupported_dtype("LayerNormalization", t);
+  if (!ok) unsupported_dtype("LayerNormalization", yt);
   check_launch("LayerNormalization");
 }
 
-void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, const void* mean, const void* rstd,
-                     void* dx, void* dw, void* db, int64_t rows, int64_t n, float* partial, cudaStream_t stream) {
+void layer_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* mean,
+                     const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t n, float* partial,
+                     cudaStream_t stream) {
   if (n == 0) return;
   check_rows(rows, "LayerNormalizationGrad");
-  bool ok = with_float_type(t, [&](auto v) {
+  bool ok = with_float_pair(t, dt, [&](auto v, auto dv) {
     using T = decltype(v);
-    const T *d = static_cast<const T*>(dy), *xp = static_cast<const T*>(x), *m = static_cast<const T*>(mean),
-            *rs = static_cast<const T*>(rstd);
+    using D = decltype(dv);
+    const D* d = static_cast<const D*>(dy);
+    const T *xp = static_cast<const T*>(x), *m = static_cast<const T*>(mean), *rs = static_cast<const T*>(rstd);
     if (dx && rows)
       layer_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), m, rs,
                                                                      static_cast<T*>(dx), n);
@@ -110,7 +115,7 @@ void layer_norm_grad(DType t, const void* dy, const void* x, const void* w, cons
       if (db) sum_chunks_kernel<<<blocks, kThreads, 0, stream>>>(partial_b, ch.count, n, 1.f, static_cast<T*>(db));
     }
   });
-  if (!ok) unsupported_dtype("LayerNormalizationGrad", t);
+  if (!ok) unsupported_dtype("LayerNormalizationGrad", dt);
   check_launch("LayerNormalizationGrad");
 }
 

@@ -1,5 +1,6 @@
 // The CUDA kernels of com.onnxtrain.RMSNormalization and RMSNormalizationGrad (rms_norm.cu's launchers): X, the
-// scale and the statistic of one float dtype, the scale one value per normalized element, as on the CPU.
+// scale and the statistic of one float dtype, the scale one value per normalized element, as on the CPU; Y and dY
+// of that dtype or 16 bits beside a float32 X.
 #include "kernels/cuda/indexing.h"
 #include "ops/normalization.h"
 
@@ -10,9 +11,10 @@ struct Rows {
   int64_t rows = 1, n = 1;
 };
 
-// X's rows and their length (the dims from the axis on), after checking the scale and the inputs' dtypes.
+// X's rows and their length (the dims from the axis on), after checking the scale and the dtypes of the inputs
+// from X (input scale - 1) to `last`.
 Rows rows_of(const ops::NormAttrs& at, const KernelCtx& c, const Tensor& x, size_t scale, size_t last) {
-  same_dtype(c, x, 0, last);
+  same_dtype(c, x, scale - 1, last);
   const int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
   Rows r;
   for (int64_t i = 0; i < x.rank(); ++i) (i < a ? r.rows : r.n) *= x.dims()[size_t(i)];
@@ -25,7 +27,7 @@ Rows rows_of(const ops::NormAttrs& at, const KernelCtx& c, const Tensor& x, size
 void rms_norm_node(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
   const Rows r = rows_of(at, c, x, 1, 1);
-  rms_norm(x.dtype(), x.raw(), c.in(1).raw(), c.out(0).raw(), c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n,
+  rms_norm(x.dtype(), c.out(0).dtype(), x.raw(), c.in(1).raw(), c.out(0).raw(), c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n,
            at.epsilon, stream());
 }
 
@@ -35,7 +37,7 @@ void rms_norm_grad_node(const ops::NormAttrs& at, KernelCtx& c) {
   if (dy.numel() != x.numel() || rstd.numel() != r.rows)
     c.fail("dY " + dims_str(dy.dims()) + ", X " + dims_str(x.dims()) + " and the statistic " + dims_str(rstd.dims()) +
            " do not fit together");
-  rms_norm_grad(x.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(), c.wants(0) ? c.out(0).raw() : nullptr,
+  rms_norm_grad(x.dtype(), dy.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(), c.wants(0) ? c.out(0).raw() : nullptr,
                 c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n, c.scratch_as<float>(0, size_t(kRowChunks * r.n)),
                 stream());
 }
