@@ -79,11 +79,11 @@ void fold_cast(ir::Graph& g, const ir::Node* reshape, const ir::Node* cast, cons
 // rest producers first (fusions put new nodes at the end); returns whether any went.
 bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool resort);
 
-// The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion,
-// the norms' output cast, SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion, masked-softmax fusion,
-// attention-softmax fusion, flash-attention fusion, grouped-attention fusion, Transpose-into-Gemm fusion,
-// Cast-into-product fusion, scatter accumulation, slice gradients to a Concat, constant folding, common
-// subexpressions, dead code.
+// The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion, the
+// norms' output cast, SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion,
+// masked-softmax fusion, attention-softmax fusion, flash-attention fusion, grouped-attention fusion,
+// Transpose-into-Gemm fusion, Cast-into-product fusion, scatter accumulation, slice gradients to a Concat, constant
+// folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

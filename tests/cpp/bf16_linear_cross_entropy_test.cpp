@@ -69,7 +69,8 @@ std::pair<Tensor, Tensor> rounded_reference(const Tensor& x, const Tensor& w, co
     double top = -INFINITY, sum = 0;
     for (int64_t j = 0; j < kClasses; ++j) {
       double s = b.data<float>()[j];
-      for (int64_t k = 0; k < kInner; ++k) s += double(x.data<float>()[i * kInner + k]) * w.data<float>()[j * kInner + k];
+      for (int64_t k = 0; k < kInner; ++k)
+        s += double(x.data<float>()[i * kInner + k]) * w.data<float>()[j * kInner + k];
       top = std::max(top, row[size_t(j)] = float(BFloat16(float(s))));
     }
     for (double s : row) sum += std::exp(s - top);

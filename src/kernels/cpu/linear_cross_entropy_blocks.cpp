@@ -81,11 +81,11 @@ void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
 
 // The gradients of forward (outputs 2-4: dX, dW, dB for a loss gradient of 1) a block of classes at a time: each
 // block's scores are computed again over all rows (or, where the loss pass wrote them to output 5, read back from
-// there: they are the scores, a 16-bit head's rounded to its dtype as output 5 holds them), turned into their gradient, and multiplied into its rows of dW and
-// dB, formed whole at once, and into dX, accumulated over the blocks (in float32 scratch for bfloat16, the block's
-// gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it). Blocks of classes rather than of
-// rows, since a head has far fewer rows than classes: the (C, K) dW is written once instead of once per block of
-// rows, at the price of the scores' product once more where they were not kept.
+// there: they are the scores, a 16-bit head's rounded to its dtype as output 5 holds them), turned into their gradient,
+// and multiplied into its rows of dW and dB, formed whole at once, and into dX, accumulated over the blocks (in float32
+// scratch for bfloat16, the block's gradient rounded to bf16 for the GEMMs, as autocast's Cast backward rounds it).
+// Blocks of classes rather than of rows, since a head has far fewer rows than classes: the (C, K) dW is written once
+// instead of once per block of rows, at the price of the scores' product once more where they were not kept.
 template <typename S, typename A>
 void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch) {
   const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;

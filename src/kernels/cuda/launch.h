@@ -142,8 +142,9 @@ void gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmS
 // unit stride, a batch that does not fold into one stride, a base of another shape, ONNXTRAIN_CUDA_GEMM=tiled.
 bool lt_gemm(DType t, DType out, const void* a, const void* b, void* c, const GemmShape& s, cudaStream_t stream);
 
-// Cross-entropy over (n, c) scores (float32, or of a 16-bit head's dtype t: dtype st) and n targets (int32 or int64, on the device; `ignore` skipped when
-// has_ignore). A target out of range counts, with a NaN loss (the device cannot stop the step to say so).
+// Cross-entropy over (n, c) scores (float32, or of a 16-bit head's dtype t: dtype st) and n targets (int32 or int64, on
+// the device; `ignore` skipped when has_ignore). A target out of range counts, with a NaN loss (the device cannot stop
+// the step to say so).
 struct CrossEntropy {  // n rows of c scores, ld apart (ld >= c; the gradient's rows the same)
   int64_t n = 0, c = 0, ld = 0;
   DType target_type = DType::kInt64;

@@ -246,8 +246,9 @@ void linear_grad_add(const LinearGradAddAttrs& a, KernelCtx& c) {
 Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements * Dim(bytes)); }
 
 // As the kernels carve it: cuBLASLt's workspace, a block's scores (X's dtype, their gradient taking their place), the
-// totals, forward's log-sum-exps when output 1 is not asked for, and for dW of 16-bit operands its float32 sum; with the classes padded (all of it for a count of classes known only at run time), W's
-// padded copy, and B's where there is a B.
+// totals, forward's log-sum-exps when output 1 is not asked for, and for dW of 16-bit operands its float32 sum; with
+// the classes padded (all of it for a count of classes known only at run time), W's padded copy, and B's where there is
+// a B.
 Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, bool db,
                  int64_t totals) {  // (B is input w + 1)
   const Shape& xs = s.shape(x);

@@ -28,9 +28,9 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
       c.fail(std::string(i == 1 ? "scale " : "bias ") + dims_str(c.in(i).dims()) +
              " does not broadcast over the normalized dims " + dims_str(norm));
   const int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 1;
-  cuda::layer_norm(x.dtype(), c.out(0).dtype(), x.raw(), c.in(1).raw(), c.has(2) ? c.in(2).raw() : nullptr, c.out(0).raw(),
-                   c.wants(1) ? c.out(1).raw() : nullptr, c.wants(2) ? c.out(2).raw() : nullptr, r.rows, r.n, nw, nb,
-                   at.epsilon, stream());
+  cuda::layer_norm(x.dtype(), c.out(0).dtype(), x.raw(), c.in(1).raw(), c.has(2) ? c.in(2).raw() : nullptr,
+                   c.out(0).raw(), c.wants(1) ? c.out(1).raw() : nullptr, c.wants(2) ? c.out(2).raw() : nullptr,
+                   r.rows, r.n, nw, nb, at.epsilon, stream());
 }
 
 void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {

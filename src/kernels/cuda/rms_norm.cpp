@@ -27,8 +27,8 @@ Rows rows_of(const ops::NormAttrs& at, const KernelCtx& c, const Tensor& x, size
 void rms_norm_node(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
   const Rows r = rows_of(at, c, x, 1, 1);
-  rms_norm(x.dtype(), c.out(0).dtype(), x.raw(), c.in(1).raw(), c.out(0).raw(), c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n,
-           at.epsilon, stream());
+  rms_norm(x.dtype(), c.out(0).dtype(), x.raw(), c.in(1).raw(), c.out(0).raw(),
+           c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n, at.epsilon, stream());
 }
 
 void rms_norm_grad_node(const ops::NormAttrs& at, KernelCtx& c) {
@@ -37,9 +37,9 @@ void rms_norm_grad_node(const ops::NormAttrs& at, KernelCtx& c) {
   if (dy.numel() != x.numel() || rstd.numel() != r.rows)
     c.fail("dY " + dims_str(dy.dims()) + ", X " + dims_str(x.dims()) + " and the statistic " + dims_str(rstd.dims()) +
            " do not fit together");
-  rms_norm_grad(x.dtype(), dy.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(), c.wants(0) ? c.out(0).raw() : nullptr,
-                c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n, c.scratch_as<float>(0, size_t(kRowChunks * r.n)),
-                stream());
+  rms_norm_grad(x.dtype(), dy.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(),
+                c.wants(0) ? c.out(0).raw() : nullptr, c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n,
+                c.scratch_as<float>(0, size_t(kRowChunks * r.n)), stream());
 }
 
 // RMSNormalizationGrad's scratch: dscale's partial sums over chunks of the rows.
