@@ -24,7 +24,9 @@ void __syncthreads();
 int __syncthreads_or(int predicate);
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
 float atomicAdd(float* address, float v);  // (the old value, as CUDA's: the block's threads run at once)
+double atomicAdd(double* address, double v);
 inline float __expf(float x) { return std::exp(x); }
+using std::isfinite;  // (CUDA declares it in the global namespace)
 
 namespace onnxtrain::testing {
 

@@ -1,74 +1,12 @@
 // Cross-entropy over scores (float32, or a 16-bit head's in its dtype) on the GPU, for the fused head
-// (linear_cross_entropy.cpp) and SoftmaxCrossEntropyLoss: a block per row for its log-sum-exp (one pass, online; the
-// scores written into the head's logits on the way) and loss (CUB's block reduction), the totals by double atomics,
-// the scores' gradient by rows (8 columns a thread where rows allow; in the scores' place where asked) and the
-// log-probabilities elementwise, and column sums (the bias's gradient) a thread per column.
-#include "kernels/cuda/block_reduce.cuh"
+// (linear_cross_entropy.cpp) and SoftmaxCrossEntropyLoss: the launches of the rows' kernels (cross_entropy_rows.cuh),
+// the count of targets and the total, the log-probabilities elementwise, and column sums (the bias's gradient) a
+// thread per column.
+#include "kernels/cuda/cross_entropy_rows.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
-
-__device__ __forceinline__ int64_t target_of(const CrossEntropy& e, int64_t r) {
-  return e.target_type == DType::kInt64 ? static_cast<const int64_t*>(e.target)[r]
-                                        : int64_t(static_cast<const int32_t*>(e.target)[r]);
-}
-__device__ __forceinline__ bool ignored(const CrossEntropy& e, int64_t t) { return e.has_ignore && t == e.ignore; }
-
-// The 16 / sizeof(S) scores from p (16-byte aligned) as floats into x.
-template <typename S>
-__device__ __forceinline__ void load16(const S* p, float* x) {
-  const uint4 w = *reinterpret_cast<const uint4*>(p);
-  S v[16 / sizeof(S)];
-  memcpy(v, &w, 16);
-#pragma unroll
-  for (size_t k = 0; k < 16 / sizeof(S); ++k) x[k] = to_float(v[k]);
-}
-
-// A block a row, the scores read once (16 bytes at a time where the rows allow): each thread's maximum and its sum
-// of exponents relative to it (online, an exponent a score), then the block's maximum and the sums rescaled to it;
-// the scores rounded to T into `logits` (rows c apart) where it is given, on the way.
-template <typename S, typename T>
-__global__ void rows_kernel(CrossEntropy e, const S* s, float* lse, float* losses, double* totals, T* logits) {
-  __shared__ BlockReduce::TempStorage tmp;
-  __shared__ float shared;
-  const int64_t r = blockIdx.x;
-  const S* row = s + r * e.ld;
-  T* out = logits ? logits + r * e.c : nullptr;
-  float mine = -INFINITY, sum = 0;
-  auto take = [&](float x, int64_t j) {
-    if (out) out[j] = from_float<T>(x);
-    if (x > mine) {
-      sum = sum * expf(mine - x) + 1.f;
-      mine = x;
-    } else if (x != -INFINITY) {
-      sum += expf(x - mine);  // (a NaN's too: the sum NaN, as the loss)
-    }
-  };
-  constexpr int P = 16 / sizeof(S);
-  int64_t rest = 0;  // the first score not read 16 bytes at a time
-  if (e.ld % P == 0 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
-    rest = e.c / P * P;
-    for (int64_t j = P * int64_t(threadIdx.x); j < rest; j += P * kThreads) {
-      float x[P];
-      load16(row + j, x);
-#pragma unroll
-      for (int k = 0; k < P; ++k) take(x[k], j + k);
-    }
-  }
-  for (int64_t j = rest + threadIdx.x; j < e.c; j += kThreads) take(to_float(row[j]), j);
-  const float m = block_all_reduce(mine, MaxOp(), tmp, &shared);
-  sum = BlockReduce(tmp).Reduce(sum == 0.f ? 0.f : sum * expf(mine - m), SumOp());
-  if (threadIdx.x != 0) return;
-  const float l = isfinite(m) ? m + logf(sum) : m;
-  lse[r] = l;
-  const int64_t t = target_of(e, r);
-  const bool skip = ignored(e, t);
-  const float loss = skip ? 0.f : t < 0 || t >= e.c ? NAN : l - to_float(row[t]);
-  if (losses) losses[r] = loss;
-  atomicAdd(totals, double(loss));
-  if (!skip) atomicAdd(totals + 1, 1.0);
-}
 
 __global__ void count_kernel(CrossEntropy e, double* totals) {
   ONNXTRAIN_GRID_LOOP(r, e.n) {
@@ -78,45 +16,6 @@ __global__ void count_kernel(CrossEntropy e, double* totals) {
 
 __global__ void total_kernel(bool mean, const double* totals, float* loss) {
   *loss = float(!mean ? totals[0] : totals[1] > 0 ? totals[0] / totals[1] : 0.0);
-}
-
-// Launched over rows_grid(n, ld / V): V consecutive columns a thread (V = 8 where the rows allow 16-byte reads and
-// writes, else 1), the row's weight, log-sum-exp and target read once for them; g may be s (a thread writes the
-// columns it read).
-template <typename S, typename T, int V>
-__global__ void grad_kernel(CrossEntropy e, const S* s, const float* lse, const float* dloss, bool per_row, bool mean,
-                            const double* totals, T* g) {
-  const float scale = mean ? (totals[1] > 0 ? float(1.0 / totals[1]) : 0.f) : 1.f;
-  for (int64_t r = blockIdx.y; r < e.n; r += gridDim.y) {
-    const int64_t t = target_of(e, r);
-    const float w = ignored(e, t) ? 0.f : (dloss ? dloss[per_row ? r : 0] : 1.f) * scale, l = lse[r];
-    const S* sr = s + r * e.ld;
-    T* gr = g + r * e.ld;
-    for (int64_t j0 = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; j0 < e.ld;
-         j0 += int64_t(gridDim.x) * blockDim.x * V) {
-      float x[V];
-      if constexpr (V == 8) {
-#pragma unroll
-        for (int h = 0; h < int(V * sizeof(S) / 16); ++h) load16(sr + j0 + h * int(16 / sizeof(S)), x + h * int(16 / sizeof(S)));
-      } else {
-        x[0] = to_float(sr[j0]);
-      }
-      T y[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const int64_t j = j0 + k;
-        y[k] = from_float<T>(j >= e.c ? 0.f : w * (expf(x[k] - l) - (j == t ? 1.f : 0.f)));
-      }
-      if constexpr (V == 8) {  // (16 or 32 bytes: whole 16-byte writes)
-        uint4 words[sizeof y / 16];
-        memcpy(words, y, sizeof y);
-#pragma unroll
-        for (size_t k = 0; k < sizeof y / 16; ++k) reinterpret_cast<uint4*>(gr + j0)[k] = words[k];
-      } else {
-        gr[j0] = y[0];
-      }
-    }
-  }
 }
 
 __global__ void log_probs_kernel(const float* s, const float* lse, float* out, int64_t n, int64_t c) {
