@@ -27,6 +27,7 @@ float atomicAdd(float* address, float v);  // (the old value, as CUDA's: the blo
 double atomicAdd(double* address, double v);
 inline float __expf(float x) { return std::exp(x); }
 using std::isfinite;  // (CUDA declares it in the global namespace)
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 
 namespace onnxtrain::testing {
 

@@ -1,0 +1,157 @@
+// The norms' kernels (kernels/cuda/layer_norm_kernels.cuh, rms_norm_kernels.cuh) run on the host through the warp
+// emulation, against float64 references: LayerNorm's and RMSNorm's output, statistics, dX and dscale, for a
+// float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; rows longer than a
+// block's threads, dscale summed over chunks of rows.
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
+#include "kernels/cuda/layer_norm_kernels.cuh"
+#include "kernels/cuda/rms_norm_kernels.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+constexpr int64_t kRowCount = 9, kN = 300;
+constexpr float kEpsilon = 1e-5f;
+
+std::vector<float> values(int64_t count, uint32_t seed, float lo, float hi) {
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = lo + (hi - lo) * float(seed >> 8) / float(1 << 24);
+  }
+  return v;
+}
+
+template <typename T>
+std::vector<T> as(const std::vector<float>& v) {
+  std::vector<T> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = from_float<T>(v[i]);
+  return r;
+}
+
+// Every element within `tolerance` times the largest magnitude the reference holds.
+template <typename T>
+void expect_near(const std::vector<T>& got, const std::vector<double>& want, double tolerance, const char* what) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(double(to_float(got[i])), want[i], tolerance * scale) << what << " at " << i;
+}
+
+// The per-column sums of a norm's dscale (or dbias) kernel's partial sums, as the launch adds them.
+template <typename Partials>
+std::vector<float> column_sums(Partials&& partials) {
+  const Chunks ch = chunks_of(kRowCount);
+  std::vector<float> partial(size_t(kRowChunks * kN * 2), 1e30f), out(size_t(kN), 1e30f);
+  const dim3 grid = chunk_grid(kN, ch);
+  testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads, [&] { partials(partial.data(), ch); });
+  testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, kN, 1.f, out.data()); });
+  return out;
+}
+
+struct Rows {  // X, the scale, the bias and dY of every check, in float32
+  std::vector<float> x = values(kRowCount * kN, 1, -3, 2), w = values(kN, 2, 0.5f, 1.5f), b = values(kN, 3, -1, 1),
+                     dy = values(kRowCount * kN, 4, -1, 1);
+};
+
+template <typename Y>
+void check_layer_norm() {
+  const Rows in;
+  const std::vector<float> dy32 = [&] {  // dY as the kernel reads it: of Y's dtype
+    std::vector<float> r = in.dy;
+    for (float& v : r) v = to_float(from_float<Y>(v));
+    return r;
+  }();
+  const std::vector<Y> dy = as<Y>(in.dy);
+  std::vector<Y> y(size_t(kRowCount * kN));
+  std::vector<float> mean(kRowCount), rstd(kRowCount), dx(size_t(kRowCount * kN));
+  testing::emulate(unsigned(kRowCount), kThreads, [&] {
+    layer_norm_kernel<float, Y>(in.x.data(), in.w.data(), in.b.data(), y.data(), mean.data(), rstd.data(), kN, kN, kN,
+                                kEpsilon);
+  });
+  testing::emulate(unsigned(kRowCount), kThreads, [&] {
+    layer_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), dx.data(), kN);
+  });
+  const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
+    layer_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), mean.data(), rstd.data(), partial,
+                                   partial + int64_t(ch.count) * kN, kRowCount, kN, ch.rows);
+  });
+  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(size_t(kN), 0.0);
+  for (int64_t r = 0; r < kRowCount; ++r) {
+    const float* xr = in.x.data() + r * kN;
+    double m = 0, v = 0, m1 = 0, m2 = 0;
+    for (int64_t j = 0; j < kN; ++j) m += xr[j] / double(kN);
+    for (int64_t j = 0; j < kN; ++j) v += (xr[j] - m) * (xr[j] - m) / double(kN);
+    const double rs = 1 / std::sqrt(v + kEpsilon);
+    EXPECT_NEAR(mean[size_t(r)], m, 1e-5);
+    EXPECT_NEAR(rstd[size_t(r)], rs, 1e-5 * rs);
+    for (int64_t j = 0; j < kN; ++j) {
+      const double xhat = (xr[j] - m) * rs, g = dy32[size_t(r * kN + j)] * double(in.w[size_t(j)]);
+      want_y[size_t(r * kN + j)] = xhat * in.w[size_t(j)] + in.b[size_t(j)];
+      m1 += g / double(kN), m2 += g * xhat / double(kN);
+      want_dw[size_t(j)] += dy32[size_t(r * kN + j)] * xhat;
+    }
+    for (int64_t j = 0; j < kN; ++j) {
+      const double xhat = (xr[j] - m) * rs, g = dy32[size_t(r * kN + j)] * double(in.w[size_t(j)]);
+      want_dx[size_t(r * kN + j)] = rs * (g - m1 - xhat * m2);
+    }
+  }
+  expect_near(y, want_y, std::is_same_v<Y, float> ? 1e-5 : 1.0 / 128, "Y");
+  expect_near(dx, want_dx, 1e-5, "dX");
+  expect_near(dw, want_dw, 1e-5, "dscale");
+}
+
+template <typename Y>
+void check_rms_norm() {
+  const Rows in;
+  const std::vector<Y> dy = as<Y>(in.dy);
+  std::vector<Y> y(size_t(kRowCount * kN));
+  std::vector<float> rstd(kRowCount), dx(size_t(kRowCount * kN));
+  testing::emulate(unsigned(kRowCount), kThreads, [&] {
+    rms_norm_kernel<float, Y>(in.x.data(), in.w.data(), y.data(), rstd.data(), kN, kEpsilon);
+  });
+  testing::emulate(unsigned(kRowCount), kThreads, [&] {
+    rms_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx.data(), kN);
+  });
+  const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
+    rms_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), rstd.data(), partial, kRowCount, kN, ch.rows);
+  });
+  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(size_t(kN), 0.0);
+  for (int64_t r = 0; r < kRowCount; ++r) {
+    const float* xr = in.x.data() + r * kN;
+    double ms = 0, k = 0;
+    for (int64_t j = 0; j < kN; ++j) ms += double(xr[j]) * xr[j] / double(kN);
+    const double rs = 1 / std::sqrt(ms + kEpsilon);
+    EXPECT_NEAR(rstd[size_t(r)], rs, 1e-5 * rs);
+    for (int64_t j = 0; j < kN; ++j) {
+      const double d = to_float(dy[size_t(r * kN + j)]);
+      want_y[size_t(r * kN + j)] = xr[j] * rs * in.w[size_t(j)];
+      k += d * in.w[size_t(j)] * xr[j] / double(kN) * rs * rs;
+      want_dw[size_t(j)] += d * xr[j] * rs;
+    }
+    for (int64_t j = 0; j < kN; ++j)
+      want_dx[size_t(r * kN + j)] = rs * (to_float(dy[size_t(r * kN + j)]) * in.w[size_t(j)] - xr[j] * k);
+  }
+  expect_near(y, want_y, std::is_same_v<Y, float> ? 1e-5 : 1.0 / 128, "Y");
+  expect_near(dx, want_dx, 1e-5, "dX");
+  expect_near(dw, want_dw, 1e-5, "dscale");
+}
+
+TEST(NormKernels, LayerNormOfFloat32WithYAndDYOfFloat32OrBf16) {
+  check_layer_norm<float>();
+  check_layer_norm<__nv_bfloat16>();
+}
+
+TEST(NormKernels, RMSNormOfFloat32WithYAndDYOfFloat32OrBf16) {
+  check_rms_norm<float>();
+  check_rms_norm<__nv_bfloat16>();
+}
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda
+#endif
