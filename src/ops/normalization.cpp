@@ -47,6 +47,18 @@ NormAttrs norm_attrs(const ir::Node& n) {
           n.attr_int("unbiased_running_var", 0) != 0, n.attr_int("to", 0)};
 }
 
+}  // namespace
+
+DType norm_output_dtype(const NormAttrs& a, InferCtx& ctx) {
+  const DType x = ctx.dtype(0), y = a.to ? DType(a.to) : x;
+  if (y != x && !(x == DType::kFloat32 && dtype_is_16bit_float(y)))
+    ctx.fail("attribute to (" + std::to_string(a.to) + ") with X of " + dtype_name(x) +
+             ": Y must be of X's dtype, or of 16 bits beside a float32 X");
+  return y;
+}
+
+namespace {
+
 // LayerNormalization; com.onnxtrain.LayerNormalization is the same with attribute `to`, Y's dtype (a float32 norm
 // whose output autocast casts to 16 bits writes them itself: norm_output_cast.cpp).
 class LayerNormOp : public OpWith<NormAttrs> {
@@ -56,7 +68,7 @@ class LayerNormOp : public OpWith<NormAttrs> {
   bool recomputable() const override { return true; }
   void infer(InferCtx& ctx) const override {
     int64_t a = ctx.axis(attrs.axis, ctx.rank(0));
-    ctx.set(0, attrs.to ? DType(attrs.to) : ctx.dtype(0), ctx.shape(0));
+    ctx.set(0, norm_output_dtype(attrs, ctx), ctx.shape(0));
     Shape stat = ctx.shape(0);
     for (size_t i = size_t(a); i < stat.size(); ++i) stat[i] = Dim(1);
     ctx.set(1, ctx.dtype(0), stat);

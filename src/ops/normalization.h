@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "onnxtrain/dtype.h"
+
 namespace onnxtrain::ops {
 
 struct NormAttrs {
@@ -12,5 +14,10 @@ struct NormAttrs {
   bool unbiased;   // onnxtrain's unbiased_running_var: PyTorch's update of running_var
   int64_t to = 0;  // com.onnxtrain's LayerNormalization and RMSNormalization: Y's dtype (0: X's)
 };
+
+class InferCtx;
+// The norms' Y dtype: X's, or attribute `to` where given, which must be X's or 16 bits beside a float32 X (else a
+// ShapeError naming the node).
+DType norm_output_dtype(const NormAttrs& a, InferCtx& ctx);
 
 }  // namespace onnxtrain::ops

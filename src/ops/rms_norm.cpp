@@ -40,7 +40,7 @@ class RMSNormOp : public OpWith<NormAttrs> {
         ctx.fail("scale " + shape_str(w) + " is not shaped as the normalized dims of " + shape_str(ctx.shape(0)));
       if (!d.is_const()) d = w[i];
     }
-    ctx.set(0, attrs.to ? DType(attrs.to) : ctx.dtype(0), y);
+    ctx.set(0, norm_output_dtype(attrs, ctx), y);
     ctx.set(1, ctx.dtype(0), row_shape(ctx, attrs.axis));
   }
   void grad(GradCtx& g) const override {

@@ -88,3 +88,17 @@ def test_a_norm_writes_the_bf16_output_autocast_casts_it_to(style, bf16, tmp_pat
     types = {v.name: v.type.tensor_type.elem_type for v in graph.value_info}
     assert len(grad) == 1 and types[grad[0].input[0]] == (onnx.TensorProto.BFLOAT16 if bf16 else onnx.TensorProto.FLOAT)
     assert made[grad[0].input[0]].op_type != "Cast"  # (dY as the product writes it)
+
+
+@pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
+def test_a_norms_output_dtype_must_be_xs_or_sixteen_bits_beside_float32(op):
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op, ["x", "w"], ["y"], domain="com.onnxtrain", to=TensorProto.INT64)
+    graph = helper.make_graph([node], "norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 4])])
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.onnxtrain", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    with pytest.raises(onnxtrain.ShapeError, match=r"attribute to \(7\) with X of float32: Y must be of X's dtype"):
+        onnxtrain.Session.from_bytes(model.SerializeToString())
