@@ -57,6 +57,12 @@ DType norm_output_dtype(const NormAttrs& a, InferCtx& ctx) {
   return y;
 }
 
+bool layer_norm_fused_grad(const ir::Value* x, const ir::Value* w, int64_t axis) {
+  if (!x->has_shape || !w->has_shape || w->dtype != x->dtype) return false;
+  const int64_t r = int64_t(x->shape.size()), a = axis < 0 ? axis + r : axis;
+  return a >= 0 && a < r && Shape(x->shape.begin() + a, x->shape.end()) == w->shape;
+}
+
 namespace {
 
 // LayerNormalization; com.onnxtrain.LayerNormalization is the same with attribute `to`, Y's dtype (a float32 norm
@@ -92,7 +98,7 @@ class LayerNormGradOp : public OpWith<NormAttrs> {
 void LayerNormOp::grad(GradCtx& g) const {
   Value *x = g.x(0), *w = g.x(1), *dy = g.dy(0);
   int64_t r = int64_t(x->shape.size()), a = attrs.axis < 0 ? attrs.axis + r : attrs.axis;
-  if (w->has_shape && x->has_shape && w->dtype == x->dtype && Shape(x->shape.begin() + a, x->shape.end()) == w->shape) {
+  if (layer_norm_fused_grad(x, w, attrs.axis)) {
     auto d = g.ops("LayerNormalizationGrad", {dy, x, w, g.y(1), g.y(2)}, 3,
                    {{"axis", int64_t(a)}, {"epsilon", attrs.epsilon}}, "com.onnxtrain");
     for (size_t i = 0; i < 3; ++i)

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "ir/graph.h"
 #include "onnxtrain/dtype.h"
 
 namespace onnxtrain::ops {
@@ -16,6 +17,9 @@ struct NormAttrs {
 };
 
 class InferCtx;
+// Whether a LayerNormalization of X over the dims from `axis` on with scale W differentiates through the fused
+// LayerNormalizationGrad: W of X's dtype, shaped as the normalized dims (else its gradient is composed of ops).
+bool layer_norm_fused_grad(const ir::Value* x, const ir::Value* w, int64_t axis);
 // The norms' Y dtype: X's, or attribute `to` where given, which must be X's or 16 bits beside a float32 X (else a
 // ShapeError naming the node).
 DType norm_output_dtype(const NormAttrs& a, InferCtx& ctx);

@@ -5,6 +5,7 @@
 // Llama's products: the float32 copy and the Cast's pass over it go). Its gradient takes the 16-bit dY as it
 // comes (the Cast's gradient, the widening back, goes too). A LayerNormalization folds only where its gradient is
 // the fused LayerNormalizationGrad's: a scale of X's dtype shaped as the normalized dims.
+#include "ops/normalization.h"
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -15,11 +16,8 @@ bool foldable(const ir::Node* n) {
   if (!has_inputs(n, 2) || n->outputs.empty() || !n->outputs[0] || n->input(0)->dtype != DType::kFloat32 ||
       n->outputs[0]->dtype != DType::kFloat32 || n->has_attr("to"))
     return false;
-  if (n->op_type == "RMSNormalization") return true;
-  const ir::Value *x = n->input(0), *w = n->input(1);
-  if (!x->has_shape || !w->has_shape || w->dtype != x->dtype) return false;
-  const int64_t rank = int64_t(x->shape.size()), axis = n->attr_int("axis", -1), a = axis < 0 ? axis + rank : axis;
-  return a >= 0 && a < rank && Shape(x->shape.begin() + a, x->shape.end()) == w->shape;
+  return n->op_type == "RMSNormalization" ||
+         ops::layer_norm_fused_grad(n->input(0), n->input(1), n->attr_int("axis", -1));
 }
 
 // n where it is a Cast to a 16-bit float, else null.
