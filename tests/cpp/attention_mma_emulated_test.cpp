@@ -32,6 +32,7 @@ struct Case {
   float fill = -30.f, dropout = 0.f;
   int64_t masked_row = -1;  // a row masked whole
   int64_t shift = 0;  // batch b's mask and bias b * shift keys to the right: a map a batch (else one for all pairs)
+  bool scan_pairs = false;  // the backward finds the pairs reading its K and V by trying each (not space_kv_pairs)
 };
 
 template <typename T>
@@ -80,6 +81,10 @@ struct Emulated {
       a.threshold = dropout_threshold(c.dropout);
       a.keep_scale = float(1.0 / (1.0 - c.dropout));
       a.seed = 1234;
+    }
+    if (!c.scan_pairs) {
+      space_kv_pairs(a);
+      EXPECT_EQ(a.kv_pairs, c.groups);  // (a run of a pair for each grouped head)
     }
     return a;
   }
@@ -207,6 +212,8 @@ TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
   c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.shift = 5;
   Emulated<__half>(c).check();
+  c.scan_pairs = true;
+  Emulated<__half>(c).check();
 }
 
 // Score rows of whole blocks of dropout's draw (keys a multiple of 64): each row draws its tile's scores from one block
@@ -255,6 +262,24 @@ TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
   c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
   c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64;
   Emulated<__nv_bfloat16>(c).check();
+}
+
+// The pairs reading each K and V batch index, for Q's batch (2, 6) and K's as the kv strides and groups give it: evenly
+// spaced where every index is read by a run of pairs or by pairs a batch apart, else found by the backward's scan.
+TEST(TensorCoreAttention, ThePairsReadingAKeyAreSpacedEvenlyWhereTheyAre) {
+  auto spaced = [](std::vector<int64_t> kv_strides, int64_t kv_count, int64_t groups) {
+    Attention a;
+    a.pairs = 12, a.kv_count = kv_count, a.groups = groups, a.kv_heads = kv_count / (kv_strides[0] ? 2 : 1);
+    a.batch.rank = 2, a.batch.dims[0] = 2, a.batch.dims[1] = 6;
+    a.batch.strides[1][0] = kv_strides[0], a.batch.strides[1][1] = kv_strides[1];
+    space_kv_pairs(a);
+    return std::vector<int64_t>{a.kv_pairs, a.kv_pair_mult, a.kv_pair_step};
+  };
+  EXPECT_EQ(spaced({6, 1}, 12, 1), (std::vector<int64_t>{1, 1, 0}));  // a pair a head
+  EXPECT_EQ(spaced({6, 1}, 4, 3), (std::vector<int64_t>{3, 3, 1}));   // 2 key heads, 3 query heads each
+  EXPECT_EQ(spaced({0, 1}, 6, 1), (std::vector<int64_t>{2, 1, 6}));   // K and V broadcast over the batch
+  EXPECT_EQ(spaced({1, 0}, 2, 1), (std::vector<int64_t>{6, 6, 1}));   // over the heads
+  EXPECT_EQ(spaced({0, 1}, 2, 3), (std::vector<int64_t>{0, 0, 0}));   // both: runs a batch apart, scanned
 }
 
 // One pair of n rows by n keys (heads of 64) under the bool mask cond, its rows n apart.

@@ -2,6 +2,8 @@
 // launchers: the geometry checked as on the CPU (kernels/attention_geometry.h); scale and fill stay on the device,
 // the dropout ratio and training mode are read on the host (the op's host inputs). The scratch holds the tensor-core
 // kernels' map of the tiles a mask or a bias changes (Attention::kinds), and the backward's rows' D before it.
+#include <vector>
+
 #include "kernels/attention_geometry.h"
 #include "kernels/counter_random.h"
 #include "kernels/cuda/indexing.h"
@@ -64,6 +66,7 @@ Attention describe(const KernelCtx& c, size_t q, size_t scale) {
     a.keep_scale = float(1.0 / (1.0 - rate));
     a.seed = c.seed;
   }
+  space_kv_pairs(a);
   return a;
 }
 
@@ -123,6 +126,38 @@ Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
   const Dim kinds = kinds_bytes(s, 1, 2, 7, 11);
   return kinds.is_const() && kinds.value() == 0 ? r : scratch_span(r) + kinds;
 }
+
+}  // namespace
+
+// The K and V batch index pair p reads: the kernels' slice_and_kv (attention_common.cuh), on the host.
+static int64_t kv_of(const Attention& a, int64_t p) {
+  int64_t kv = 0;
+  for (int d = a.batch.rank - 1; d >= 0; --d) {
+    kv += (d > 0 ? p % a.batch.dims[d] : p) * a.batch.strides[1][d];
+    if (d > 0) p /= a.batch.dims[d];
+  }
+  const int64_t span = a.kv_heads * a.groups;
+  return a.groups == 1 ? kv : kv / span * a.kv_heads + kv % span / a.groups;
+}
+
+void space_kv_pairs(Attention& a) {
+  a.kv_pairs = a.kv_pair_mult = a.kv_pair_step = 0;
+  if (a.kv_count <= 0 || a.pairs <= 0 || a.pairs % a.kv_count != 0) return;
+  const int64_t per = a.pairs / a.kv_count;
+  std::vector<int64_t> pairs(size_t(a.pairs)), seen(size_t(a.kv_count), 0);  // pairs: kv's n-th at kv * per + n
+  for (int64_t p = 0; p < a.pairs; ++p) {
+    const int64_t kv = kv_of(a, p);
+    if (kv < 0 || kv >= a.kv_count || seen[size_t(kv)] == per) return;
+    pairs[size_t(kv * per + seen[size_t(kv)]++)] = p;
+  }
+  const int64_t mult = a.kv_count > 1 ? pairs[size_t(per)] : 0, step = per > 1 ? pairs[1] - pairs[0] : 0;
+  for (int64_t kv = 0; kv < a.kv_count; ++kv)
+    for (int64_t n = 0; n < per; ++n)
+      if (pairs[size_t(kv * per + n)] != kv * mult + n * step) return;
+  a.kv_pairs = per, a.kv_pair_mult = mult, a.kv_pair_step = step;
+}
+
+namespace {
 
 const bool kRegistered = register_kernels(
     cuda_device(0), {{"com.onnxtrain", "FlashAttention", kernel(flash_attention), forward_scratch},

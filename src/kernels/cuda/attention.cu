@@ -139,9 +139,9 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
   float kj[kPerLane], vj[kPerLane], dk[kPerLane] = {}, dvv[kPerLane] = {}, x[kPerLane];
   load(kt + kv * a.d * a.tk + j, a.d, a.tk, lane, kj);
   load(v + (kv * a.tk + j) * a.dv, a.dv, 1, lane, vj);
-  for (int64_t pair = 0; pair < a.pairs; ++pair) {
+  for (KvPairs pairs{kv}; pairs.next(a) < a.pairs;) {
+    const int64_t pair = pairs.pair;
     const AttentionPair<T> p = pair_of<T>(a, pair);
-    if (p.kv != kv) continue;
     for (int64_t r = 0; r < a.tq; ++r) {
       const int64_t row = pair * a.tq + r;
       const bool off = masked(a, p.cond, r, j);

@@ -40,6 +40,19 @@ __device__ __forceinline__ AttentionPair<T> pair_of(const Attention& a, int64_t 
   return slice_of<T>(a, o.at[0], o.at[1]);
 }
 
+// The pairs that read K and V batch index kv, in increasing order, one at a time: where the launch found them evenly
+// spaced (Attention::kv_pairs), the n-th from its place; else the next pair found reading kv, trying each in turn.
+struct KvPairs {
+  int64_t kv, pair = -1, n = -1;
+  // The next pair (a.pairs: none left).
+  __device__ __forceinline__ int64_t next(const Attention& a) {
+    if (a.kv_pairs > 0) return pair = ++n < a.kv_pairs ? kv * a.kv_pair_mult + n * a.kv_pair_step : a.pairs;
+    do ++pair;
+    while (pair < a.pairs && slice_and_kv(a, pair).at[1] != kv);
+    return pair;
+  }
+};
+
 template <typename T>
 __device__ __forceinline__ float scalar_or(const void* p, float otherwise) {
   return p ? to_float(*static_cast<const T*>(p)) : otherwise;

@@ -86,15 +86,14 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
   struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
     int64_t pair, q0;
+    KvPairs pairs;
     AttentionPair<T> p;
     TileKind kind;
   };
   auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
     for (;;) {
       if ((r.q0 += Q) >= a.tq) {
-        do ++r.pair;
-        while (r.pair < a.pairs && slice_and_kv(a, r.pair).at[1] != kv);
-        if (r.pair >= a.pairs) return r;
+        if ((r.pair = r.pairs.next(a)) >= a.pairs) return r;
         r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
       if ((r.kind = kind_of<Q, kTile>(a, r.p.slice, r.q0, k0)) != TileKind::kDead) return r;
@@ -113,7 +112,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     }
     commit_copies();
   };
-  Rows step = next(Rows{-1, a.tq, AttentionPair<T>{}, TileKind::kDead});
+  Rows step = next(Rows{-1, a.tq, KvPairs{kv}, AttentionPair<T>{}, TileKind::kDead});
   stage_rows(0, step);
   for (int n = 0; step.pair < a.pairs; ++n) {
     const int slot = n % S;

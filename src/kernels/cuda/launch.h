@@ -243,7 +243,14 @@ struct Attention {
   // for each slice. Scratch, filled by the launch before the kernels read it.
   uint8_t* kinds = nullptr;
   int64_t kind_rows = 0, kind_columns = 0;
+  // The pairs reading a K and V batch index kv where they lie evenly spaced (space_kv_pairs): the n-th (n <
+  // kv_pairs) is kv * kv_pair_mult + n * kv_pair_step. kv_pairs 0: the backward finds them by trying every pair.
+  int64_t kv_pairs = 0, kv_pair_mult = 0, kv_pair_step = 0;
 };
+// Sets a's kv_pairs, kv_pair_mult and kv_pair_step from its batch, groups and kv_count where every K and V batch
+// index is read by as many pairs, evenly spaced from kv * kv_pair_mult in increasing order: heads read by a pair each,
+// grouped-query heads (a run of pairs each), K and V broadcast over a batch dim (pairs a batch apart); else kv_pairs 0.
+void space_kv_pairs(Attention& a);
 // The map's tiles: 16 rows by 16 keys. Whether operands of dtype t with a mask or a bias (`masked`)
 // have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times the slices, and the same setting
 // a.kind_rows and a.kind_columns first.
