@@ -478,6 +478,19 @@ TEST(Cuda, DropoutDrawsTheCpusMask) {
       EXPECT_EQ(std::memcmp(w.raw(), g.raw(), w.nbytes()), 0) << name << " in " << dtype_name(t);
     }
   }
+  // Attribute to (dropout_output_cast.cpp): a bf16 Dropout widened to float32, and its gradient of a float32 dy
+  // narrowed to bf16.
+  for (const char* op : {"com.onnxtrain.Dropout", "com.onnxtrain.DropoutGrad"}) {
+    const bool forward = std::string(op) == "com.onnxtrain.Dropout";
+    std::vector<Tensor> in = {random_tensor(forward ? DType::kBFloat16 : DType::kFloat32, {3, 1000}, 10), ratio,
+                              training};
+    const ir::Attributes attrs = {{"seed", int64_t(42)},
+                                  {"to", int64_t(forward ? DType::kFloat32 : DType::kBFloat16)}};
+    auto want = run_one(kCpu, op, in, attrs, 1), got = run_one(kGpu, op, in, attrs, 1);
+    const Tensor &w = want.at("o0"), &g = got.at("o0");
+    ASSERT_EQ(w.nbytes(), g.nbytes()) << op;
+    EXPECT_EQ(std::memcmp(w.raw(), g.raw(), w.nbytes()), 0) << op;
+  }
 }
 
 // SGD steps of the MLP on `device` (the update on the host), each step's loss.

@@ -15,46 +15,70 @@
 namespace onnxtrain::kernels {
 namespace {
 
-// out = in where the mask keeps, scaled by 1 / (1 - ratio), 0 elsewhere; the mask to `mask` when given.
-void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mask) {
-  const Tensor& x = c.in(0);
-  int64_t n = x.numel();
-  uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  const uint32_t threshold = dropout_threshold(ratio);
-  dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* xp = x.data<T>();
-    T* y = c.out(0).data<T>();
-    acc_t<T> scale = acc_t<T>(1.0 / (1.0 - double(ratio)));
-    parallel_for(n, 4, [&](int64_t b, int64_t e) {
-      bool keep[256];
-      for (; b < e; b += 256) {
-        const int64_t w = std::min<int64_t>(256, e - b);
-        dropout_keeps_run(seed, uint64_t(b), w, threshold, keep);
-        for (int64_t k = 0; k < w; ++k) y[b + k] = keep[k] ? T(xp[b + k] * scale) : T(0);
-        if (mask) std::memcpy(mask + b, keep, size_t(w));
-      }
-    });
+// The mask applied to x (dtype In) into y (dtype Out), in the narrower of the two (M: the 16-bit one where they
+// differ, the input rounded to it first), each kept element scaled by `scale`, 0 elsewhere; the mask to `mask` when
+// given. Out = In: Dropout and DropoutGrad as ONNX has them; else attribute `to` (ops/dropout.cpp).
+template <typename In, typename Out>
+void masked(const In* x, Out* y, int64_t n, uint64_t seed, uint32_t threshold, double ratio, bool* mask) {
+  using M = std::conditional_t<(sizeof(In) < sizeof(Out)), In, Out>;
+  const acc_t<M> scale = acc_t<M>(1.0 / (1.0 - ratio));
+  parallel_for(n, 4, [&](int64_t b, int64_t e) {
+    bool keep[256];
+    for (; b < e; b += 256) {
+      const int64_t w = std::min<int64_t>(256, e - b);
+      dropout_keeps_run(seed, uint64_t(b), w, threshold, keep);
+      for (int64_t k = 0; k < w; ++k)
+        y[b + k] = keep[k] ? Out(acc_t<M>(M(acc_t<M>(M(x[b + k])) * scale))) : Out(0.f);
+      if (mask) std::memcpy(mask + b, keep, size_t(w));
+    }
   });
 }
 
-void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
-  const Tensor& x = c.in(0);
-  std::optional<float> ratio = dropout_training_ratio(a, c);
-  bool* mask = c.wants(1) ? c.out(1).data<bool>() : nullptr;
-  if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, mask);
-  if (c.out(0).raw() != x.raw()) std::memcpy(c.out(0).raw(), x.raw(), x.nbytes());
-  if (mask) std::memset(mask, 1, size_t(x.numel()));
+// Calls f with a value of In and of Out for the input's and the output's dtypes: one of the float dtypes, or a
+// float32 and a 16-bit float the one beside the other.
+template <typename F>
+void with_dtypes(const KernelCtx& c, F&& f) {
+  const DType in = c.in(0).dtype(), out = c.out(0).dtype();
+  if (in == out) return dispatch<kFloats>(in, c.node.where(), [&](auto t) { f(t, t); });
+  auto narrow = [&](DType t, auto&& g) {
+    if (t == DType::kBFloat16) return g(Tag<BFloat16>{});
+    if (t == DType::kFloat16) return g(Tag<Half>{});
+    throw UnsupportedError(c.node.where() + ": " + dtype_name(in) + " to " + dtype_name(out));
+  };
+  if (in == DType::kFloat32) return narrow(out, [&](auto o) { f(Tag<float>{}, o); });
+  if (out == DType::kFloat32) return narrow(in, [&](auto i) { f(i, Tag<float>{}); });
+  throw UnsupportedError(c.node.where() + ": " + dtype_name(in) + " to " + dtype_name(out));
 }
+
+// Dropout's and its gradient's kernel: the mask (the node's seed, else the run's) where training with a ratio over 0,
+// else input 0 as it is (converted where the dtypes differ); the mask where wanted.
+void apply(const ops::DropoutAttrs& a, KernelCtx& c, bool* mask) {
+  const Tensor& x = c.in(0);
+  Tensor& y = c.out(0);
+  const std::optional<float> ratio = dropout_training_ratio(a, c);
+  const bool drops = ratio && *ratio > 0;
+  if (!drops && mask) std::memset(mask, 1, size_t(x.numel()));
+  if (!drops && y.dtype() == x.dtype()) {
+    if (y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+    return;
+  }
+  const uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
+  const uint32_t threshold = drops ? dropout_threshold(*ratio) : 0;  // (0: every element kept)
+  with_dtypes(c, [&](auto ti, auto to) {
+    using In = typename decltype(ti)::type;
+    using Out = typename decltype(to)::type;
+    masked(x.data<In>(), y.data<Out>(), x.numel(), seed, threshold, drops ? double(*ratio) : 0.0,
+           drops ? mask : nullptr);
+  });
+}
+
+void dropout(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, c.wants(1) ? c.out(1).data<bool>() : nullptr); }
 
 // The gradient: the forward's mask drawn again (the node carries the Dropout's key), applied to dy.
-void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) {
-  std::optional<float> ratio = dropout_training_ratio(a, c);
-  if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, nullptr);
-  if (c.out(0).raw() != c.in(0).raw()) std::memcpy(c.out(0).raw(), c.in(0).raw(), c.in(0).nbytes());
-}
+void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, nullptr); }
 
 const bool kRegistered = register_kernels(kCpu, {{"", "Dropout", kernel(dropout)},
+                                                  {"com.onnxtrain", "Dropout", kernel(dropout)},
                                                   {"com.onnxtrain", "DropoutGrad", kernel(dropout_grad)}});
 
 }  // namespace

@@ -90,27 +90,22 @@ void range(KernelCtx& c) {
   cuda::range(c.in(0).dtype(), c.in(0).raw(), c.in(2).raw(), c.out(0).raw(), c.out(0).numel(), stream());
 }
 
-// As the CPU's kernel (kernels/cpu/dropout.cpp): the same mask for the same seed.
-void apply_mask(const ops::DropoutAttrs& a, KernelCtx& c, float ratio, bool* mask) {
-  uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  const float scale = float(1.0 / (1.0 - double(ratio)));
-  cuda::dropout(c.in(0).dtype(), c.in(0).raw(), c.out(0).raw(), mask, c.in(0).numel(), seed,
-                dropout_threshold(ratio), scale, stream());
+// As the CPU's kernel (kernels/cpu/dropout.cpp): the same mask for the same seed, the dtypes as there; where it
+// drops nothing, input 0 as it is (converted where the dtypes differ: a mask keeping all).
+void apply(const ops::DropoutAttrs& a, KernelCtx& c, bool* mask) {
+  const Tensor& x = c.in(0);
+  Tensor& y = c.out(0);
+  const std::optional<float> ratio = dropout_training_ratio(a, c);
+  const bool drops = ratio && *ratio > 0;
+  if (!drops && mask) check(cudaMemsetAsync(mask, 1, size_t(x.numel()), stream()), "cudaMemsetAsync");
+  if (!drops && y.dtype() == x.dtype()) return copy(x, y);
+  const uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
+  cuda::dropout(x.dtype(), y.dtype(), x.raw(), y.raw(), drops ? mask : nullptr, x.numel(), seed,
+                drops ? dropout_threshold(*ratio) : 0, drops ? float(1.0 / (1.0 - double(*ratio))) : 1.f, stream());
 }
 
-void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
-  std::optional<float> ratio = dropout_training_ratio(a, c);
-  bool* mask = c.wants(1) ? c.out(1).data<bool>() : nullptr;
-  if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, mask);
-  copy(c.in(0), c.out(0));
-  if (mask) check(cudaMemsetAsync(mask, 1, size_t(c.in(0).numel()), stream()), "cudaMemsetAsync");
-}
-
-void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) {
-  std::optional<float> ratio = dropout_training_ratio(a, c);
-  if (ratio && *ratio > 0) return apply_mask(a, c, *ratio, nullptr);
-  copy(c.in(0), c.out(0));
-}
+void dropout(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, c.wants(1) ? c.out(1).data<bool>() : nullptr); }
+void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, nullptr); }
 
 void identity(KernelCtx& c) { copy(c.in(0), c.out(0)); }
 
@@ -157,6 +152,7 @@ const bool kRegistered = register_kernels(
      {"", "Range", kernel(range)},
      {"", "Identity", kernel(identity)},
      {"", "Dropout", kernel(dropout)},
+     {"com.onnxtrain", "Dropout", kernel(dropout)},
      {"com.onnxtrain", "DropoutGrad", kernel(dropout_grad)}});
 
 }  // namespace
