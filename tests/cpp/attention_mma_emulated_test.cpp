@@ -282,6 +282,28 @@ TEST(TensorCoreAttention, ThePairsReadingAKeyAreSpacedEvenlyWhereTheyAre) {
   EXPECT_EQ(spaced({0, 1}, 2, 3), (std::vector<int64_t>{0, 0, 0}));   // both: runs a batch apart, scanned
 }
 
+// The first tile not dead, the warp reading 32 tiles' kinds at once: past a run of dead ones longer than a warp, from
+// a start off the step, none before the end.
+TEST(TensorCoreAttention, TheFirstLiveTileIsFoundAWarpOfTilesAtATime) {
+  auto first = [](int64_t from, int64_t end, int64_t live_at) {
+    std::vector<tc::Live> got(32);
+    testing::emulate(1, 32, [&] {
+      got[threadIdx.x] = tc::first_live(from, end, 4, [&](int64_t at) {
+        return at < live_at ? tc::TileKind::kDead : at == live_at ? tc::TileKind::kCausal : tc::TileKind::kPlain;
+      });
+    });
+    for (const tc::Live& l : got) EXPECT_TRUE(l.at == got[0].at && l.kind == got[0].kind);  // (every lane's)
+    return got[0];
+  };
+  EXPECT_EQ(first(0, 400, 164).at, 164);  // (the 42nd tile: the second read)
+  EXPECT_EQ(first(0, 400, 164).kind, tc::TileKind::kCausal);
+  EXPECT_EQ(first(2, 400, 164).at, 166);  // (tiles 2, 6, ...: the first past 164, plain)
+  EXPECT_EQ(first(2, 400, 164).kind, tc::TileKind::kPlain);
+  EXPECT_EQ(first(0, 4, 0).at, 0);
+  EXPECT_GE(first(0, 400, 1000).at, 400);
+  EXPECT_EQ(first(0, 400, 1000).kind, tc::TileKind::kDead);
+}
+
 // One pair of n rows by n keys (heads of 64) under the bool mask cond, its rows n apart.
 Attention one_pair(const bool* cond, int64_t n) {
   Attention a;

@@ -22,6 +22,7 @@ namespace {
 struct Warp {
   std::barrier<> sync{32};
   float shuffled[32];
+  int exchanged[32];  // __shfl_sync's and __ballot_sync's
   uint32_t a[32][4], b[32][2];
   const uint16_t* rows[32];  // ldmatrix's
 };
@@ -159,6 +160,25 @@ float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   w.shuffled[lane] = v;
   w.sync.arrive_and_wait();
   const float r = w.shuffled[lane ^ unsigned(lane_mask)];
+  w.sync.arrive_and_wait();
+  return r;
+}
+
+int __shfl_sync(unsigned, int v, int from) {
+  onnxtrain::Warp& w = onnxtrain::warp();
+  w.exchanged[threadIdx.x % 32] = v;
+  w.sync.arrive_and_wait();
+  const int r = w.exchanged[from % 32];
+  w.sync.arrive_and_wait();
+  return r;
+}
+
+unsigned __ballot_sync(unsigned, int predicate) {
+  onnxtrain::Warp& w = onnxtrain::warp();
+  w.exchanged[threadIdx.x % 32] = predicate != 0;
+  w.sync.arrive_and_wait();
+  unsigned r = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) r |= unsigned(w.exchanged[lane]) << lane;
   w.sync.arrive_and_wait();
   return r;
 }

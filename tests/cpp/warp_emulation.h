@@ -1,8 +1,8 @@
 // CUDA's execution model on the host, to test warp-level kernels (kernels/cuda/warp_mma.cuh's tensor-core products)
-// where no GPU is: a block's threads are host threads, __syncthreads a barrier among them, a warp's shuffles, ldmatrix
-// and products exchanges among its 32 threads (by PTX's fragment layouts; the products in float32), a cp.async copy
-// made only once a wait covers its group (a read before the wait sees the old bytes), and float atomics. Blocks run
-// one after another, so a kernel's __shared__ arrays are static ones. Included first, in a test file of its own: it
+// where no GPU is: a block's threads are host threads, __syncthreads a barrier among them, a warp's shuffles, votes,
+// ldmatrix and products exchanges among its 32 threads (by PTX's fragment layouts; the products in float32), a
+// cp.async copy made only once a wait covers its group (a read before the wait sees the old bytes), and float atomics.
+// Blocks run one after another, so a kernel's __shared__ arrays are static ones. Included first, in a test file of its own: it
 // defines the CUDA qualifiers as the host compiler is to take them.
 #pragma once
 #ifdef __CUDACC__
@@ -23,6 +23,9 @@ extern thread_local EmulatedIndex threadIdx, blockIdx, blockDim, gridDim;
 void __syncthreads();
 int __syncthreads_or(int predicate);
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
+int __shfl_sync(unsigned mask, int v, int lane);
+unsigned __ballot_sync(unsigned mask, int predicate);
+inline int __ffs(int x) { return x ? __builtin_ctz(unsigned(x)) + 1 : 0; }
 float atomicAdd(float* address, float v);  // (the old value, as CUDA's: the block's threads run at once)
 double atomicAdd(double* address, double v);
 inline float __expf(float x) { return std::exp(x); }

@@ -91,12 +91,14 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     TileKind kind;
   };
   auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
-    for (;;) {
-      if ((r.q0 += Q) >= a.tq) {
+    for (r.q0 += Q;;) {
+      if (r.q0 >= a.tq) {
         if ((r.pair = r.pairs.next(a)) >= a.pairs) return r;
         r.p = pair_of<T>(a, r.pair), r.q0 = 0;
       }
-      if ((r.kind = kind_of<Q, kTile>(a, r.p.slice, r.q0, k0)) != TileKind::kDead) return r;
+      const Live t = first_live(r.q0, a.tq, Q, [&](int64_t q0) { return kind_of<Q, kTile>(a, r.p.slice, q0, k0); });
+      r.q0 = t.at, r.kind = t.kind;
+      if (r.kind != TileKind::kDead) return r;
     }
   };
   auto stage_rows = [&](int slot, Rows r) {

@@ -45,32 +45,25 @@ template <typename T, int D, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
                                                uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
                                                uint32_t (*keys)[kTile], Step&& step) {
-  struct Tile {
-    int64_t j0;
-    TileKind kind;
-  };
   auto live_from = [&](int64_t j0) {  // the first tile from j0 on not all -inf (j0 past the keys: none)
-    Tile t{j0, TileKind::kDead};
-    for (; t.j0 < a.tk; t.j0 += kTile)
-      if ((t.kind = kind_of<kTile, kTile>(a, b.p.slice, b.block_r0, t.j0)) != TileKind::kDead) break;
-    return t;
+    return first_live(j0, a.tk, kTile, [&](int64_t j) { return kind_of<kTile, kTile>(a, b.p.slice, b.block_r0, j); });
   };
-  auto stage_tile = [&](int slot, Tile t) {
-    if (t.j0 < a.tk) {
-      stage<D, kTile>(kts[slot], b.kb, 0, t.j0, a.d, a.tk);
-      stage<kTile, D>(vs[slot], b.vb, t.j0, 0, a.tk, a.dv);
+  auto stage_tile = [&](int slot, Live t) {
+    if (t.at < a.tk) {
+      stage<D, kTile>(kts[slot], b.kb, 0, t.at, a.d, a.tk);
+      stage<kTile, D>(vs[slot], b.vb, t.at, 0, a.tk, a.dv);
       if (a.dropout && blocked_rows(a))
         for (int i = threadIdx.x; i < kTile; i += kBlock)
-          keys[slot][i] = row_key(a, b.pair * a.tq + b.block_r0 + i, t.j0);
+          keys[slot][i] = row_key(a, b.pair * a.tq + b.block_r0 + i, t.at);
     }
     commit_copies();
   };
-  Tile tile = live_from(0);
+  Live tile = live_from(0);
   stage_tile(0, tile);
-  for (int n = 0; a.tk > tile.j0; ++n) {  // (not "tile.j0 <": a member of a dependent type)
+  for (int n = 0; a.tk > tile.at; ++n) {  // (not "tile.at <": nvcc reads a template argument list)
     const int slot = n % kStages<D>;
-    const Tile following = step_ahead<kStages<D>>(n, live_from(tile.j0 + kTile), stage_tile);
-    step(slot, tile.j0, tile.kind);
+    const Live following = step_ahead<kStages<D>>(n, live_from(tile.at + kTile), stage_tile);
+    step(slot, tile.at, tile.kind);
     step_behind<kStages<D>>(following, stage_tile);
     tile = following;
   }

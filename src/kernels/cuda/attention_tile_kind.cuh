@@ -199,4 +199,28 @@ __device__ __forceinline__ TileKind kind_of(const Attention& a, int64_t slice, i
   return k;
 }
 
+// A tile a step visits: where it starts (its first key, or query row) and its kind.
+struct Live {
+  int64_t at;
+  TileKind kind;
+};
+// The first tile not dead of those at first, first + step, ... before end (kind(at): its kind), or {at or past end,
+// dead} where none is. The warp's lanes read 32 tiles' kinds at once, so that a run of dead tiles (a causal mask's
+// upper ones, past the diagonal a block of rows steps to) costs one read of the map rather than one a tile. Every
+// lane of the warp calls it, with the same arguments.
+template <typename Kind>
+__device__ __forceinline__ Live first_live(int64_t first, int64_t end, int64_t step, Kind&& kind) {
+  const int lane = int(threadIdx.x % 32);
+  for (; first < end; first += 32 * step) {
+    const int64_t mine = first + lane * step;
+    const TileKind k = mine < end ? kind(mine) : TileKind::kDead;
+    const unsigned live = __ballot_sync(0xffffffffu, k != TileKind::kDead);
+    if (live) {
+      const int at = __ffs(int(live)) - 1;
+      return {first + at * step, TileKind(__shfl_sync(0xffffffffu, int(k), at))};
+    }
+  }
+  return {first, TileKind::kDead};
+}
+
 }  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION
