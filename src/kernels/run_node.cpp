@@ -8,6 +8,17 @@
 
 namespace onnxtrain::kernels {
 
+// Whether the elements shape inference found for v (as t) evaluate with the call's dims: an integer tensor, each of
+// its elements known (not a value that depends on data).
+static bool elements_known(const ir::Value* v, const Tensor& t, const Bindings* dims) {
+  if (!v || !dims || !v->sym_value || int64_t(v->sym_value->size()) != t.numel() ||
+      (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32))
+    return false;
+  for (const Dim& d : *v->sym_value)
+    if (!d.eval(*dims)) return false;
+  return true;
+}
+
 // Value v (as t, on a device) on the host without reading the device: its constant data, which the graph holds on
 // the host, or the elements shape inference found for it evaluated with the call's dims; undefined when neither
 // gives it (a value that depends on data).
@@ -15,19 +26,26 @@ static Tensor known_on_host(const ir::Value* v, const Tensor& t, const Bindings*
   if (!v) return {};
   if (v->initializer && !v->trainable && v->initializer->dims() == t.dims() && v->initializer->dtype() == t.dtype())
     return *v->initializer;
-  if (!dims || !v->sym_value || int64_t(v->sym_value->size()) != t.numel() ||
-      (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32))
-    return {};
+  if (!elements_known(v, t, dims)) return {};
   Tensor h(t.dtype(), t.dims(), &CachingAllocator::global());
   for (size_t k = 0; k < v->sym_value->size(); ++k) {
-    const std::optional<int64_t> x = (*v->sym_value)[k].eval(*dims);
-    if (!x) return {};
+    const int64_t x = *(*v->sym_value)[k].eval(*dims);
     if (t.dtype() == DType::kInt64)
-      h.data<int64_t>()[k] = *x;
+      h.data<int64_t>()[k] = x;
     else
-      h.data<int32_t>()[k] = int32_t(*x);
+      h.data<int32_t>()[k] = int32_t(x);
   }
   return h;
+}
+
+// Whether a host_only node (RunArgs) may skip its kernel: on a device whose memory the host cannot read, with every
+// output's elements known on the host.
+static bool kernel_unneeded(const ir::Node& n, const std::vector<Tensor>& outs, const RunArgs& args) {
+  if (!args.host_only || args.device == kCpu || CachingAllocator::of(args.device).memory().host_readable())
+    return false;
+  for (size_t i = 0; i < n.outputs.size(); ++i)
+    if (n.outputs[i] && !elements_known(n.outputs[i], outs[i], args.dims)) return false;
+  return true;
 }
 
 // The inputs n reads on the host that live in memory the host cannot read (small: shapes, axes, scalars), on the
@@ -151,7 +169,7 @@ static std::vector<Tensor> run_node_reading(const ir::Node& n, const std::vector
     }
     bound[i] = &outs[i];
   }
-  if (view) return outs;
+  if (view || (!known->scratch && kernel_unneeded(n, outs, args))) return outs;  // (a scratch counts in the peak)
   std::shared_ptr<Storage> scratch;  // freed when the kernel returns
   if (known->scratch) scratch = Storage::allocate(known->scratch, args.alloc);
   KernelCtx c{n,

@@ -48,6 +48,10 @@ struct RunArgs {
   std::function<void(size_t output, const Tensor& t)> on_new_buffer;
   // Kept between runs of this node (see NodeCache); none when null.
   NodeCache* cache = nullptr;
+  // No kernel reads the node's outputs on the device (memory::StepPlan::host_only): where the host cannot read the
+  // device's memory and shape inference's elements of every output evaluate with `dims`, the outputs are bound but
+  // the kernel does not run (their readers take those elements on the host).
+  bool host_only = false;
 };
 
 // Outputs of n for these inputs (nullptr for an omitted input); an output not in the graph stays undefined.

@@ -1,5 +1,6 @@
 #include "memory/allocation_plan.h"
 
+#include <algorithm>
 #include <climits>
 #include <sstream>
 
@@ -11,6 +12,29 @@ namespace onnxtrain::memory {
 
 // Bytes the allocator hands out for a request (a zero-byte scratch is no request).
 static int64_t rounded(int64_t bytes) { return int64_t(CachingAllocator::round_size(size_t(bytes == 0 ? 1 : bytes))); }
+
+// StepPlan::host_only for each step, from the last to the first (a reader's known before its producer's).
+static void mark_host_only(const ir::Graph& g, std::vector<StepPlan>& steps) {
+  std::map<const ir::Node*, bool> host_only;
+  auto read_on_host = [&](const ir::Node* reader, const ir::Value* v) {
+    if (host_only.count(reader) && host_only[reader]) return true;
+    const uint64_t host = reader->op ? reader->op->host_inputs() : 0;
+    for (size_t i = 0; i < reader->inputs.size(); ++i)
+      if (reader->inputs[i] == v && (i >= 64 || !(host >> i & 1))) return false;
+    return true;
+  };
+  for (size_t s = steps.size(); s-- > 0;) {
+    const ir::Node* n = steps[s].node;
+    bool only = n->op && !n->op->is_random() && !n->outputs.empty();
+    for (const ir::Value* v : n->outputs) {
+      if (!only || !v) continue;
+      only = v->sym_value && !v->sym_value->empty() &&
+             std::find(g.outputs.begin(), g.outputs.end(), v) == g.outputs.end();
+      for (const ir::Node* reader : v->consumers) only = only && read_on_host(reader, v);
+    }
+    steps[s].host_only = host_only[n] = only;
+  }
+}
 
 AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const ir::Node*>& order, bool allow_inplace,
                                      Device device, const std::map<const ir::Value*, int>& handed,
@@ -92,6 +116,7 @@ AllocationPlan AllocationPlan::build(const ir::Graph& g, const std::vector<const
   for (auto& [root, death] : root_death)
     if (death != INT_MAX && p.values_.at(root).kind == AllocKind::kAllocate)
       p.steps_[size_t(death)].frees.push_back(root);
+  mark_host_only(g, p.steps_);
   return p;
 }
 

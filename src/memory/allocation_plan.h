@@ -33,6 +33,11 @@ struct StepPlan {
   const ir::Node* node = nullptr;
   std::vector<const ir::Value*> release;  // values whose reference is dropped after this step
   std::vector<const ir::Value*> frees;    // buffers (roots) that die after this step
+  // Whether no kernel reads the node's outputs on the device: each is read only as an input its reader takes on the
+  // host (a shape, axes), or by another such node, none is a graph output, and shape inference found the elements
+  // of each (Value::sym_value). Where the host cannot read the device's memory, the host evaluates those elements
+  // for its readers (kernels/run_node.cpp), so the node's kernel need not run (Shape nodes and their arithmetic).
+  bool host_only = false;
 };
 
 class AllocationPlan {

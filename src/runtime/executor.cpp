@@ -38,6 +38,7 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, con
   args.seed = x.seed ^ random_key(n);
   args.dims = x.dims;
   args.cache = x.caches ? &x.caches[s] : nullptr;
+  args.host_only = step.host_only;
   for (const ir::Value* v : n.outputs) {
     const memory::ValuePlan* vp = v ? &plan.value(v) : nullptr;
     args.reuse.push_back(vp && vp->kind == memory::AllocKind::kInPlace ? &env.at(vp->source) : nullptr);

@@ -169,6 +169,10 @@ TEST(SecondDevice, TrainsAnMlpEndToEndAsTheCpuDoes) {
   EXPECT_LE(host_allocs, 30) << "host buffers other than the shapes read on the host";
   EXPECT_GT(calls()["MatMul"], 0);
   EXPECT_GT(calls()["Relu"], 0);
+  // A Shape read on the host alone (ReduceMean's gradient's Expand reads it) runs no kernel there; a Size read by a
+  // kernel (Cast, for the mean's count) does.
+  EXPECT_EQ(calls().count("Shape"), 0u);
+  EXPECT_EQ(calls()["Size"], 30);
   EXPECT_EQ(CachingAllocator::of(kTestDevice).stats().allocated, 0) << "every buffer returned";
   std::vector<float> on_cpu = train(kCpu, &host_allocs);
   EXPECT_GT(host_allocs, 100);
