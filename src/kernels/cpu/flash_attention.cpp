@@ -5,9 +5,12 @@
 // masks are skipped (half of a causal attention). The backward recomputes each tile's probabilities from the
 // row log-sum-exp and accumulates dQ, dK and dV tile by tile; work splits over the key-value heads, so heads that
 // share K and V (grouped-query attention) accumulate into them on one thread.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
@@ -82,6 +85,26 @@ Params<T> params(const KernelCtx& c, const AttentionGeometry& g, size_t first_sc
   return p;
 }
 
+// The first of bias row[from, to) that does not vanish under exp (above kVanishes, or NaN), else to; and one past
+// the last, else from. Eight floats a compare: a causal bias's rows are mostly vanishing keys, each row scanned
+// once a tile of every head.
+template <typename T>
+int64_t first_kept(const T* row, int64_t from, int64_t to) {
+  if constexpr (std::is_same_v<T, float>)
+    for (const __m256 bound = _mm256_set1_ps(float(kVanishes)); from + 8 <= to; from += 8)
+      if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + from), bound, _CMP_NLE_UQ))) break;
+  while (from < to && row[from] <= T(kVanishes)) ++from;
+  return from;
+}
+template <typename T>
+int64_t last_kept(const T* row, int64_t from, int64_t to) {
+  if constexpr (std::is_same_v<T, float>)
+    for (const __m256 bound = _mm256_set1_ps(float(kVanishes)); to - 8 >= from; to -= 8)
+      if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + to - 8), bound, _CMP_NLE_UQ))) break;
+  while (to > from && row[to - 1] <= T(kVanishes)) --to;
+  return to;
+}
+
 // The keys the tile of rows [r0, r1) of one pair reads: all but those every row masks, when skipping is exact (a
 // mask whose fill vanishes under exp, or a bias of such values where there is no mask).
 template <typename T>
@@ -97,11 +120,9 @@ AttentionBand band_of(const Params<T>& p, const bool* pair_cond, const T* pair_b
   AttentionBand b{tk, 0, true};
   for (int64_t r = r0; r < (p.bias_row ? r1 : r0 + 1); ++r) {
     const T* row = pair_bias + r * p.bias_row;
-    int64_t lo = 0, hi = tk;
-    while (lo < tk && row[lo] <= T(kVanishes)) ++lo;
+    const int64_t lo = first_kept(row, 0, tk);
     if (lo == tk) return all;
-    while (row[hi - 1] <= T(kVanishes)) --hi;
-    b.lo = std::min(b.lo, lo), b.hi = std::max(b.hi, hi);
+    b.lo = std::min(b.lo, lo), b.hi = std::max(b.hi, last_kept(row, std::max(lo, b.hi), tk));
   }
   return b;
 }
