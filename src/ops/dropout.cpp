@@ -3,10 +3,13 @@
 // output's dtype: the mask applied in the input's (16-bit) dtype, then widened to float32, as a Cast after it would
 // (dropout_output_cast.cpp makes it where autocast casts a Dropout's output); com.onnxtrain.DropoutGrad takes `to`
 // the other way: dy (float32) rounded to the 16-bit `to` first, then the mask applied, as a Cast before it would.
+// com.onnxtrain.Dropout's optional input 3, a residual of the output's dtype and shape, is added to the output (the
+// residual stream a dropout joins: dropout_output_cast.cpp), into the residual's buffer where it dies there.
 #include "ops/dropout.h"
 
 #include "ops/grad.h"
 #include "ops/op.h"
+#include "ops/shape_util.h"
 
 namespace onnxtrain::ops {
 namespace {
@@ -32,12 +35,16 @@ class DropoutOp : public OpWith<DropoutAttrs> {
   explicit DropoutOp(const ir::Node& n)
       : OpWith({n.attr_float("ratio", 0.5f), n.attr_int("seed", 0), n.has_attr("seed"),
                 n.domain.empty() && n.opset > 0 && n.opset < 12}),
-        to_(n.attr_int("to", 0)) {}
+        to_(n.attr_int("to", 0)), residual_(n.input(3) != nullptr) {}
   void infer(InferCtx& ctx) const override {
-    ctx.set(0, dropout_output_dtype(to_, ctx.dtype(0), ctx), ctx.shape(0));
+    const DType y = dropout_output_dtype(to_, ctx.dtype(0), ctx);
+    if (ctx.has(3) && (ctx.dtype(3) != y || ctx.shape(3) != ctx.shape(0)))
+      ctx.fail("the residual " + dtype_name(ctx.dtype(3)) + " " + shape_str(ctx.shape(3)) + " must be the output's " +
+               dtype_name(y) + " " + shape_str(ctx.shape(0)));
+    ctx.set(0, y, ctx.shape(0));
     ctx.set(1, DType::kBool, ctx.shape(0));
   }
-  int inplace_input() const override { return 0; }
+  int inplace_input() const override { return residual_ ? 3 : 0; }
   uint64_t host_inputs() const override { return input_bits({1, 2}); }  // the kernel reads ratio and training_mode
   bool is_random() const override { return true; }
   bool recomputable() const override { return true; }
@@ -49,6 +56,7 @@ class DropoutOp : public OpWith<DropoutAttrs> {
   // again (its key and seed), so the mask is never stashed.
   void grad(GradCtx& g) const override {
     ir::Value *dy = g.dy(0), *training = g.x(2);
+    if (residual_) g.set_dx(3, dy);
     if (!to_ && (attrs.legacy || !training)) return g.set_dx(0, dy);
     ir::Attributes a;
     if (attrs.has_seed) a["seed"] = attrs.seed;
@@ -60,6 +68,7 @@ class DropoutOp : public OpWith<DropoutAttrs> {
 
  private:
   int64_t to_;
+  bool residual_;
 };
 
 // com.onnxtrain.DropoutGrad(dy, ratio, training_mode) -> dx: dy scaled where the Dropout of the same key kept its

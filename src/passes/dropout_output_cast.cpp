@@ -3,11 +3,29 @@
 // the Cast did, in one pass (under autocast, GPT-2's residual dropouts after a product, whose output joins the float32
 // residual stream: the 16-bit copy and the Cast's pass over it go). Its gradient, com.onnxtrain.DropoutGrad with `to`
 // the 16-bit dtype, reads the float32 dY as the residual's sum writes it (the Cast's gradient, the narrowing back,
-// goes too). The node keeps the Dropout's random key: the same mask as before the fold.
+// goes too). Then the Add joining it to the residual stream (its only reader; the other input of its dtype and shape)
+// goes into it as input 3, the residual, written in the residual's place where that dies there: the float32 dropout
+// output is neither written nor read again. The node keeps the Dropout's random key: the same mask as before.
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
 namespace {
+
+// The Dropout (ONNX's from opset 12, or com.onnxtrain's without a residual) n with its output 0 made by `out` and
+// `extra` inputs more (the residual), in com.onnxtrain's domain with `attrs`; n and `reader` (what read its output)
+// go into `gone`.
+void refold(ir::Graph& g, ir::Node* n, ir::Node* reader, ir::Value* out, const std::vector<ir::Value*>& extra,
+            ir::Attributes attrs, std::vector<const ir::Node*>& gone) {
+  std::vector<ir::Value*> ins = n->inputs, outs = n->outputs;
+  ins.resize(3, nullptr);
+  ins.insert(ins.end(), extra.begin(), extra.end());
+  outs[0] = out;
+  ir::Node* f = add_fused(g, "com.onnxtrain", 1, "Dropout", ins, outs, g.unique_name(n->name + "_fused"),
+                          n->backward, std::move(attrs));
+  f->random_key = n->key();
+  gone.push_back(n);
+  gone.push_back(reader);
+}
 
 class DropoutOutputCast : public Pass {
  public:
@@ -24,15 +42,21 @@ class DropoutOutputCast : public Pass {
         continue;
       ir::Attributes attrs = n->attrs;
       attrs["to"] = int64_t(DType::kFloat32);
-      std::vector<ir::Value*> outs = n->outputs;
-      outs[0] = cast->outputs[0];
-      ir::Node* f = add_fused(g, "com.onnxtrain", 1, "Dropout", n->inputs, outs, g.unique_name(n->name + "_32"),
-                              n->backward, attrs);
-      f->random_key = n->key();
-      gone.push_back(n);
-      gone.push_back(cast);
+      refold(g, n, cast, cast->outputs[0], {}, attrs, gone);
     }
-    return remove_all(g, gone, true);
+    const bool cast_folded = remove_all(g, gone, true);
+    gone.clear();
+    for (ir::Node* n : nodes_of(g, "Dropout", "com.onnxtrain")) {
+      ir::Value* y = n->outputs.empty() ? nullptr : n->outputs[0];
+      ir::Node* add = y ? only_reader(g, y) : nullptr;
+      if (n->input(3) || !add || add->op_type != "Add" || !add->domain.empty() || !has_inputs(add, 2) ||
+          add->outputs.size() != 1 || !add->outputs[0] || add->input(0) == add->input(1))
+        continue;
+      ir::Value* r = other_input(add, y);
+      if (!r || r->dtype != y->dtype || !r->has_shape || !y->has_shape || r->shape != y->shape) continue;
+      refold(g, n, add, add->outputs[0], {r}, n->attrs, gone);
+    }
+    return remove_all(g, gone, true) || cast_folded;
   }
 };
 

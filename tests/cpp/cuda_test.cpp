@@ -478,18 +478,23 @@ TEST(Cuda, DropoutDrawsTheCpusMask) {
       EXPECT_EQ(std::memcmp(w.raw(), g.raw(), w.nbytes()), 0) << name << " in " << dtype_name(t);
     }
   }
-  // Attribute to (dropout_output_cast.cpp): a bf16 Dropout widened to float32, and its gradient of a float32 dy
-  // narrowed to bf16.
-  for (const char* op : {"com.onnxtrain.Dropout", "com.onnxtrain.DropoutGrad"}) {
-    const bool forward = std::string(op) == "com.onnxtrain.Dropout";
-    std::vector<Tensor> in = {random_tensor(forward ? DType::kBFloat16 : DType::kFloat32, {3, 1000}, 10), ratio,
-                              training};
-    const ir::Attributes attrs = {{"seed", int64_t(42)},
-                                  {"to", int64_t(forward ? DType::kFloat32 : DType::kBFloat16)}};
-    auto want = run_one(kCpu, op, in, attrs, 1), got = run_one(kGpu, op, in, attrs, 1);
+  // Attribute to (dropout_output_cast.cpp): a bf16 Dropout widened to float32 (then with a residual added), and its
+  // gradient of a float32 dy narrowed to bf16.
+  struct Case {
+    const char* op;
+    DType x, to;
+    bool residual;
+  };
+  for (const Case& k : {Case{"com.onnxtrain.Dropout", DType::kBFloat16, DType::kFloat32, false},
+                        Case{"com.onnxtrain.Dropout", DType::kBFloat16, DType::kFloat32, true},
+                        Case{"com.onnxtrain.DropoutGrad", DType::kFloat32, DType::kBFloat16, false}}) {
+    std::vector<Tensor> in = {random_tensor(k.x, {3, 1000}, 10), ratio, training};
+    if (k.residual) in.push_back(random_tensor(DType::kFloat32, {3, 1000}, 11));
+    const ir::Attributes attrs = {{"seed", int64_t(42)}, {"to", int64_t(k.to)}};
+    auto want = run_one(kCpu, k.op, in, attrs, 1), got = run_one(kGpu, k.op, in, attrs, 1);
     const Tensor &w = want.at("o0"), &g = got.at("o0");
-    ASSERT_EQ(w.nbytes(), g.nbytes()) << op;
-    EXPECT_EQ(std::memcmp(w.raw(), g.raw(), w.nbytes()), 0) << op;
+    ASSERT_EQ(w.nbytes(), g.nbytes()) << k.op;
+    EXPECT_EQ(std::memcmp(w.raw(), g.raw(), w.nbytes()), 0) << k.op << (k.residual ? " with a residual" : "");
   }
 }
 

@@ -1,7 +1,8 @@
 """A 16-bit Dropout whose output autocast widens to float32 writes float32 itself (dropout_output_cast.cpp):
-com.onnxtrain.Dropout with attribute `to` gives exactly the Cast of ONNX's Dropout (the mask applied in 16 bits),
-com.onnxtrain.DropoutGrad with `to` exactly its gradient of the narrowed dY; GPT-2's residual dropouts under bf16
-autocast fold, forward and backward, and train."""
+com.onnxtrain.Dropout with attribute `to` gives exactly the Cast of ONNX's Dropout (the mask applied in 16 bits), with
+a residual exactly the residual's sum with it, com.onnxtrain.DropoutGrad with `to` exactly its gradient of the
+narrowed dY; GPT-2's residual dropouts under bf16 autocast fold, with their residual Adds, forward and backward, and
+train."""
 
 import onnx
 import pytest
@@ -14,16 +15,23 @@ transformers = pytest.importorskip("transformers")
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.onnxtrain", 1)]
 
 
-def run(op, x, out_type, domain="", **attrs):
-    """op (Dropout or DropoutGrad, seed 7, ratio 0.3, training) on the array x, its output of out_type."""
+def run(op, x, out_type, domain="", residual=None, **attrs):
+    """op (Dropout or DropoutGrad, seed 7, ratio 0.3, training) on the array x (and a residual), its output of
+    out_type."""
     ratio = helper.make_tensor("ratio", TensorProto.FLOAT, [], [0.3])
     training = helper.make_tensor("training", TensorProto.BOOL, [], [True])
-    node = helper.make_node(op, ["x", "ratio", "training"], ["y"], domain=domain, seed=7, **attrs)
-    in_type = TensorProto.BFLOAT16 if x.dtype == torch.bfloat16 else TensorProto.FLOAT
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", in_type, list(x.shape))],
-                              [helper.make_tensor_value_info("y", out_type, list(x.shape))], [ratio, training])
+    node = helper.make_node(op, ["x", "ratio", "training"] + (["r"] if residual is not None else []), ["y"],
+                            domain=domain, seed=7, **attrs)
+    kind = {torch.bfloat16: TensorProto.BFLOAT16, torch.float16: TensorProto.FLOAT16, torch.float32: TensorProto.FLOAT}
+    inputs = [helper.make_tensor_value_info("x", kind[x.dtype], list(x.shape))]
+    feeds = {"x": x}
+    if residual is not None:
+        inputs.append(helper.make_tensor_value_info("r", kind[residual.dtype], list(residual.shape)))
+        feeds["r"] = residual
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", out_type, list(x.shape))],
+                              [ratio, training])
     session = onnxtrain.Session.from_bytes(helper.make_model(graph, opset_imports=OPSETS).SerializeToString())
-    return torch.from_dlpack(session.run({"x": x})["y"])
+    return torch.from_dlpack(session.run(feeds)["y"])
 
 
 def test_the_dropout_widened_is_the_cast_of_the_dropout_in_sixteen_bits():
@@ -32,6 +40,15 @@ def test_the_dropout_widened_is_the_cast_of_the_dropout_in_sixteen_bits():
     got = run("Dropout", x, TensorProto.FLOAT, domain="com.onnxtrain", to=TensorProto.FLOAT)
     assert got.dtype == torch.float32 and torch.equal(got, want)
     assert 0.2 < float((got == 0).float().mean()) < 0.4
+
+
+def test_a_residual_is_added_to_the_dropout_widened():
+    x, residual = torch.randn(3, 1000).to(torch.bfloat16), torch.randn(3, 1000)
+    want = residual + run("Dropout", x, TensorProto.BFLOAT16).float()
+    got = run("Dropout", x, TensorProto.FLOAT, domain="com.onnxtrain", residual=residual, to=TensorProto.FLOAT)
+    assert torch.equal(got, want)
+    with pytest.raises(onnxtrain.ShapeError, match=r"the residual bfloat16 \[3, 1000\] must be the output's float32"):
+        run("Dropout", x, TensorProto.FLOAT, domain="com.onnxtrain", residual=x, to=TensorProto.FLOAT)
 
 
 def test_the_gradient_narrowed_is_the_gradient_of_the_narrowed_dy():
@@ -66,8 +83,10 @@ def test_gpt2s_residual_dropouts_fold_under_bf16_autocast(tmp_path):
     to = lambda n: next((a.i for a in n.attribute if a.name == "to"), None)  # noqa: E731
     folded = [n for n in graph.node if n.op_type == "Dropout" and n.domain == "com.onnxtrain"]
     assert len(folded) == 2 * c.n_layer and all(to(n) == TensorProto.FLOAT for n in folded)
+    assert all(len(n.input) == 4 and types[n.input[3]] == TensorProto.FLOAT for n in folded)  # (the residual)
     outputs = {n.output[0] for n in graph.node if n.op_type == "Dropout"}
-    assert not [n.name for n in graph.node if n.op_type == "Cast" and n.input[0] in outputs]
+    assert not [n.name for n in graph.node if n.op_type in ("Cast", "Add") and n.input[0] in outputs]
+    assert not [n.name for n in graph.node if n.op_type == "Add" and n.input[1] in outputs]
     grads = [n for n in graph.node if n.op_type == "DropoutGrad" and to(n) == TensorProto.BFLOAT16]
     assert len(grads) == len(folded)
     for n in grads:  # dY as the residual's float32 sum writes it, not narrowed by a Cast

@@ -184,6 +184,8 @@ CASES += [
     # com.onnxtrain's: attribute `to` (float32 beside 16 bits, test_dropout_output_cast.py) aside, ONNX's
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))], {"seed": 3}, outputs=2,
          domain="com.onnxtrain"),
+    Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True)), r(4, 5)], {"seed": 3},
+         domain="com.onnxtrain"),  # (a residual added)
     Case("Conv", [r(2, 3, 5, 5), r(4, 3, 3, 3), r(4)], {"pads": [1, 1, 1, 1]}),
     Case("Conv", [r(1, 4, 7), r(4, 2, 3)], {"group": 2, "strides": [2], "dilations": [2]}),
     Case("Conv", [r(1, 2, 5, 6), r(2, 2, 2, 3)], {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),

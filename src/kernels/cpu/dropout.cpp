@@ -16,10 +16,12 @@ namespace onnxtrain::kernels {
 namespace {
 
 // The mask applied to x (dtype In) into y (dtype Out), in the narrower of the two (M: the 16-bit one where they
-// differ, the input rounded to it first), each kept element scaled by `scale`, 0 elsewhere; the mask to `mask` when
-// given. Out = In: Dropout and DropoutGrad as ONNX has them; else attribute `to` (ops/dropout.cpp).
+// differ, the input rounded to it first), each kept element scaled by `scale`, 0 elsewhere, then the residual r
+// added where given (y may be r); the mask to `mask` when given. Out = In: Dropout and DropoutGrad as ONNX has them;
+// else attribute `to` (ops/dropout.cpp).
 template <typename In, typename Out>
-void masked(const In* x, Out* y, int64_t n, uint64_t seed, uint32_t threshold, double ratio, bool* mask) {
+void masked(const In* x, const Out* r, Out* y, int64_t n, uint64_t seed, uint32_t threshold, double ratio,
+            bool* mask) {
   using M = std::conditional_t<(sizeof(In) < sizeof(Out)), In, Out>;
   const acc_t<M> scale = acc_t<M>(1.0 / (1.0 - ratio));
   parallel_for(n, 4, [&](int64_t b, int64_t e) {
@@ -27,8 +29,10 @@ void masked(const In* x, Out* y, int64_t n, uint64_t seed, uint32_t threshold, d
     for (; b < e; b += 256) {
       const int64_t w = std::min<int64_t>(256, e - b);
       dropout_keeps_run(seed, uint64_t(b), w, threshold, keep);
-      for (int64_t k = 0; k < w; ++k)
-        y[b + k] = keep[k] ? Out(acc_t<M>(M(acc_t<M>(M(x[b + k])) * scale))) : Out(0.f);
+      for (int64_t k = 0; k < w; ++k) {
+        const Out v = keep[k] ? Out(acc_t<M>(M(acc_t<M>(M(x[b + k])) * scale))) : Out(0.f);
+        y[b + k] = r ? Out(acc_t<Out>(r[b + k]) + acc_t<Out>(v)) : v;
+      }
       if (mask) std::memcpy(mask + b, keep, size_t(w));
     }
   });
@@ -51,14 +55,16 @@ void with_dtypes(const KernelCtx& c, F&& f) {
 }
 
 // Dropout's and its gradient's kernel: the mask (the node's seed, else the run's) where training with a ratio over 0,
-// else input 0 as it is (converted where the dtypes differ); the mask where wanted.
-void apply(const ops::DropoutAttrs& a, KernelCtx& c, bool* mask) {
+// else input 0 as it is (converted where the dtypes differ), plus the residual `r` where given; the mask where
+// wanted.
+void apply(const ops::DropoutAttrs& a, KernelCtx& c, const Tensor* r, bool* mask) {
   const Tensor& x = c.in(0);
   Tensor& y = c.out(0);
   const std::optional<float> ratio = dropout_training_ratio(a, c);
   const bool drops = ratio && *ratio > 0;
+  if (r && r->numel() != x.numel()) c.fail("the residual is not shaped as the output");
   if (!drops && mask) std::memset(mask, 1, size_t(x.numel()));
-  if (!drops && y.dtype() == x.dtype()) {
+  if (!drops && y.dtype() == x.dtype() && !r) {
     if (y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
     return;
   }
@@ -67,15 +73,17 @@ void apply(const ops::DropoutAttrs& a, KernelCtx& c, bool* mask) {
   with_dtypes(c, [&](auto ti, auto to) {
     using In = typename decltype(ti)::type;
     using Out = typename decltype(to)::type;
-    masked(x.data<In>(), y.data<Out>(), x.numel(), seed, threshold, drops ? double(*ratio) : 0.0,
-           drops ? mask : nullptr);
+    masked(x.data<In>(), r ? r->data<Out>() : nullptr, y.data<Out>(), x.numel(), seed, threshold,
+           drops ? double(*ratio) : 0.0, drops ? mask : nullptr);
   });
 }
 
-void dropout(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, c.wants(1) ? c.out(1).data<bool>() : nullptr); }
+void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
+  apply(a, c, c.has(3) ? &c.in(3) : nullptr, c.wants(1) ? c.out(1).data<bool>() : nullptr);
+}
 
 // The gradient: the forward's mask drawn again (the node carries the Dropout's key), applied to dy.
-void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, nullptr); }
+void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, nullptr, nullptr); }
 
 const bool kRegistered = register_kernels(kCpu, {{"", "Dropout", kernel(dropout)},
                                                   {"com.onnxtrain", "Dropout", kernel(dropout)},

@@ -90,22 +90,26 @@ void range(KernelCtx& c) {
   cuda::range(c.in(0).dtype(), c.in(0).raw(), c.in(2).raw(), c.out(0).raw(), c.out(0).numel(), stream());
 }
 
-// As the CPU's kernel (kernels/cpu/dropout.cpp): the same mask for the same seed, the dtypes as there; where it
-// drops nothing, input 0 as it is (converted where the dtypes differ: a mask keeping all).
-void apply(const ops::DropoutAttrs& a, KernelCtx& c, bool* mask) {
+// As the CPU's kernel (kernels/cpu/dropout.cpp): the same mask for the same seed, the dtypes and the residual r as
+// there; where it drops nothing, input 0 as it is (converted where the dtypes differ: a mask keeping all).
+void apply(const ops::DropoutAttrs& a, KernelCtx& c, const Tensor* r, bool* mask) {
   const Tensor& x = c.in(0);
   Tensor& y = c.out(0);
   const std::optional<float> ratio = dropout_training_ratio(a, c);
   const bool drops = ratio && *ratio > 0;
+  if (r && r->numel() != x.numel()) c.fail("the residual is not shaped as the output");
   if (!drops && mask) check(cudaMemsetAsync(mask, 1, size_t(x.numel()), stream()), "cudaMemsetAsync");
-  if (!drops && y.dtype() == x.dtype()) return copy(x, y);
+  if (!drops && y.dtype() == x.dtype() && !r) return copy(x, y);
   const uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  cuda::dropout(x.dtype(), y.dtype(), x.raw(), y.raw(), drops ? mask : nullptr, x.numel(), seed,
-                drops ? dropout_threshold(*ratio) : 0, drops ? float(1.0 / (1.0 - double(*ratio))) : 1.f, stream());
+  cuda::dropout(x.dtype(), y.dtype(), x.raw(), r ? r->raw() : nullptr, y.raw(), drops ? mask : nullptr, x.numel(),
+                seed, drops ? dropout_threshold(*ratio) : 0, drops ? float(1.0 / (1.0 - double(*ratio))) : 1.f,
+                stream());
 }
 
-void dropout(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, c.wants(1) ? c.out(1).data<bool>() : nullptr); }
-void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, nullptr); }
+void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
+  apply(a, c, c.has(3) ? &c.in(3) : nullptr, c.wants(1) ? c.out(1).data<bool>() : nullptr);
+}
+void dropout_grad(const ops::DropoutAttrs& a, KernelCtx& c) { apply(a, c, nullptr, nullptr); }
 
 void identity(KernelCtx& c) { copy(c.in(0), c.out(0)); }
 

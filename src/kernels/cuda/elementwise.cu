@@ -175,15 +175,17 @@ __global__ void write_int64_kernel(Int64s values, int n, int64_t* dst) {
   if (int(threadIdx.x) < n) dst[threadIdx.x] = values.v[threadIdx.x];
 }
 
-// In dtype M (the narrower of In and Out: the input rounded to it first), then to Out (launch.h's dropout).
+// In dtype M (the narrower of In and Out: the input rounded to it first), then to Out, plus r where given (launch.h's
+// dropout).
 template <typename In, typename Out>
-__global__ void dropout_kernel(const In* x, Out* y, bool* mask, int64_t n, uint64_t seed, uint32_t threshold,
-                               float scale) {
+__global__ void dropout_kernel(const In* x, const Out* r, Out* y, bool* mask, int64_t n, uint64_t seed,
+                               uint32_t threshold, float scale) {
   using M = std::conditional_t<(sizeof(In) < sizeof(Out)), In, Out>;
   ONNXTRAIN_GRID_LOOP(i, n) {
     bool keep = dropout_keeps(seed, uint64_t(i), threshold);
     const float m = to_float(from_float<M>(to_float(x[i])));
-    y[i] = keep ? from_float<Out>(to_float(from_float<M>(m * scale))) : from_float<Out>(0.f);
+    const Out v = keep ? from_float<Out>(to_float(from_float<M>(m * scale))) : from_float<Out>(0.f);
+    y[i] = r ? from_float<Out>(to_float(r[i]) + to_float(v)) : v;
     if (mask) mask[i] = keep;
   }
 }
@@ -333,14 +335,14 @@ void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStr
   check_launch("write_int64");
 }
 
-void dropout(DType t, DType yt, const void* x, void* y, bool* mask, int64_t n, uint64_t seed, uint32_t threshold,
-             float scale, cudaStream_t stream) {
+void dropout(DType t, DType yt, const void* x, const void* r, void* y, bool* mask, int64_t n, uint64_t seed,
+             uint32_t threshold, float scale, cudaStream_t stream) {
   if (n == 0) return;
   auto launch = [&](auto vi, auto vo) {
     using In = decltype(vi);
     using Out = decltype(vo);
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const In*>(x), static_cast<Out*>(y), mask, n,
-                                                           seed, threshold, scale);
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const In*>(x), static_cast<const Out*>(r),
+                                                           static_cast<Out*>(y), mask, n, seed, threshold, scale);
   };
   const bool ok = t == DType::kFloat32 ? with_float_pair(t, yt, launch)
                                        : with_float_pair(yt, t, [&](auto vo, auto vi) { launch(vi, vo); });

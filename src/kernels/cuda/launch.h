@@ -44,11 +44,12 @@ void fill(int elem_bytes, const void* value, void* dst, int64_t n, cudaStream_t 
 void range(DType t, const void* start, const void* delta, void* dst, int64_t n, cudaStream_t stream);
 // Up to kMaxRank int64 values written to dst (Shape, Size): no host buffer, no copy.
 void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStream_t stream);
-// Dropout's counter-based mask (kernels/counter_random.h): y = keep ? x * scale : 0; the mask to `mask` if given. x of
-// dtype t, y of yt: the same, or a float32 and a 16-bit float the one beside the other, the mask then applied in the
-// 16-bit one (x rounded to it first), as ops/dropout.cpp's attribute `to`.
-void dropout(DType t, DType yt, const void* x, void* y, bool* mask, int64_t n, uint64_t seed, uint32_t threshold,
-             float scale, cudaStream_t stream);
+// Dropout's counter-based mask (kernels/counter_random.h): y = keep ? x * scale : 0, plus r (of y's dtype) where
+// given (y may be r); the mask to `mask` if given. x of dtype t, y of yt: the same, or a float32 and a 16-bit float the
+// one beside the other, the mask then applied in the 16-bit one (x rounded to it first), as ops/dropout.cpp's
+// attribute `to`.
+void dropout(DType t, DType yt, const void* x, const void* r, void* y, bool* mask, int64_t n, uint64_t seed,
+             uint32_t threshold, float scale, cudaStream_t stream);
 
 // The random ops (kernels/counter_random.h, as the CPU's: element i draws from counter_bits(seed, i)) into n
 // elements of dtype t: uniform in [a, b) (`kind` 0), normal of mean a and scale b (1), or Bernoulli (2) with
