@@ -66,7 +66,13 @@ void descendants(const ir::Graph& g, std::vector<const ir::Value*> from, size_t 
   }
 }
 
-bool is_add(const ir::Node& n) { return n.domain.empty() && (n.op_type == "Add" || n.op_type == "Sum"); }
+// The values node n adds where it may join a residual stream: an Add's or a Sum's inputs, or a com.onnxtrain Dropout's
+// input and residual (passes/dropout_fusion.cpp: the Add it took in); none for other nodes.
+std::vector<const ir::Value*> summands(const ir::Node& n) {
+  if (n.domain.empty() && (n.op_type == "Add" || n.op_type == "Sum")) return {n.inputs.begin(), n.inputs.end()};
+  if (n.domain == "com.onnxtrain" && n.op_type == "Dropout" && n.input(3)) return {n.input(0), n.input(3)};
+  return {};
+}
 
 // The input of the layer whose attention is node `at`: the operand of the first Add downstream of the attention
 // that is an ancestor of it (the residual stream it read), or null.
@@ -76,9 +82,8 @@ const ir::Value* layer_input(const ir::Graph& g, size_t at) {
   const ir::Value* found = nullptr;
   std::vector<const ir::Value*> outs(a.outputs.begin(), a.outputs.end());
   descendants(g, outs, at + 1, [&](const ir::Node& n, size_t, const std::set<const ir::Value*>& reached) {
-    if (!is_add(n)) return false;
-    for (const ir::Value* u : n.inputs)
-      if (!reached.count(u) && streamable(u) && before.count(u)) found = u;
+    for (const ir::Value* u : summands(n))
+      if (u && !reached.count(u) && streamable(u) && before.count(u)) found = u;
     return found != nullptr;
   });
   return found;
@@ -104,8 +109,8 @@ Layers detect_layers(const ir::Graph& g) {
   const ir::Value* x = r.inputs.back();
   descendants(g, {x}, x->producer ? position.at(x->producer) + 1 : 0,
               [&](const ir::Node& n, size_t i, const std::set<const ir::Value*>& reached) {
-                if (is_add(n) && n.inputs.size() >= 2 &&
-                    std::all_of(n.inputs.begin(), n.inputs.end(), [&](auto* u) { return reached.count(u); }))
+                const std::vector<const ir::Value*> s = summands(n);
+                if (s.size() >= 2 && std::all_of(s.begin(), s.end(), [&](auto* u) { return reached.count(u); }))
                   last = i;
                 return false;
               });

@@ -1,10 +1,10 @@
 // Dropout: identity in inference; in training mode a counter-based random mask (kernels/cpu/dropout.cpp), so
 // rerunning with the same seed gives a bit-identical mask. com.onnxtrain.Dropout is the same with attribute `to`, the
 // output's dtype: the mask applied in the input's (16-bit) dtype, then widened to float32, as a Cast after it would
-// (dropout_output_cast.cpp makes it where autocast casts a Dropout's output); com.onnxtrain.DropoutGrad takes `to`
+// (dropout_fusion.cpp makes it where autocast casts a Dropout's output); com.onnxtrain.DropoutGrad takes `to`
 // the other way: dy (float32) rounded to the 16-bit `to` first, then the mask applied, as a Cast before it would.
 // com.onnxtrain.Dropout's optional input 3, a residual of the output's dtype and shape, is added to the output (the
-// residual stream a dropout joins: dropout_output_cast.cpp), into the residual's buffer where it dies there.
+// residual stream a dropout joins: dropout_fusion.cpp), into the residual's buffer where it dies there.
 #include "ops/dropout.h"
 
 #include "ops/grad.h"

@@ -16,7 +16,7 @@ struct DropoutAttrs {
 };
 
 // The output's dtype of a Dropout or DropoutGrad of input dtype x with attribute `to` (0: none): x's, or a float32
-// and a 16-bit float the one beside the other (dropout_output_cast.cpp); else a ShapeError naming the node.
+// and a 16-bit float the one beside the other (dropout_fusion.cpp); else a ShapeError naming the node.
 DType dropout_output_dtype(int64_t to, DType x, InferCtx& ctx);
 
 }  // namespace onnxtrain::ops

@@ -26,7 +26,7 @@ std::unique_ptr<Pass> cast_like_to_cast();
 std::unique_ptr<Pass> gelu_fusion();
 std::unique_ptr<Pass> narrow_gelu();
 std::unique_ptr<Pass> norm_output_cast();
-std::unique_ptr<Pass> dropout_output_cast();
+std::unique_ptr<Pass> dropout_fusion();
 std::unique_ptr<Pass> rms_norm_fusion();
 std::unique_ptr<Pass> swiglu_fusion();
 std::unique_ptr<Pass> rotary_embedding_fusion();
@@ -83,7 +83,7 @@ bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool res
 // The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion, the
 // norms' output cast, SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion,
 // masked-softmax fusion, attention-softmax fusion, flash-attention fusion, grouped-attention fusion,
-// Transpose-into-Gemm fusion, Cast-into-product fusion, the Dropouts' output cast, scatter accumulation, slice
+// Transpose-into-Gemm fusion, Cast-into-product fusion, Dropout fusion, scatter accumulation, slice
 // gradients to a Concat, constant folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).

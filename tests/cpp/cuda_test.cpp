@@ -478,7 +478,7 @@ TEST(Cuda, DropoutDrawsTheCpusMask) {
       EXPECT_EQ(std::memcmp(w.raw(), g.raw(), w.nbytes()), 0) << name << " in " << dtype_name(t);
     }
   }
-  // Attribute to (dropout_output_cast.cpp): a bf16 Dropout widened to float32 (then with a residual added), and its
+  // Attribute to (dropout_fusion.cpp): a bf16 Dropout widened to float32 (then with a residual added), and its
   // gradient of a float32 dy narrowed to bf16.
   struct Case {
     const char* op;

@@ -181,7 +181,7 @@ CASES += [
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))], {"seed": 3}, outputs=2),
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))]),  # the mask from the run's seed
     Case("Dropout", [r(4, 5)]),
-    # com.onnxtrain's: attribute `to` (float32 beside 16 bits, test_dropout_output_cast.py) aside, ONNX's
+    # com.onnxtrain's: attribute `to` (float32 beside 16 bits, test_dropout_fusion.py) aside, ONNX's
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True))], {"seed": 3}, outputs=2,
          domain="com.onnxtrain"),
     Case("Dropout", [r(4, 5), Const(np.array(0.3)), Const(np.array(True)), r(4, 5)], {"seed": 3},

@@ -183,9 +183,9 @@ __global__ void dropout_kernel(const In* x, const Out* r, Out* y, bool* mask, in
   using M = std::conditional_t<(sizeof(In) < sizeof(Out)), In, Out>;
   ONNXTRAIN_GRID_LOOP(i, n) {
     bool keep = dropout_keeps(seed, uint64_t(i), threshold);
-    const float m = to_float(from_float<M>(to_float(x[i])));
-    const Out v = keep ? from_float<Out>(to_float(from_float<M>(m * scale))) : from_float<Out>(0.f);
-    y[i] = r ? from_float<Out>(to_float(r[i]) + to_float(v)) : v;
+    const float m = to_float(from_float<M>(to_float(x[i])));  // (the product rounded before the sum: no FMA)
+    const Out v = keep ? from_float<Out>(to_float(from_float<M>(__fmul_rn(m, scale)))) : from_float<Out>(0.f);
+    y[i] = r ? from_float<Out>(__fadd_rn(to_float(r[i]), to_float(v))) : v;
     if (mask) mask[i] = keep;
   }
 }

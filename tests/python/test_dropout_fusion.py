@@ -1,8 +1,8 @@
-"""A 16-bit Dropout whose output autocast widens to float32 writes float32 itself (dropout_output_cast.cpp):
-com.onnxtrain.Dropout with attribute `to` gives exactly the Cast of ONNX's Dropout (the mask applied in 16 bits), with
-a residual exactly the residual's sum with it, com.onnxtrain.DropoutGrad with `to` exactly its gradient of the
-narrowed dY; GPT-2's residual dropouts under bf16 autocast fold, with their residual Adds, forward and backward, and
-train."""
+"""Dropout fusion (dropout_fusion.cpp): a 16-bit Dropout whose output autocast widens to float32 writes float32
+itself, and a Dropout joining a residual stream adds the residual itself. com.onnxtrain.Dropout with attribute `to`
+gives exactly the Cast of ONNX's Dropout (the mask applied in 16 bits), with a residual exactly the residual's sum with
+it; com.onnxtrain.DropoutGrad with `to` exactly its gradient of the narrowed dY; GPT-2's residual dropouts fold with
+their residual Adds (and under bf16 autocast their Casts, forward and backward) and train."""
 
 import onnx
 import pytest
@@ -42,11 +42,15 @@ def test_the_dropout_widened_is_the_cast_of_the_dropout_in_sixteen_bits():
     assert 0.2 < float((got == 0).float().mean()) < 0.4
 
 
-def test_a_residual_is_added_to_the_dropout_widened():
-    x, residual = torch.randn(3, 1000).to(torch.bfloat16), torch.randn(3, 1000)
-    want = residual + run("Dropout", x, TensorProto.BFLOAT16).float()
-    got = run("Dropout", x, TensorProto.FLOAT, domain="com.onnxtrain", residual=residual, to=TensorProto.FLOAT)
+@pytest.mark.parametrize("widened", [True, False])
+def test_a_residual_is_added_to_the_dropout(widened):
+    x, residual = torch.randn(3, 1000).to(torch.bfloat16 if widened else torch.float32), torch.randn(3, 1000)
+    want = residual + run("Dropout", x, TensorProto.BFLOAT16 if widened else TensorProto.FLOAT).float()
+    to = dict(to=TensorProto.FLOAT) if widened else {}
+    got = run("Dropout", x, TensorProto.FLOAT, domain="com.onnxtrain", residual=residual, **to)
     assert torch.equal(got, want)
+    if not widened:
+        return
     with pytest.raises(onnxtrain.ShapeError, match=r"the residual bfloat16 \[3, 1000\] must be the output's float32"):
         run("Dropout", x, TensorProto.FLOAT, domain="com.onnxtrain", residual=x, to=TensorProto.FLOAT)
 
@@ -66,13 +70,14 @@ def test_an_output_dtype_other_than_the_inputs_or_float32_beside_sixteen_bits_is
         run(op, torch.randn(4).to(torch.bfloat16), TensorProto.FLOAT16, domain="com.onnxtrain", to=TensorProto.FLOAT16)
 
 
-def test_gpt2s_residual_dropouts_fold_under_bf16_autocast(tmp_path):
+@pytest.mark.parametrize("bf16", [True, False])
+def test_gpt2s_residual_dropouts_fold(bf16, tmp_path):
     c = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.1,
                                 embd_pdrop=0.1, attn_pdrop=0.1, use_cache=False)
     torch.manual_seed(0)
     model = onnxtrain.Module(transformers.GPT2LMHeadModel(c).train(), onnxtrain.Options(save_onnx=str(tmp_path)))
     ids = torch.randint(0, 100, (2, 16))
-    with torch.autocast("cpu", torch.bfloat16):
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     assert torch.isfinite(loss)
@@ -82,12 +87,26 @@ def test_gpt2s_residual_dropouts_fold_under_bf16_autocast(tmp_path):
     types = {v.name: v.type.tensor_type.elem_type for v in graph.value_info}
     to = lambda n: next((a.i for a in n.attribute if a.name == "to"), None)  # noqa: E731
     folded = [n for n in graph.node if n.op_type == "Dropout" and n.domain == "com.onnxtrain"]
-    assert len(folded) == 2 * c.n_layer and all(to(n) == TensorProto.FLOAT for n in folded)
+    assert len(folded) == 2 * c.n_layer and all(to(n) == (TensorProto.FLOAT if bf16 else None) for n in folded)
     assert all(len(n.input) == 4 and types[n.input[3]] == TensorProto.FLOAT for n in folded)  # (the residual)
     outputs = {n.output[0] for n in graph.node if n.op_type == "Dropout"}
     assert not [n.name for n in graph.node if n.op_type in ("Cast", "Add") and n.input[0] in outputs]
     assert not [n.name for n in graph.node if n.op_type == "Add" and n.input[1] in outputs]
+    if not bf16:
+        return
     grads = [n for n in graph.node if n.op_type == "DropoutGrad" and to(n) == TensorProto.BFLOAT16]
     assert len(grads) == len(folded)
     for n in grads:  # dY as the residual's float32 sum writes it, not narrowed by a Cast
         assert types[n.input[0]] == TensorProto.FLOAT and made[n.input[0]].op_type != "Cast"
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_level_one_finds_the_layers_whose_residual_adds_went_into_dropouts(bf16):
+    c = transformers.GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.1,
+                                embd_pdrop=0.1, attn_pdrop=0.1, use_cache=False)
+    torch.manual_seed(0)
+    model = onnxtrain.Module(transformers.GPT2LMHeadModel(c).train(), onnxtrain.Options(memory_opt_level=1))
+    ids = torch.randint(0, 100, (2, 16))
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert "level 1: 2 transformer layers" in model.memory_report()

@@ -1,19 +1,21 @@
-// Dropout output cast: a Dropout of a 16-bit input whose output is read only by a Cast to float32 becomes
-// com.onnxtrain.Dropout with attribute `to` float32: the mask applied in the 16-bit dtype and the result widened as
-// the Cast did, in one pass (under autocast, GPT-2's residual dropouts after a product, whose output joins the float32
-// residual stream: the 16-bit copy and the Cast's pass over it go). Its gradient, com.onnxtrain.DropoutGrad with `to`
-// the 16-bit dtype, reads the float32 dY as the residual's sum writes it (the Cast's gradient, the narrowing back,
-// goes too). Then the Add joining it to the residual stream (its only reader; the other input of its dtype and shape)
-// goes into it as input 3, the residual, written in the residual's place where that dies there: the float32 dropout
-// output is neither written nor read again. The node keeps the Dropout's random key: the same mask as before.
+// Dropout fusion: what autocast and the residual stream put around a Dropout goes into com.onnxtrain.Dropout.
+// - A Dropout of a 16-bit input whose output is read only by a Cast to float32 gets attribute `to` float32: the mask
+//   applied in the 16-bit dtype and the result widened as the Cast did, in one pass (under autocast, GPT-2's residual
+//   dropouts after a product, whose output joins the float32 residual stream: the 16-bit copy and the Cast's pass
+//   over it go). Its gradient, com.onnxtrain.DropoutGrad with `to` the 16-bit dtype, reads the float32 dY as the
+//   residual's sum writes it (the Cast's gradient, the narrowing back, goes too).
+// - Then a Dropout (ONNX's from opset 12, or one made so) whose output only an Add reads, the Add's other input of the
+//   output's dtype and shape, takes that input as its input 3, the residual, and writes the sum, in the residual's
+//   place where that dies there: the dropout's output is neither written nor read again (GPT-2's residual dropouts,
+//   in float32 as under autocast).
+// The node keeps the Dropout's random key: the same mask as before.
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
 namespace {
 
-// The Dropout (ONNX's from opset 12, or com.onnxtrain's without a residual) n with its output 0 made by `out` and
-// `extra` inputs more (the residual), in com.onnxtrain's domain with `attrs`; n and `reader` (what read its output)
-// go into `gone`.
+// The Dropout n again, in com.onnxtrain's domain with `attrs`, its output 0 made `out` and `extra` inputs more (the
+// residual); n and `reader` (what read its output) go into `gone`.
 void refold(ir::Graph& g, ir::Node* n, ir::Node* reader, ir::Value* out, const std::vector<ir::Value*>& extra,
             ir::Attributes attrs, std::vector<const ir::Node*>& gone) {
   std::vector<ir::Value*> ins = n->inputs, outs = n->outputs;
@@ -27,9 +29,9 @@ void refold(ir::Graph& g, ir::Node* n, ir::Node* reader, ir::Value* out, const s
   gone.push_back(reader);
 }
 
-class DropoutOutputCast : public Pass {
+class DropoutFusion : public Pass {
  public:
-  std::string name() const override { return "dropout_output_cast"; }
+  std::string name() const override { return "dropout_fusion"; }
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* n : nodes_of(g, "Dropout")) {
@@ -46,9 +48,12 @@ class DropoutOutputCast : public Pass {
     }
     const bool cast_folded = remove_all(g, gone, true);
     gone.clear();
-    for (ir::Node* n : nodes_of(g, "Dropout", "com.onnxtrain")) {
+    std::vector<ir::Node*> dropouts = nodes_of(g, "Dropout", "com.onnxtrain");
+    for (ir::Node* n : nodes_of(g, "Dropout"))
+      if (n->opset >= 12) dropouts.push_back(n);
+    for (ir::Node* n : dropouts) {
       ir::Value* y = n->outputs.empty() ? nullptr : n->outputs[0];
-      ir::Node* add = y ? only_reader(g, y) : nullptr;
+      ir::Node* add = y && has_inputs(n, 1) ? only_reader(g, y) : nullptr;
       if (n->input(3) || !add || add->op_type != "Add" || !add->domain.empty() || !has_inputs(add, 2) ||
           add->outputs.size() != 1 || !add->outputs[0] || add->input(0) == add->input(1))
         continue;
@@ -62,6 +67,6 @@ class DropoutOutputCast : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> dropout_output_cast() { return std::make_unique<DropoutOutputCast>(); }
+std::unique_ptr<Pass> dropout_fusion() { return std::make_unique<DropoutFusion>(); }
 
 }  // namespace onnxtrain::passes
