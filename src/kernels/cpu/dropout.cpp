@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 #include "core/parallel.h"
 #include "kernels/counter_random.h"
@@ -20,10 +19,11 @@ namespace {
 // added where given (y may be r); the mask to `mask` when given. Out = In: Dropout and DropoutGrad as ONNX has them;
 // else attribute `to` (ops/dropout.cpp).
 template <typename In, typename Out>
-void masked(const In* x, const Out* r, Out* y, int64_t n, uint64_t seed, uint32_t threshold, double ratio,
-            bool* mask) {
+void masked(const In* x, const Out* r, Out* y, int64_t n, const DropoutCall& d, bool* mask) {
   using M = std::conditional_t<(sizeof(In) < sizeof(Out)), In, Out>;
-  const acc_t<M> scale = acc_t<M>(1.0 / (1.0 - ratio));
+  const acc_t<M> scale = acc_t<M>(d.scale);
+  const uint64_t seed = d.seed;
+  const uint32_t threshold = d.threshold;
   parallel_for(n, 4, [&](int64_t b, int64_t e) {
     bool keep[256];
     for (; b < e; b += 256) {
@@ -60,21 +60,16 @@ void with_dtypes(const KernelCtx& c, F&& f) {
 void apply(const ops::DropoutAttrs& a, KernelCtx& c, const Tensor* r, bool* mask) {
   const Tensor& x = c.in(0);
   Tensor& y = c.out(0);
-  const std::optional<float> ratio = dropout_training_ratio(a, c);
-  const bool drops = ratio && *ratio > 0;
-  if (r && r->numel() != x.numel()) c.fail("the residual is not shaped as the output");
-  if (!drops && mask) std::memset(mask, 1, size_t(x.numel()));
-  if (!drops && y.dtype() == x.dtype() && !r) {
+  const DropoutCall d = dropout_call(a, c, r);
+  if (!d.drops && mask) std::memset(mask, 1, size_t(x.numel()));
+  if (!d.drops && y.dtype() == x.dtype() && !r) {
     if (y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
     return;
   }
-  const uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  const uint32_t threshold = drops ? dropout_threshold(*ratio) : 0;  // (0: every element kept)
   with_dtypes(c, [&](auto ti, auto to) {
     using In = typename decltype(ti)::type;
     using Out = typename decltype(to)::type;
-    masked(x.data<In>(), r ? r->data<Out>() : nullptr, y.data<Out>(), x.numel(), seed, threshold,
-           drops ? double(*ratio) : 0.0, drops ? mask : nullptr);
+    masked(x.data<In>(), r ? r->data<Out>() : nullptr, y.data<Out>(), x.numel(), d, d.drops ? mask : nullptr);
   });
 }
 

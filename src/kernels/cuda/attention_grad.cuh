@@ -85,16 +85,16 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
   const bool blocked = blocked_rows(a);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
   struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
-    int64_t pair, q0;
-    KvPairs pairs;
+    KvPairs pairs;  // (pairs.pair: the pair)
+    int64_t q0;
     AttentionPair<T> p;
     TileKind kind;
   };
   auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
     for (r.q0 += Q;;) {
       if (r.q0 >= a.tq) {
-        if ((r.pair = r.pairs.next(a)) >= a.pairs) return r;
-        r.p = pair_of<T>(a, r.pair), r.q0 = 0;
+        if (r.pairs.next(a) >= a.pairs) return r;
+        r.p = pair_of<T>(a, r.pairs.pair), r.q0 = 0;
       }
       const Live t = first_live(r.q0, a.tq, Q, [&](int64_t q0) { return kind_of<Q, kTile>(a, r.p.slice, q0, k0); });
       r.q0 = t.at, r.kind = t.kind;
@@ -102,24 +102,24 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     }
   };
   auto stage_rows = [&](int slot, Rows r) {
-    if (r.pair < a.pairs) {
-      stage<Q, D>(qs[slot], bits(q) + r.pair * a.tq * a.d, r.q0, 0, a.tq, a.d);
-      stage<Q, D>(ys[slot], bits(dy) + r.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
+    if (r.pairs.pair < a.pairs) {
+      stage<Q, D>(qs[slot], bits(q) + r.pairs.pair * a.tq * a.d, r.q0, 0, a.tq, a.d);
+      stage<Q, D>(ys[slot], bits(dy) + r.pairs.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
       for (int i = threadIdx.x; i < Q; i += kBlock) {
         const bool in = r.q0 + i < a.tq;
-        lrs[slot][i] = in ? lse[r.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
-        drs[slot][i] = in ? dots[r.pair * a.tq + r.q0 + i] / drop_scale(a) : 0.f;
-        if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pair * a.tq + r.q0 + i, k0);
+        lrs[slot][i] = in ? lse[r.pairs.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
+        drs[slot][i] = in ? dots[r.pairs.pair * a.tq + r.q0 + i] / drop_scale(a) : 0.f;
+        if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pairs.pair * a.tq + r.q0 + i, k0);
       }
     }
     commit_copies();
   };
-  Rows step = next(Rows{-1, a.tq, KvPairs{kv}, AttentionPair<T>{}, TileKind::kDead});
+  Rows step = next(Rows{KvPairs{kv}, a.tq, AttentionPair<T>{}, TileKind::kDead});
   stage_rows(0, step);
-  for (int n = 0; step.pair < a.pairs; ++n) {
+  for (int n = 0; step.pairs.pair < a.pairs; ++n) {
     const int slot = n % S;
     const Rows following = step_ahead<S>(n, next(step), stage_rows);
-    const int64_t pair = step.pair, q0 = step.q0;
+    const int64_t pair = step.pairs.pair, q0 = step.q0;
     const AttentionPair<T> p = step.p;
     // The warp's 16 keys by each 16 of the step's rows: the step's kind where it is not mixed, else each one's from
     // the map (a causal mask's diagonal: some dead, their scores left out, some plain).

@@ -1,9 +1,7 @@
 // The CUDA kernels of the elementwise ops: unary and binary arithmetic, comparisons, GELU's gradient, Where, Cast,
 // Dropout, ConstantOfShape and Range (the launchers are elementwise.cu's).
 #include <cstring>
-#include <optional>
 
-#include "kernels/counter_random.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/dropout_mode.h"
 #include "kernels/strides.h"
@@ -95,15 +93,11 @@ void range(KernelCtx& c) {
 void apply(const ops::DropoutAttrs& a, KernelCtx& c, const Tensor* r, bool* mask) {
   const Tensor& x = c.in(0);
   Tensor& y = c.out(0);
-  const std::optional<float> ratio = dropout_training_ratio(a, c);
-  const bool drops = ratio && *ratio > 0;
-  if (r && r->numel() != x.numel()) c.fail("the residual is not shaped as the output");
-  if (!drops && mask) check(cudaMemsetAsync(mask, 1, size_t(x.numel()), stream()), "cudaMemsetAsync");
-  if (!drops && y.dtype() == x.dtype() && !r) return copy(x, y);
-  const uint64_t seed = a.has_seed ? uint64_t(a.seed) : c.seed;
-  cuda::dropout(x.dtype(), y.dtype(), x.raw(), r ? r->raw() : nullptr, y.raw(), drops ? mask : nullptr, x.numel(),
-                seed, drops ? dropout_threshold(*ratio) : 0, drops ? float(1.0 / (1.0 - double(*ratio))) : 1.f,
-                stream());
+  const DropoutCall d = dropout_call(a, c, r);
+  if (!d.drops && mask) check(cudaMemsetAsync(mask, 1, size_t(x.numel()), stream()), "cudaMemsetAsync");
+  if (!d.drops && y.dtype() == x.dtype() && !r) return copy(x, y);
+  cuda::dropout(x.dtype(), y.dtype(), x.raw(), r ? r->raw() : nullptr, y.raw(), d.drops ? mask : nullptr, x.numel(),
+                d.seed, d.threshold, float(d.scale), stream());
 }
 
 void dropout(const ops::DropoutAttrs& a, KernelCtx& c) {
