@@ -1,7 +1,9 @@
 """Attention alone on one CUDA device (issue 29's fused attention): scaled_dot_product_attention's forward and
 backward at GPT-2's shape (batch 16, 12 heads, 1024 tokens, heads of 64, causal, bf16) through onnxtrain.Module,
 beside PyTorch eager (its own flash kernel) and torch.compile, and onnxtrain on its warp-per-row kernels
-(ONNXTRAIN_CUDA_ATTENTION=simple: onnxtrain-simple), each configuration in its own process.
+(ONNXTRAIN_CUDA_ATTENTION=simple: onnxtrain-simple) and on its tensor-core kernels' general build alone
+(ONNXTRAIN_CUDA_ATTENTION=general: onnxtrain-general; onnxtrain takes the lean build where no tile of the mask reads
+it score by score), each configuration in its own process.
 
 --dropout P drops attention's probabilities with ratio P (as GPT-2's attn_pdrop, 0.1), in every configuration;
 --mask tensor passes the causal mask as a boolean tensor of a batch's own (batch, 1, tokens, tokens), as a model
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 
-CONFIGS = ["eager", "compile", "onnxtrain", "onnxtrain-simple"]
+CONFIGS = ["eager", "compile", "onnxtrain", "onnxtrain-simple", "onnxtrain-general"]
 DTYPES = ["bf16", "fp16", "fp32"]
 
 
@@ -98,7 +100,7 @@ def run(name, args):
     cmd = [sys.executable, __file__, "--measure", name, "--batch", str(args.batch), "--heads", str(args.heads),
            "--seq", str(args.seq), "--head", str(args.head), "--dtype", args.dtype, "--steps", str(args.steps),
            "--dropout", str(args.dropout), "--mask", args.mask]
-    env = dict(os.environ, ONNXTRAIN_CUDA_ATTENTION="simple" if name == "onnxtrain-simple" else "")
+    env = dict(os.environ, ONNXTRAIN_CUDA_ATTENTION=name.removeprefix("onnxtrain-") if "-" in name else "")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         print(f"{name} failed:\n{out.stderr[-3000:]}", flush=True)

@@ -33,6 +33,8 @@ struct Case {
   int64_t masked_row = -1;  // a row masked whole
   int64_t shift = 0;  // batch b's mask and bias b * shift keys to the right: a map a batch (else one for all pairs)
   bool scan_pairs = false;  // the backward finds the pairs reading its K and V by trying each (not space_kv_pairs)
+  bool general = false;     // the kernels' general build alone (attention_builds.cuh), as ONNXTRAIN_CUDA_ATTENTION=...
+  int mixed = -1;           // whether the map must have a mixed tile (the general build then runs): -1 either
 };
 
 template <typename T>
@@ -105,7 +107,8 @@ struct Emulated {
         }
     Attention a = describe(&scale, cond.get(), &fill, bias.data());
     std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);  // (not a kind: a tile left unmapped shows)
-    a.kinds = kinds.data();
+    place_map(a, kinds.data());
+    *a.mixed = 0;  // (as the launch)
 
     std::vector<T> y(q.size() / size_t(c.d) * size_t(c.dv)), dq(q.size()), dkt(kt.size()), dv(v.size());
     std::vector<float> lse(size_t(pairs() * c.tq)), dots(lse.size());
@@ -114,13 +117,18 @@ struct Emulated {
     const unsigned row_blocks = unsigned((pairs() * c.tq + 3) / 4);
     auto run = [&]<int D>() {
       testing::emulate(unsigned(tc::tile_kinds_blocks(a)), tc::kBlock, [&] { tc::tile_kinds<T>(a); });
-      testing::emulate(q_blocks, tc::kBlock,
-                       [&] { tc::forward<T, D>(a, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
+      // (each build the launch runs, a block of the one that does not apply returning at once)
+      tc::with_builds(a, c.general, [&]<bool kLean>(const Attention& b) {
+        testing::emulate(q_blocks, tc::kBlock,
+                         [&] { tc::forward<T, D, kLean>(b, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
+      });
       testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
       std::vector<float> sums(q.size(), 0.f);  // (dQ's, zeroed as the launch does, and cast after)
-      testing::emulate(k_blocks, tc::kBlock, [&] {
-        tc::grad<T, D>(a, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), sums.data(),
-                       dkt.data(), dv.data());
+      tc::with_builds(a, c.general, [&]<bool kLean>(const Attention& b) {
+        testing::emulate(k_blocks, tc::kBlock, [&] {
+          tc::grad<T, D, kLean>(b, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), sums.data(),
+                                dkt.data(), dv.data());
+        });
       });
       for (size_t i = 0; i < sums.size(); ++i) dq[i] = from_float<T>(sums[i]);
     };
@@ -128,6 +136,12 @@ struct Emulated {
       run.template operator()<64>();
     else
       run.template operator()<128>();
+    // The map's word: set exactly where a tile is mixed.
+    const auto mixed_tiles = std::count(kinds.begin(), kinds.begin() + kinds_count(a), uint8_t(tc::TileKind::kMixed));
+    EXPECT_EQ(*a.mixed != 0, mixed_tiles > 0);
+    if (c.mixed >= 0) {
+      EXPECT_EQ(*a.mixed, uint32_t(c.mixed));
+    }
 
     // The reference, in float64.
     std::vector<double> ry(y.size()), rlse(lse.size()), rdq(dq.size()), rdk(kt.size()), rdv(v.size());
@@ -210,7 +224,7 @@ TEST(TensorCoreAttention, TilesPastTheRowsAndKeysWithACausalFill) {
 TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Case c;
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
-  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.shift = 5;
+  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.shift = 5, c.mixed = 1;
   Emulated<__half>(c).check();
   c.scan_pairs = true;
   Emulated<__half>(c).check();
@@ -256,11 +270,14 @@ TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
 
 // GPT-2's attention in training: its causal mask an additive bias of 0 and -inf of a batch's own, dropout over whole
 // blocks of keys, three tiles of rows and keys: causal tiles of a bias, the map's words, whole tiles staged with no
-// bound tested, the rows' staged keys of the draw, one barrier a step, dQ summed from three blocks of keys.
+// bound tested, the rows' staged keys of the draw, one barrier a step, dQ summed from three blocks of keys. No tile
+// mixed: the lean build runs, and the general one where it is asked for alone.
 TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
   Case c;
   c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
-  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64;
+  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0;
+  Emulated<__nv_bfloat16>(c).check();
+  c.general = true;
   Emulated<__nv_bfloat16>(c).check();
 }
 
@@ -407,8 +424,10 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
     const __half fill_h = __float2half(fill);
     a.fill = &fill_h;
     std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);
-    a.kinds = kinds.data();
+    place_map(a, kinds.data());
+    *a.mixed = 0;
     testing::emulate(unsigned(tc::tile_kinds_blocks(a)), tc::kBlock, [&] { tc::tile_kinds<__half>(a); });
+    EXPECT_EQ(*a.mixed, 0u);  // (every 16 x 16 tile dead, plain or causal)
     const AttentionPair<__half> p{0, cond.get(), nullptr, 0};
     for (int64_t r0 = 0; r0 < n; r0 += 32)
       for (int64_t j0 = 0; j0 < n; j0 += 64) {

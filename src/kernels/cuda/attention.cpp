@@ -77,19 +77,20 @@ void check_lse(const KernelCtx& c, const Tensor& lse, const Attention& a) {
   if (lse.numel() != a.pairs * a.tq) c.fail("LSE " + dims_str(lse.dims()) + " must hold a value per row");
 }
 
-// A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds; a row's padded to a multiple of 4), for
-// 16-bit operands with a mask or a bias (the tensor-core kernels'); q, kt, cond, bias: the inputs of Q, K^T, the
-// mask and the bias.
+// A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds; a row's padded to a multiple of 4) and a
+// word after them (Attention::mixed), for 16-bit operands with a mask or a bias (the tensor-core kernels'); q, kt,
+// cond, bias: the inputs of Q, K^T, the mask and the bias.
 Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t kt, size_t cond, size_t bias) {
   const Shape &qs = s.shape(q), &ks = s.shape(kt);
   if (!mapped(s.dtype(q), s.has(cond) || s.has(bias)) || qs.size() < 2 || ks.empty()) return Dim(0);
   return shape_numel(Shape(qs.begin(), qs.end() - 2)) * Dim::ceil_div(qs[qs.size() - 2], Dim(kKindRows)) *
-         Dim::ceil_div(Dim::ceil_div(ks.back(), Dim(kKindKeys)), Dim(4)) * Dim(4);
+             Dim::ceil_div(Dim::ceil_div(ks.back(), Dim(kKindKeys)), Dim(4)) * Dim(4) +
+         Dim(kMixedBytes);
 }
 
 // a's map in the scratch after `at` bytes of other scratch, where kinds_bytes declared it.
 void map_in(const KernelCtx& c, size_t at, Attention& a, DType t) {
-  if (mapped(t, a.cond || a.bias)) a.kinds = c.scratch_as<uint8_t>(at, size_t(size_kinds(a)));
+  if (mapped(t, a.cond || a.bias)) place_map(a, c.scratch_as<uint8_t>(at, size_t(size_kinds(a))));
 }
 
 void flash_attention(KernelCtx& c) {

@@ -176,14 +176,17 @@ unsigned to_blocks(int64_t units, int64_t per_block, const char* kernel) {
   return unsigned(blocks);
 }
 
+// ONNXTRAIN_CUDA_ATTENTION, for comparison: "simple" takes the warp-per-row kernels for every dtype, "general" the
+// tensor-core kernels' general build alone (attention_builds.cuh).
+bool attention_env_is(const char* mode) {
+  const char* v = std::getenv("ONNXTRAIN_CUDA_ATTENTION");
+  return v && std::strcmp(v, mode) == 0;
+}
+
 // The tensor-core kernels' head size (attention_mma.cuh) for 16-bit operands with heads of at most 128 elements;
-// 0 for the warp-per-row kernels: float32 operands, larger heads, or all of them with ONNXTRAIN_CUDA_ATTENTION=simple
-// (for comparison).
+// 0 for the warp-per-row kernels: float32 operands, larger heads, or all of them with ONNXTRAIN_CUDA_ATTENTION=simple.
 int mma_head(DType t, const Attention& a) {
-  static const bool simple = [] {
-    const char* v = std::getenv("ONNXTRAIN_CUDA_ATTENTION");
-    return v && std::strcmp(v, "simple") == 0;
-  }();
+  static const bool simple = attention_env_is("simple");
   const int64_t head = std::max(a.d, a.dv);
   if (simple || (t != DType::kFloat16 && t != DType::kBFloat16)) return 0;
   return head <= 64 ? 64 : head <= 128 ? 128 : 0;
@@ -192,9 +195,17 @@ int mma_head(DType t, const Attention& a) {
 // The tensor-core kernels' map of the tiles a mask or a bias changes (attention_tile_kind.cuh), into a.kinds.
 template <typename T>
 void map_tile_kinds(const Attention& a, const char* name, cudaStream_t stream) {
-  if ((!a.cond && !a.bias) || a.pairs * a.tq * a.tk == 0) return;
+  if (!a.cond && !a.bias) return;
   if (!a.kinds) launch_error(std::string(name) + ": no map of its mask's tiles");
+  check(cudaMemsetAsync(a.mixed, 0, kMixedBytes, stream), name);
+  if (a.pairs * a.tq * a.tk == 0) return;
   tc::tile_kinds<T><<<to_blocks(tc::tile_kinds_blocks(a), 1, name), tc::kBlock, 0, stream>>>(a);
+}
+
+// Whether the tensor-core kernels take their general build alone (ONNXTRAIN_CUDA_ATTENTION=general).
+bool general_build() {
+  static const bool general = attention_env_is("general");
+  return general;
 }
 
 // f.template operator()<D>() for the tensor-core kernels' head size D.
@@ -221,8 +232,10 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* kt,
         map_tile_kinds<T>(a, "FlashAttention", stream);
         const int64_t blocks = to_blocks(a.tq, tc::kTile, "FlashAttention") * a.pairs;
         return with_head(head, [&]<int D>() {
-          tc::forward<T, D><<<to_blocks(blocks, 1, "FlashAttention"), tc::kBlock, 0, stream>>>(
-              a, qt, ktt, vt, static_cast<T*>(y), lse);
+          tc::with_builds(a, general_build(), [&]<bool kLean>(const Attention& b) {
+            tc::forward<T, D, kLean><<<to_blocks(blocks, 1, "FlashAttention"), tc::kBlock, 0, stream>>>(
+                b, qt, ktt, vt, static_cast<T*>(y), lse);
+          });
         });
       }
     forward_kernel<<<to_blocks(rows, kWarps, "FlashAttention"), kThreads, 0, stream>>>(a, qt, ktt, vt,
@@ -254,8 +267,10 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
           }
           if (keys) {  // (no rows: dK and dV zeros)
             const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
-            tc::grad<T, D><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
-                a, dyt, qt, ktt, vt, lse, row_dots, dq_sums, static_cast<T*>(dkt), static_cast<T*>(dv));
+            tc::with_builds(a, general_build(), [&]<bool kLean>(const Attention& b) {
+              tc::grad<T, D, kLean><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
+                  b, dyt, qt, ktt, vt, lse, row_dots, dq_sums, static_cast<T*>(dkt), static_cast<T*>(dv));
+            });
           }
           cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);  // (no keys: dQ zeros)
         });

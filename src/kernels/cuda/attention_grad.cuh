@@ -12,6 +12,17 @@ namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
 // The query rows grad stages a step: its registers hold dK and dV of 16 keys by D columns.
 template <int D>
 constexpr int kQueries = D > 64 ? 16 : 32;
+static_assert(kQueries<64> <= 32 && kBlock >= 64, "a step's rows staged by a warp's lanes");
+
+// Adds x and y to at[0] and at[1] (8-byte aligned): one 8-byte atomic on sm_90, two 4-byte ones before it.
+__device__ __forceinline__ void add_pair(float* at, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(at), make_float2(x, y));
+#else
+  atomicAdd(at, x);
+  atomicAdd(at + 1, y);
+#endif
+}
 
 // The step's dQ share of a warp: dS (ds_t[key][row]: the step's rows by the block's keys, as A operands transposed)
 // times K (K^T's rows kts[d][key]) for the warp's quarter of the D columns, added to dq_sums (rows of a.d floats) of
@@ -39,33 +50,47 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
       }
     }
   }
+  // The step's rows from its first one's sums on: 32-bit offsets (a row of d <= 128 floats, rows < Q). Where the
+  // step's rows are all inside and hold D columns (every step of GPT-2's but none), the offsets from the lane's first
+  // are constants; else the columns past d and the rows past tq (the last step's) are left out.
+  float* const rows = dq_sums + (pair * a.tq + q0) * a.d;
+  const int d = int(a.d), rows_in = left(a.tq, q0, Q);
+  if (d == D && rows_in == Q) {
+    float* const lane_at = rows + (g * D + c0 + 2 * t);
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int nt = 0; nt < N; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          add_pair(lane_at + ((16 * m + 8 * h) * D + 8 * nt), acc[m][nt][2 * h], acc[m][nt][2 * h + 1]);
+    return;
+  }
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int nt = 0; nt < N; ++nt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // (a lane's two columns side by side: one 8-byte atomic on sm_90)
-        const int64_t r = q0 + 16 * m + g + 8 * h;
-        const int c = c0 + 8 * nt + 2 * t;
-        if (r >= a.tq) continue;
-        float* at = dq_sums + (pair * a.tq + r) * a.d + c;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (c + 1 < a.d && a.d % 2 == 0) {
-          atomicAdd(reinterpret_cast<float2*>(at), make_float2(acc[m][nt][2 * h], acc[m][nt][2 * h + 1]));
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * m + g + 8 * h, c = c0 + 8 * nt + 2 * t;
+        if (r >= rows_in) continue;
+        float* at = rows + (r * d + c);
+        if (c + 1 < d && d % 2 == 0) {
+          add_pair(at, acc[m][nt][2 * h], acc[m][nt][2 * h + 1]);
           continue;
         }
-#endif
-        if (c < a.d) atomicAdd(at, acc[m][nt][2 * h]);
-        if (c + 1 < a.d) atomicAdd(at + 1, acc[m][nt][2 * h + 1]);
+        if (c < d) atomicAdd(at, acc[m][nt][2 * h]);
+        if (c + 1 < d) atomicAdd(at + 1, acc[m][nt][2 * h + 1]);
       }
 }
 
 // dKt and dV, and dQ's float32 sums: grid (key tiles x K's batch), each block summing over the pairs that read its K
-// and V. (At least 2 blocks a multiprocessor: left to itself, ptxas gave heads of 64 168 registers, for 3, and
-// spilled in the loop.)
-template <typename T, int D>
+// and V; a build each (attention_builds.cuh). (At least 2 blocks a multiprocessor: left to itself, ptxas gave heads
+// of 64 168 registers, for 3, and spilled in the loop.)
+template <typename T, int D, bool kLean>
 __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, const T* q, const T* kt, const T* v,
                                                    const float* lse, const float* dots, float* dq_sums, T* dkt, T* dv) {
+  if (other_build<kLean>(a)) return;
   constexpr int Q = kQueries<D>;
   __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
@@ -80,9 +105,10 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
   stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
   commit_copies();  // (waited for with the first step's rows)
   // P's kept ones and dP's unscaled: drop_scale goes into dV once at the end, into dS's factor ds_scale (dS = P (dP
-  // keep_scale - D) scale = P (dP - D / keep_scale) ds_scale), D staged divided by it
+  // keep_scale - D) scale = P (dP - D / keep_scale) ds_scale), D staged times keep_ratio
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f), ds_scale = scale * drop_scale(a);
-  const bool blocked = blocked_rows(a);
+  const float keep_ratio = 1.f / drop_scale(a);
+  const bool blocked = kLean || blocked_rows(a);
   float dk[D / 8][4] = {}, dva[D / 8][4] = {};
   struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
     KvPairs pairs;  // (pairs.pair: the pair)
@@ -105,11 +131,15 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     if (r.pairs.pair < a.pairs) {
       stage<Q, D>(qs[slot], bits(q) + r.pairs.pair * a.tq * a.d, r.q0, 0, a.tq, a.d);
       stage<Q, D>(ys[slot], bits(dy) + r.pairs.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
-      for (int i = threadIdx.x; i < Q; i += kBlock) {
+      // (the rows' LSE and D by the first warp, their keys of the draw by the second: a lane a row)
+      const int64_t row0 = r.pairs.pair * a.tq + r.q0;
+      const int i = lane;
+      if (threadIdx.x < Q) {
         const bool in = r.q0 + i < a.tq;
-        lrs[slot][i] = in ? lse[r.pairs.pair * a.tq + r.q0 + i] * kLog2e : INFINITY;  // (in base 2)
-        drs[slot][i] = in ? dots[r.pairs.pair * a.tq + r.q0 + i] / drop_scale(a) : 0.f;
-        if (a.dropout && blocked) keys[slot][i] = row_key(a, r.pairs.pair * a.tq + r.q0 + i, k0);
+        lrs[slot][i] = in ? lse[row0 + i] * kLog2e : INFINITY;  // (in base 2)
+        drs[slot][i] = in ? dots[row0 + i] * keep_ratio : 0.f;
+      } else if (a.dropout && blocked && warp == 1 && i < Q) {
+        keys[slot][i] = row_key(a, row0 + i, k0);
       }
     }
     commit_copies();
@@ -196,7 +226,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
             st[nt][i] = kept_bit(kept, nt, i) ? e : 0.f;
             dpt[nt][i] = e * (dpt[nt][i] - dr[rl]) * ds_scale;
           }
-      } else if (!read) {  // groups dead, plain or causal (a key past its query in its group: -inf), the bounds
+      } else if (kLean || !read) {  // groups dead, plain or causal (a key past its query in its group: -inf), bounds
         const int rows_in = left(a.tq, q0, Q), keys_in = left(a.tk, k0 + w0, 16);
         const float to_log2 = scale * kLog2e;
 #pragma unroll

@@ -41,7 +41,7 @@ __device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt
 // score is -inf (the map: kind_of), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged, and
 // under dropout by whole blocks of the draw (blocked_rows), each of the block's rows' key of the draw for the tile's
 // keys (keys[slot][row], a thread a row instead of each thread's rows' keys).
-template <typename T, int D, typename Step>
+template <typename T, int D, bool kLean, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
                                                uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
                                                uint32_t (*keys)[kTile], Step&& step) {
@@ -52,7 +52,7 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
     if (t.at < a.tk) {
       stage<D, kTile>(kts[slot], b.kb, 0, t.at, a.d, a.tk);
       stage<kTile, D>(vs[slot], b.vb, t.at, 0, a.tk, a.dv);
-      if (a.dropout && blocked_rows(a))
+      if (a.dropout && (kLean || blocked_rows(a)))
         for (int i = threadIdx.x; i < kTile; i += kBlock)
           keys[slot][i] = row_key(a, b.pair * a.tq + b.block_r0 + i, t.at);
     }
@@ -69,9 +69,13 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
   }
 }
 
-// Y and the LSE: grid (query tiles x pairs).
-template <typename T, int D>
-__global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
+// Y and the LSE: grid (query tiles x pairs); a build each (attention_builds.cuh), the lean one's registers for heads
+// of 64 bounded for 3 blocks a multiprocessor (168; 189 left to itself, for 2; a few spilled in its loop. Heads of 128
+// spilled 400 bytes so).
+template <typename T, int D, bool kLean>
+__global__ void __launch_bounds__(kBlock, kLean && D <= 64 ? 3 : 1)
+    forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
+  if (other_build<kLean>(a)) return;
   __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
   __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
   __shared__ uint32_t keys[kStages<D>][kTile];                      // and the rows' keys of dropout's draw
@@ -83,7 +87,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
   a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
   const float scale = b.scale, fill = b.fill;
   float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for_live_tiles<T, D>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
+  for_live_tiles<T, D, kLean>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
     float s[kTile / 8][4];
     product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
         for (int i = 0; i < 4; ++i) top[i / 2] = fmaxf(top[i / 2], s[nt][i]);
     } else {
       const Groups groups = groups_of(a, kind, p.slice, r0, j0);
-      if (groups.read()) {
+      if (!kLean && groups.read()) {
 #pragma unroll
         for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
@@ -137,7 +141,8 @@ __global__ void __launch_bounds__(kBlock) forward(Attention a, const T* q, const
     for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[i / 2] += s[nt][i] = exp2_approx(fmaf(s[nt][i], to_log2, offset[i / 2]));
-    if (a.dropout) drop_rows(s, a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t);  // (kept: unscaled)
+    if (a.dropout)  // (the kept ones unscaled)
+      drop_rows<kLean>(s, a, keys[slot] + (r0 - b.block_r0), pair * a.tq + r0, j0, g, t);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(sum[h]);
 #pragma unroll

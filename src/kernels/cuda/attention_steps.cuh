@@ -3,6 +3,7 @@
 // of attention_tile_kind.cuh) and which scores of groups that read neither mask nor bias are -inf, dropout's mask
 // of a warp's scores in a tile, and the slots a step's operands are staged in.
 #pragma once
+#include "kernels/cuda/attention_builds.cuh"
 #include "kernels/cuda/attention_tile_kind.cuh"
 
 namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION {
@@ -62,11 +63,13 @@ __device__ __forceinline__ Groups groups_of(const Attention& a, TileKind kind, i
 // A warp's scores x in a tile (the forward's: rows row0 + g and row0 + g + 8, flat over the pairs, by keys j0 ..
 // j0 + 63) through dropout's mask: the dropped ones 0, the kept ones as they are (keep_scale: the caller's, once for
 // the whole; drop_scale()). Where score rows are whole blocks of the draw, a row's block key (key_of[r] for the
-// warp's row r, staged) and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a draw a score.
+// warp's row r, staged) and a draw for keys c and c + 8 (tiles nt and nt + 1, nt even); else a draw a score (the
+// general build's alone).
 static_assert(kTile == int(kDropoutBlock), "a step's keys are a block of dropout's draw");
+template <bool kLean>
 __device__ __forceinline__ void drop_rows(float (&x)[kTile / 8][4], const Attention& a, const uint32_t* key_of,
                                           int64_t row0, int64_t j0, int g, int t) {
-  if (blocked_rows(a)) {
+  if (kLean || blocked_rows(a)) {
     const uint32_t key[2] = {key_of[g], key_of[g + 8]};
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; nt += 2)

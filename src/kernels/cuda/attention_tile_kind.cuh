@@ -156,7 +156,8 @@ __device__ __forceinline__ TileKind tile_kind(const Attention& a, const Attentio
 static_assert(kTile % kKindKeys == 0, "a step's keys are whole groups of the map");
 
 // The map: a block for 16 rows by a step's 64 keys, its groups' kinds (grid: the slices x kind_rows x the steps of
-// keys, kBlock threads). (Its dims come with the kernels' parameters, where they take no register.)
+// keys, kBlock threads), and a.mixed set where one is mixed (attention_builds.cuh). (Its dims come with the kernels'
+// parameters, where they take no register.)
 template <typename T>
 __global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
   const int64_t steps = (a.tk + kTile - 1) / kTile, per_slice = a.kind_rows * steps, slice = blockIdx.x / per_slice;
@@ -166,7 +167,10 @@ __global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
   uint8_t* row = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kKindKeys;
 #pragma unroll
   for (int g = 0; g < kTile / kKindKeys; ++g)  // (thread g writes group g's: k stays in registers)
-    if (int(threadIdx.x) == g && j0 + kKindKeys * g < a.tk) row[g] = uint8_t(k[g]);
+    if (int(threadIdx.x) == g && j0 + kKindKeys * g < a.tk) {
+      row[g] = uint8_t(k[g]);
+      if (k[g] == TileKind::kMixed) *a.mixed = 1u;
+    }
 }
 inline int64_t tile_kinds_blocks(const Attention& a) {
   return kind_slices(a) * a.kind_rows * ((a.tk + kTile - 1) / kTile);

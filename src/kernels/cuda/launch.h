@@ -246,6 +246,11 @@ struct Attention {
   // for each slice. Scratch, filled by the launch before the kernels read it.
   uint8_t* kinds = nullptr;
   int64_t kind_rows = 0, kind_columns = 0;
+  // A word after the map that its kernel sets where some tile's scores read the mask or the bias one at a time
+  // (mixed), which the tensor-core kernels' lean build does not (attention_builds.cuh); the launch zeroes it first.
+  // both_builds: the launch runs the lean build and the general one, each of whose blocks reads the word.
+  uint32_t* mixed = nullptr;
+  bool both_builds = false;
   // The pairs reading a K and V batch index kv where they lie evenly spaced (space_kv_pairs): the n-th (n <
   // kv_pairs) is kv * kv_pair_mult + n * kv_pair_step. kv_pairs 0: the backward finds them by trying every pair.
   int64_t kv_pairs = 0, kv_pair_mult = 0, kv_pair_step = 0;
@@ -255,8 +260,8 @@ struct Attention {
 // grouped-query heads (a run of pairs each), K and V broadcast over a batch dim (pairs a batch apart); else kv_pairs 0.
 void space_kv_pairs(Attention& a);
 // The map's tiles: 16 rows by 16 keys. Whether operands of dtype t with a mask or a bias (`masked`)
-// have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times the slices, and the same setting
-// a.kind_rows and a.kind_columns first.
+// have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times the slices, and the same with
+// the word after it (size_kinds, setting a.kind_rows and a.kind_columns first); place_map puts both at `at`.
 constexpr int64_t kKindRows = 16, kKindKeys = 16;
 inline bool mapped(DType t, bool masked) { return masked && (t == DType::kFloat16 || t == DType::kBFloat16); }
 inline int64_t kind_slices(const Attention& a) {
@@ -265,10 +270,15 @@ inline int64_t kind_slices(const Attention& a) {
   return n;
 }
 inline int64_t kinds_count(const Attention& a) { return a.kind_rows * a.kind_columns * kind_slices(a); }
+constexpr int64_t kMixedBytes = 4;  // Attention::mixed
 inline int64_t size_kinds(Attention& a) {
   a.kind_rows = (a.tq + kKindRows - 1) / kKindRows;
   a.kind_columns = ((a.tk + kKindKeys - 1) / kKindKeys + 3) / 4 * 4;  // (4 a word: a step's 64 keys)
-  return kinds_count(a);
+  return kinds_count(a) + kMixedBytes;
+}
+inline void place_map(Attention& a, uint8_t* at) {
+  a.kinds = at;
+  a.mixed = reinterpret_cast<uint32_t*>(at + kinds_count(a));  // (rows of whole words)
 }
 void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
                      cudaStream_t stream);
