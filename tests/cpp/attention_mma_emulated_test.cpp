@@ -299,26 +299,41 @@ TEST(TensorCoreAttention, ThePairsReadingAKeyAreSpacedEvenlyWhereTheyAre) {
   EXPECT_EQ(spaced({0, 1}, 2, 3), (std::vector<int64_t>{0, 0, 0}));   // both: runs a batch apart, scanned
 }
 
-// The first tile not dead, the warp reading 32 tiles' kinds at once: past a run of dead ones longer than a warp, from
-// a start off the step, none before the end.
-TEST(TensorCoreAttention, TheFirstLiveTileIsFoundAWarpOfTilesAtATime) {
-  auto first = [](int64_t from, int64_t end, int64_t live_at) {
-    std::vector<tc::Live> got(32);
-    testing::emulate(1, 32, [&] {
-      got[threadIdx.x] = tc::first_live(from, end, 4, [&](int64_t at) {
-        return at < live_at ? tc::TileKind::kDead : at == live_at ? tc::TileKind::kCausal : tc::TileKind::kPlain;
-      });
-    });
-    for (const tc::Live& l : got) EXPECT_TRUE(l.at == got[0].at && l.kind == got[0].kind);  // (every lane's)
-    return got[0];
+// The live tiles of a run of 100, stepped over in order as a block does, the warp reading 32 tiles' kinds at once and
+// holding them: each lane reads the map once for every 32 tiles (4 reads), past a run of dead ones longer than a warp
+// (tiles 0 .. 40) and from a start off the tiles held; none before the end.
+TEST(TensorCoreAttention, TheLiveTilesAreReadAWarpOfTilesAtATime) {
+  const int count = 100, live_at = 41;
+  auto kind = [&](int n) {
+    return n < live_at ? tc::TileKind::kDead : n == live_at ? tc::TileKind::kCausal : tc::TileKind::kPlain;
   };
-  EXPECT_EQ(first(0, 400, 164).at, 164);  // (the 42nd tile: the second read)
-  EXPECT_EQ(first(0, 400, 164).kind, tc::TileKind::kCausal);
-  EXPECT_EQ(first(2, 400, 164).at, 166);  // (tiles 2, 6, ...: the first past 164, plain)
-  EXPECT_EQ(first(2, 400, 164).kind, tc::TileKind::kPlain);
-  EXPECT_EQ(first(0, 4, 0).at, 0);
-  EXPECT_GE(first(0, 400, 1000).at, 400);
-  EXPECT_EQ(first(0, 400, 1000).kind, tc::TileKind::kDead);
+  std::vector<std::vector<tc::LiveTiles::At>> got(32);
+  std::vector<int> reads(32, 0);
+  testing::emulate(1, 32, [&] {
+    tc::LiveTiles tiles;
+    auto read = [&](int n) {
+      ++reads[threadIdx.x];
+      return kind(n);
+    };
+    for (tc::LiveTiles::At t = tiles.next(0, count, read); t.n < count; t = tiles.next(t.n + 1, count, read))
+      got[threadIdx.x].push_back(t);
+    got[threadIdx.x].push_back(tiles.next(count, count, read));
+    tc::LiveTiles fresh;
+    got[threadIdx.x].push_back(fresh.next(50, count, read));  // (a start off 32 tiles' bounds)
+  });
+  for (int lane = 0; lane < 32; ++lane) {
+    ASSERT_EQ(got[lane].size(), size_t(count - live_at + 2)) << lane;
+    for (int n = live_at; n < count; ++n) {
+      EXPECT_EQ(got[lane][size_t(n - live_at)].n, n);
+      EXPECT_EQ(got[lane][size_t(n - live_at)].kind, kind(n));
+    }
+    EXPECT_GE(got[lane][size_t(count - live_at)].n, count);
+    EXPECT_EQ(got[lane][size_t(count - live_at)].kind, tc::TileKind::kDead);
+    EXPECT_EQ(got[lane].back().n, 50);
+    EXPECT_EQ(got[lane].back().kind, tc::TileKind::kPlain);
+    // (tiles 0, 32, 64 and, those before the end, 96 of the walk; 50 of the fresh one)
+    EXPECT_EQ(reads[lane], 3 + (96 + lane < count) + 1) << lane;
+  }
 }
 
 // One pair of n rows by n keys (heads of 64) under the bool mask cond, its rows n apart.

@@ -115,15 +115,19 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     int64_t q0;
     AttentionPair<T> p;
     TileKind kind;
+    LiveTiles tiles;  // the pair's tiles of Q rows
   };
+  const int row_tiles = int((a.tq + Q - 1) / Q);
   auto next = [&](Rows r) {  // the step after r whose scores are not all -inf (pair past the last: none)
-    for (r.q0 += Q;;) {
-      if (r.q0 >= a.tq) {
+    for (int n = int(r.q0 / Q) + 1;;) {
+      if (n >= row_tiles) {
         if (r.pairs.next(a) >= a.pairs) return r;
-        r.p = pair_of<T>(a, r.pairs.pair), r.q0 = 0;
+        r.p = pair_of<T>(a, r.pairs.pair), r.tiles = LiveTiles{}, n = 0;
       }
-      const Live t = first_live(r.q0, a.tq, Q, [&](int64_t q0) { return kind_of<Q, kTile>(a, r.p.slice, q0, k0); });
-      r.q0 = t.at, r.kind = t.kind;
+      const LiveTiles::At t = r.tiles.next(n, row_tiles, [&](int m) {
+        return kind_of<Q, kTile>(a, r.p.slice, int64_t(m) * Q, k0);
+      });
+      r.q0 = int64_t(t.n) * Q, r.kind = t.kind, n = t.n;
       if (r.kind != TileKind::kDead) return r;
     }
   };

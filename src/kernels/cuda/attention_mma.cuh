@@ -45,8 +45,13 @@ template <typename T, int D, bool kLean, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
                                                uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
                                                uint32_t (*keys)[kTile], Step&& step) {
-  auto live_from = [&](int64_t j0) {  // the first tile from j0 on not all -inf (j0 past the keys: none)
-    return first_live(j0, a.tk, kTile, [&](int64_t j) { return kind_of<kTile, kTile>(a, b.p.slice, b.block_r0, j); });
+  const int tiles = int((a.tk + kTile - 1) / kTile);
+  LiveTiles map;
+  auto live_from = [&](int n) {  // the first tile from tile n on not all -inf (none: one past the keys)
+    const LiveTiles::At t = map.next(n, tiles, [&](int m) {
+      return kind_of<kTile, kTile>(a, b.p.slice, b.block_r0, int64_t(m) * kTile);
+    });
+    return Live{int64_t(t.n) * kTile, t.kind};
   };
   auto stage_tile = [&](int slot, Live t) {
     if (t.at < a.tk) {
@@ -62,7 +67,7 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
   stage_tile(0, tile);
   for (int n = 0; a.tk > tile.at; ++n) {  // (not "tile.at <": nvcc reads a template argument list)
     const int slot = n % kStages<D>;
-    const Live following = step_ahead<kStages<D>>(n, live_from(tile.at + kTile), stage_tile);
+    const Live following = step_ahead<kStages<D>>(n, live_from(int(tile.at / kTile) + 1), stage_tile);
     step(slot, tile.at, tile.kind);
     step_behind<kStages<D>>(following, stage_tile);
     tile = following;

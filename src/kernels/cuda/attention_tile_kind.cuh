@@ -208,23 +208,41 @@ struct Live {
   int64_t at;
   TileKind kind;
 };
-// The first tile not dead of those at first, first + step, ... before end (kind(at): its kind), or {at or past end,
-// dead} where none is. The warp's lanes read 32 tiles' kinds at once, so that a run of dead tiles (a causal mask's
-// upper ones, past the diagonal a block of rows steps to) costs one read of the map rather than one a tile. Every
-// lane of the warp calls it, with the same arguments.
-template <typename Kind>
-__device__ __forceinline__ Live first_live(int64_t first, int64_t end, int64_t step, Kind&& kind) {
-  const int lane = int(threadIdx.x % 32);
-  for (; first < end; first += 32 * step) {
-    const int64_t mine = first + lane * step;
-    const TileKind k = mine < end ? kind(mine) : TileKind::kDead;
-    const unsigned live = __ballot_sync(0xffffffffu, k != TileKind::kDead);
-    if (live) {
-      const int at = __ffs(int(live)) - 1;
-      return {first + at * step, TileKind(__shfl_sync(0xffffffffu, int(k), at))};
+
+// The tiles numbered 0 .. count - 1 that a block steps over in order (a block of query rows' tiles of keys, a block
+// of keys' tiles of a pair's query rows), read 32 at a time: lane i holds the kind of tile base + i from the map, the
+// warp the live ones (not dead) a bit each. A block reads the map once in 32 tiles it steps over, not every step (a
+// read whose latency each step waited for), and a run of dead tiles (a causal mask's upper ones) costs one read.
+// Every lane of the warp calls next with the same arguments.
+struct LiveTiles {
+  int base = -32;  // (none held)
+  unsigned live = 0;
+  int mine = 0;
+  // The first live tile numbered from `from` on: {its number, its kind}, or {count or more, dead} where none is
+  // (kind(n): tile n's kind, read where it is not held).
+  struct At {
+    int n;
+    TileKind kind;
+  };
+  template <typename Kind>
+  __device__ __forceinline__ At next(int from, int count, Kind&& kind) {
+    for (;;) {
+      if (from >= base && from < base + 32) {
+        const unsigned left = live & (~0u << unsigned(from - base));
+        if (left) {
+          const int at = __ffs(int(left)) - 1;
+          return {base + at, TileKind(__shfl_sync(0xffffffffu, mine, at))};
+        }
+        from = base + 32;
+      }
+      if (from >= count) return {from, TileKind::kDead};
+      base = from;
+      const int n = base + int(threadIdx.x % 32);
+      const TileKind k = n < count ? kind(n) : TileKind::kDead;
+      mine = int(k);
+      live = __ballot_sync(0xffffffffu, k != TileKind::kDead);
     }
   }
-  return {first, TileKind::kDead};
-}
+};
 
 }  // namespace onnxtrain::kernels::cuda::ONNXTRAIN_MMA_ATTENTION
