@@ -463,6 +463,32 @@ TEST(Cuda, TensorCoreAttentionComputesAsOnTheCpu) {
     }
 }
 
+// The tensor-core kernels' two builds (attention_builds.cuh), each launch running both: under GPT-2's causal bias of
+// 0 and -inf of a batch's own (no tile of the map mixed: the lean build applies) and a random bias (the general
+// one), with dropout over whole blocks of keys (128).
+TEST(Cuda, TensorCoreAttentionsLeanAndGeneralBuildsComputeAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 128, d = 64;
+  const DType t = DType::kBFloat16;
+  for (bool random : {false, true}) {
+    Tensor bias = random_tensor(t, {2, 1, n, n}, 36);
+    BFloat16* at = bias.data<BFloat16>();
+    if (!random)
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j) at[(b * n + i) * n + j] = BFloat16(j > i ? -INFINITY : 0.f);
+    Tensor q = random_tensor(t, {2, 4, n, d}, 37), kt = random_tensor(t, {2, 4, d, n}, 38);
+    Tensor v = random_tensor(t, {2, 4, n, d}, 39);
+    std::vector<Tensor> in = {q, kt, v, scalar(t, 0.125), Tensor(), Tensor(), scalar(DType::kFloat32, 0.1),
+                              scalar(DType::kBool, true), bias};
+    expect_like_cpu("com.onnxtrain.FlashAttention", in, {}, 2e-2, 2);
+    auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, {}, 2);
+    std::vector<Tensor> grad_in = {random_tensor(t, {2, 4, n, d}, 40), q, kt, v, fwd.at("o0"), fwd.at("o1")};
+    grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
+    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, {}, 2e-2, 3);
+  }
+}
+
 TEST(Cuda, DropoutDrawsTheCpusMask) {
   SKIP_WITHOUT_GPU();
   Tensor ratio(DType::kFloat32, {}), training(DType::kBool, {});
