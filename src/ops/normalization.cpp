@@ -57,6 +57,12 @@ DType norm_output_dtype(const NormAttrs& a, InferCtx& ctx) {
   return y;
 }
 
+void check_grad_base(InferCtx& ctx, size_t base) {
+  if (ctx.has(base) && (ctx.dtype(base) != ctx.dtype(1) || ctx.shape(base) != ctx.shape(1)))
+    ctx.fail("the base " + dtype_name(ctx.dtype(base)) + " " + shape_str(ctx.shape(base)) + " must be X's " +
+             dtype_name(ctx.dtype(1)) + " " + shape_str(ctx.shape(1)));
+}
+
 bool layer_norm_fused_grad(const ir::Value* x, const ir::Value* w, int64_t axis) {
   if (!x->has_shape || !w->has_shape || w->dtype != x->dtype) return false;
   const int64_t r = int64_t(x->shape.size()), a = axis < 0 ? axis + r : axis;
@@ -82,17 +88,24 @@ class LayerNormOp : public OpWith<NormAttrs> {
   }
 };
 
-// com.onnxtrain.LayerNormalizationGrad(dy, x, scale, mean, rstd) = (dx, dscale, dbias), axis and epsilon as the
-// forward's: the gradient of a layer norm whose scale covers the normalized dims, in one pass over the rows and one
-// over the columns (the composed form below was a dozen elementwise ops and reductions over the activation).
+// com.onnxtrain.LayerNormalizationGrad(dy, x, scale, mean, rstd, base?) = (dx, dscale, dbias), axis and epsilon as
+// the forward's: the gradient of a layer norm whose scale covers the normalized dims, in one pass over the rows and
+// one over the columns (the composed form below was a dozen elementwise ops and reductions over the activation).
+// base, where given, is added to dx (the residual stream's gradient: norm_grad_residual.cpp), dx written in its place
+// where it dies there.
 class LayerNormGradOp : public OpWith<NormAttrs> {
  public:
-  explicit LayerNormGradOp(const ir::Node& n) : OpWith(norm_attrs(n)) {}
+  explicit LayerNormGradOp(const ir::Node& n) : OpWith(norm_attrs(n)), base_(n.input(5) != nullptr) {}
   void infer(InferCtx& ctx) const override {
+    check_grad_base(ctx, 5);
     ctx.set(0, ctx.dtype(1), ctx.shape(1));
     ctx.set(1, ctx.dtype(2), ctx.shape(2));
     ctx.set(2, ctx.dtype(2), ctx.shape(2));
   }
+  int inplace_input() const override { return base_ ? 5 : -1; }
+
+ private:
+  bool base_;
 };
 
 void LayerNormOp::grad(GradCtx& g) const {

@@ -23,5 +23,7 @@ bool layer_norm_fused_grad(const ir::Value* x, const ir::Value* w, int64_t axis)
 // The norms' Y dtype: X's, or attribute `to` where given, which must be X's or 16 bits beside a float32 X (else a
 // ShapeError naming the node).
 DType norm_output_dtype(const NormAttrs& a, InferCtx& ctx);
+// The norm gradients' input `base` (added to dX), where given: of X's (input 1) dtype and shape, else a ShapeError.
+void check_grad_base(InferCtx& ctx, size_t base);
 
 }  // namespace onnxtrain::ops

@@ -52,13 +52,20 @@ class RMSNormOp : public OpWith<NormAttrs> {
 };
 
 // dX = rstd (g - xhat mean(g xhat)) per row, g = dY scale and xhat = X rstd; dscale = the sum over rows of dY xhat.
+// Input 4, base, where given, is added to dX (the residual stream's gradient: norm_grad_residual.cpp), dX written in
+// its place where it dies there.
 class RMSNormGradOp : public OpWith<NormAttrs> {
  public:
-  explicit RMSNormGradOp(const ir::Node& n) : OpWith(rms_attrs(n)) {}
+  explicit RMSNormGradOp(const ir::Node& n) : OpWith(rms_attrs(n)), base_(n.input(4) != nullptr) {}
   void infer(InferCtx& ctx) const override {
+    check_grad_base(ctx, 4);
     ctx.set(0, ctx.dtype(1), ctx.shape(1));
     ctx.set(1, ctx.dtype(2), ctx.shape(2));
   }
+  int inplace_input() const override { return base_ ? 4 : -1; }
+
+ private:
+  bool base_;
 };
 
 const bool kRegistered = register_ops({

@@ -27,6 +27,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(transpose_gemm_fusion());
   r.push_back(cast_into_product());
   r.push_back(dropout_fusion());
+  r.push_back(norm_grad_residual());
   r.push_back(scatter_accumulation());
   r.push_back(slice_grads_to_concat());
   r.push_back(constant_folding());

@@ -27,6 +27,7 @@ std::unique_ptr<Pass> gelu_fusion();
 std::unique_ptr<Pass> narrow_gelu();
 std::unique_ptr<Pass> norm_output_cast();
 std::unique_ptr<Pass> dropout_fusion();
+std::unique_ptr<Pass> norm_grad_residual();
 std::unique_ptr<Pass> rms_norm_fusion();
 std::unique_ptr<Pass> swiglu_fusion();
 std::unique_ptr<Pass> rotary_embedding_fusion();
@@ -83,8 +84,8 @@ bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool res
 // The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion, the
 // norms' output cast, SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion,
 // masked-softmax fusion, attention-softmax fusion, flash-attention fusion, grouped-attention fusion,
-// Transpose-into-Gemm fusion, Cast-into-product fusion, Dropout fusion, scatter accumulation, slice
-// gradients to a Concat, constant folding, common subexpressions, dead code.
+// Transpose-into-Gemm fusion, Cast-into-product fusion, Dropout fusion, norm gradient residual, scatter
+// accumulation, slice gradients to a Concat, constant folding, common subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

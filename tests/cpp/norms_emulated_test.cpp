@@ -1,7 +1,7 @@
 // The norms' kernels (kernels/cuda/layer_norm_kernels.cuh, rms_norm_kernels.cuh) run on the host through the warp
 // emulation, against float64 references: LayerNorm's and RMSNorm's output, statistics, dX and dscale, for a
 // float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; rows longer than a
-// block's threads, dscale summed over chunks of rows.
+// block's threads, dscale summed over chunks of rows; dX plus a base written in the base's place.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/layer_norm_kernels.cuh"
@@ -54,10 +54,15 @@ std::vector<float> column_sums(Partials&& partials) {
   return out;
 }
 
-struct Rows {  // X, the scale, the bias and dY of every check, in float32
+struct Rows {  // X, the scale, the bias, dY and a base of dX of every check, in float32
   std::vector<float> x = values(kRowCount * kN, 1, -3, 2), w = values(kN, 2, 0.5f, 1.5f), b = values(kN, 3, -1, 1),
-                     dy = values(kRowCount * kN, 4, -1, 1);
+                     dy = values(kRowCount * kN, 4, -1, 1), base = values(kRowCount * kN, 5, -1, 1);
 };
+
+// dX written over a base (in its place) is the base plus dX as written without one, rounded as an Add rounds it.
+void expect_based(const std::vector<float>& dx, const std::vector<float>& based, const std::vector<float>& base) {
+  for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(based[i], base[i] + dx[i]) << "dX plus the base at " << i;
+}
 
 template <typename Y>
 void check_layer_norm() {
@@ -75,7 +80,13 @@ void check_layer_norm() {
                                 kEpsilon);
   });
   testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    layer_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), dx.data(), kN);
+    layer_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), nullptr,
+                                   dx.data(), kN);
+  });
+  std::vector<float> dx_base = in.base;
+  testing::emulate(unsigned(kRowCount), kThreads, [&] {
+    layer_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), dx_base.data(),
+                                   dx_base.data(), kN);
   });
   const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
     layer_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), mean.data(), rstd.data(), partial,
@@ -103,6 +114,7 @@ void check_layer_norm() {
   }
   expect_near(y, want_y, std::is_same_v<Y, float> ? 1e-5 : 1.0 / 128, "Y");
   expect_near(dx, want_dx, 1e-5, "dX");
+  expect_based(dx, dx_base, in.base);
   expect_near(dw, want_dw, 1e-5, "dscale");
 }
 
@@ -116,7 +128,12 @@ void check_rms_norm() {
     rms_norm_kernel<float, Y>(in.x.data(), in.w.data(), y.data(), rstd.data(), kN, kEpsilon);
   });
   testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    rms_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx.data(), kN);
+    rms_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), nullptr, dx.data(), kN);
+  });
+  std::vector<float> dx_base = in.base;
+  testing::emulate(unsigned(kRowCount), kThreads, [&] {
+    rms_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx_base.data(), dx_base.data(),
+                                 kN);
   });
   const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
     rms_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), rstd.data(), partial, kRowCount, kN, ch.rows);
@@ -139,6 +156,7 @@ void check_rms_norm() {
   }
   expect_near(y, want_y, std::is_same_v<Y, float> ? 1e-5 : 1.0 / 128, "Y");
   expect_near(dx, want_dx, 1e-5, "dX");
+  expect_based(dx, dx_base, in.base);
   expect_near(dw, want_dw, 1e-5, "dscale");
 }
 

@@ -29,6 +29,7 @@ inline int __ffs(int x) { return x ? __builtin_ctz(unsigned(x)) + 1 : 0; }
 float atomicAdd(float* address, float v);  // (the old value, as CUDA's: the block's threads run at once)
 double atomicAdd(double* address, double v);
 inline float __expf(float x) { return std::exp(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
 using std::isfinite;  // (CUDA declares it in the global namespace)
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 

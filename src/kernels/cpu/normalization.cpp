@@ -3,6 +3,7 @@
 #include "ops/normalization.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/parallel.h"
 #include "kernels/cpu/broadcast.h"
@@ -142,8 +143,9 @@ void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
 }
 
 // com.onnxtrain.LayerNormalizationGrad: rows of x (rows, n) with their mean and rstd; scale (n). Per row
-// dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy scale and xhat = (x - mean) rstd; per column
-// dscale = sum over rows of dy xhat, dbias = sum of dy, accumulated in double (in the scratch, by column blocks).
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy scale and xhat = (x - mean) rstd, plus input 5 (base)
+// where given (add_base); per column dscale = sum over rows of dy xhat, dbias = sum of dy, accumulated in double (in
+// the scratch, by column blocks).
 void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1);
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
@@ -159,7 +161,10 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
             *rstd = c.in(4).data<T>();
     if (c.wants(0)) {
       T* dx = c.out(0).data<T>();
+      const T* base = c.has(5) ? c.in(5).data<T>() : nullptr;
+      if (base && c.in(5).numel() != x.numel()) c.fail("base " + dims_str(c.in(5).dims()) + " must be x's shape");
       parallel_for(rows, n * 8, [&](int64_t rb, int64_t re) {
+        std::vector<T> row(base ? size_t(n) : 0);
         for (int64_t r = rb; r < re; ++r) {
           const T *dr = d + r * n, *xr = xp + r * n;
           const T m = mean[r], rs = rstd[r];
@@ -183,11 +188,12 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
             }
           }
           const T m1 = T(s1 / double(n)), m2 = T(s2 / double(n));
-          T* o = dx + r * n;
+          T* o = base ? row.data() : dx + r * n;
           for (int64_t j = 0; j < n; ++j) {
             T xhat = (xr[j] - m) * rs;
             o[j] = rs * (dr[j] * w[j] - m1 - xhat * m2);
           }
+          if (base) add_base(base + r * n, o, dx + r * n, n);
         }
       });
     }

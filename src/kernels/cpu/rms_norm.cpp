@@ -2,6 +2,7 @@
 // accumulated in double; bfloat16 and float16 through float32 copies (in_float32), so that a bf16 model's norm
 // keeps float32 statistics as PyTorch's does.
 #include <cmath>
+#include <vector>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
@@ -66,8 +67,8 @@ void rms_norm(const ops::NormAttrs& at, KernelCtx& c) {
   });
 }
 
-// dX = rstd (dY scale - xhat mean(dY scale xhat)), xhat = X rstd; dscale = sum over rows of dY xhat (in double, in the
-// scratch, columns split over threads).
+// dX = rstd (dY scale - xhat mean(dY scale xhat)), xhat = X rstd, plus input 4 (base) where given (add_base); dscale =
+// sum over rows of dY xhat (in double, in the scratch, columns split over threads).
 void rms_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1), &scale = c.in(2), &rstd = c.in(3);
   Rows r = rows_of(at, c, x, scale);
@@ -79,13 +80,17 @@ void rms_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
     const T *d = dy.data<T>(), *xp = x.data<T>(), *w = scale.data<T>(), *rs = rstd.data<T>();
     if (c.wants(0)) {
       T* dx = c.out(0).data<T>();
+      const T* base = c.has(4) ? c.in(4).data<T>() : nullptr;
+      if (base && c.in(4).numel() != x.numel()) c.fail("base " + dims_str(c.in(4).dims()) + " must be X's shape");
       parallel_for(r.rows, r.n * 8, [&](int64_t rb, int64_t re) {
+        std::vector<T> row(base ? size_t(r.n) : 0);  // (dX before base is added: dX's place may be base's)
         for (int64_t i = rb; i < re; ++i) {
           const T *dr = d + i * r.n, *xr = xp + i * r.n;
-          T* o = dx + i * r.n;
+          T* o = base ? row.data() : dx + i * r.n;
           for (int64_t j = 0; j < r.n; ++j) o[j] = dr[j] * w[j];  // g, then dX in its place
           const T k = T(dot(o, xr, r.n) / double(r.n) * double(rs[i]) * double(rs[i]));  // mean(g xhat) / rstd
           for (int64_t j = 0; j < r.n; ++j) o[j] = rs[i] * (o[j] - xr[j] * k);
+          if (base) add_base(base + i * r.n, o, dx + i * r.n, r.n);
         }
       });
     }

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     }
     commit_copies();
   };
-  Rows step = next(Rows{KvPairs{kv}, a.tq, AttentionPair<T>{}, TileKind::kDead});
+  Rows step = next(Rows{KvPairs{kv}, a.tq, AttentionPair<T>{}, TileKind::kDead, LiveTiles{}});
   stage_rows(0, step);
   for (int n = 0; step.pairs.pair < a.pairs; ++n) {
     const int slot = n % S;

@@ -191,22 +191,24 @@ constexpr int kRowChunks = 64;
 // statistics computed in float32.
 void layer_norm(DType t, DType yt, const void* x, const void* w, const void* b, void* y, void* mean, void* rstd,
                 int64_t rows, int64_t n, int64_t nw, int64_t nb, float epsilon, cudaStream_t stream);
-// Its gradient from dy (of dtype dt, as y's), x, w (n values) and the rows' mean and rstd: dx, dw and db (n values),
-// each where given; `partial`: 2 * kRowChunks * n floats of scratch, for dw's and db's sums over chunks of the rows.
+// Its gradient from dy (of dtype dt, as y's), x, w (n values) and the rows' mean and rstd: dx (plus base, x's
+// shape, where given: dx may be base), dw and db (n values), each where given; `partial`: 2 * kRowChunks * n floats
+// of scratch, for dw's and db's sums over chunks of the rows.
 void layer_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* mean,
-                     const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t n, float* partial,
-                     cudaStream_t stream);
+                     const void* rstd, const void* base, void* dx, void* dw, void* db, int64_t rows, int64_t n,
+                     float* partial, cudaStream_t stream);
 
 // com.onnxtrain.RMSNormalization over `rows` rows of n elements: y = x rstd w[j], rstd = 1 / sqrt(mean(x^2) +
 // epsilon) written where given; all of dtype t but y, of dtype yt (as layer_norm's), the statistic computed in
 // float32.
 void rms_norm(DType t, DType yt, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t n,
               float epsilon, cudaStream_t stream);
-// Its gradient from dy, x, w (n values) and the rows' rstd: dx = rstd (g - x k), g = dy w, k = mean(g x) rstd^2;
-// dw = the sum over rows of dy x rstd; each where given. `partial`: kRowChunks * n floats of scratch, as
-// layer_norm_grad's; dy of dtype dt, as y's.
-void rms_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* rstd, void* dx,
-                   void* dw, int64_t rows, int64_t n, float* partial, cudaStream_t stream);
+// Its gradient from dy, x, w (n values) and the rows' rstd: dx = rstd (g - x k) (plus base where given, as
+// layer_norm_grad's), g = dy w, k = mean(g x) rstd^2; dw = the sum over rows of dy x rstd; each where given.
+// `partial`: kRowChunks * n floats of scratch, as layer_norm_grad's; dy of dtype dt, as y's.
+void rms_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* rstd,
+                   const void* base, void* dx, void* dw, int64_t rows, int64_t n, float* partial,
+                   cudaStream_t stream);
 
 // com.onnxtrain.SwiGLU over n elements of dtype t: y = g sigmoid(g) u; its gradient dg = dy u s (1 + g (1 - s)) and
 // du = dy g s, s = sigmoid(g), each where given. In float32.

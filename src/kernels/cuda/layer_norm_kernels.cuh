@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/column_chunks.cuh"
+#include "kernels/cuda/plus_base.cuh"
 
 namespace onnxtrain::kernels::cuda {
 
@@ -35,9 +36,10 @@ __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, Y* y, T* m
   if (rstd_out) rstd_out[r] = from_float<T>(rstd);
 }
 
+// dx, plus base where given (dx may be base), the sum rounded as an Add of the two would round it.
 template <typename T, typename D>
-__global__ void layer_norm_dx_kernel(const D* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
-                                     int64_t n) {
+__global__ void layer_norm_dx_kernel(const D* dy, const T* x, const T* w, const T* mean, const T* rstd,
+                                     const T* base, T* dx, int64_t n) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
@@ -53,9 +55,10 @@ __global__ void layer_norm_dx_kernel(const D* dy, const T* x, const T* w, const 
   const float m1 = block_all_reduce(s1, SumOp(), tmp, &shared) / float(n);
   const float m2 = block_all_reduce(s2, SumOp(), tmp, &shared) / float(n);
   T* o = dx + r * n;
+  const T* br = base ? base + r * n : nullptr;
   for (int64_t j = threadIdx.x; j < n; j += kThreads) {
     const float xhat = (to_float(xr[j]) - m) * rs;
-    o[j] = from_float<T>(rs * (to_float(dr[j]) * to_float(w[j]) - m1 - xhat * m2));
+    o[j] = plus_base(br, j, rs * (to_float(dr[j]) * to_float(w[j]) - m1 - xhat * m2));
   }
 }
 

@@ -40,9 +40,11 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   if (c.in(2).numel() != r.n || dy.numel() != x.numel() || c.in(3).numel() != r.rows || c.in(4).numel() != r.rows)
     c.fail("dy " + dims_str(dy.dims()) + ", x " + dims_str(x.dims()) + ", scale " + dims_str(c.in(2).dims()) +
            " and the statistics " + dims_str(c.in(3).dims()) + " do not fit together");
+  if (c.has(5) && (c.in(5).dtype() != x.dtype() || c.in(5).numel() != x.numel()))
+    c.fail("base " + dims_str(c.in(5).dims()) + " must be x's dtype and shape");
   cuda::layer_norm_grad(x.dtype(), dy.dtype(), dy.raw(), x.raw(), c.in(2).raw(), c.in(3).raw(), c.in(4).raw(),
-                        c.wants(0) ? c.out(0).raw() : nullptr, c.wants(1) ? c.out(1).raw() : nullptr,
-                        c.wants(2) ? c.out(2).raw() : nullptr, r.rows, r.n,
+                        c.has(5) ? c.in(5).raw() : nullptr, c.wants(0) ? c.out(0).raw() : nullptr,
+                        c.wants(1) ? c.out(1).raw() : nullptr, c.wants(2) ? c.out(2).raw() : nullptr, r.rows, r.n,
                         c.scratch_as<float>(0, size_t(2 * kRowChunks * r.n)), stream());
 }
 

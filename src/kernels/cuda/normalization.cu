@@ -21,8 +21,8 @@ void layer_norm(DType t, DType yt, const void* x, const void* w, const void* b, 
 }
 
 void layer_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* mean,
-                     const void* rstd, void* dx, void* dw, void* db, int64_t rows, int64_t n, float* partial,
-                     cudaStream_t stream) {
+                     const void* rstd, const void* base, void* dx, void* dw, void* db, int64_t rows, int64_t n,
+                     float* partial, cudaStream_t stream) {
   if (n == 0) return;
   check_rows(rows, "LayerNormalizationGrad");
   bool ok = with_float_pair(t, dt, [&](auto v, auto dv) {
@@ -32,6 +32,7 @@ void layer_norm_grad(DType t, DType dt, const void* dy, const void* x, const voi
     const T *xp = static_cast<const T*>(x), *m = static_cast<const T*>(mean), *rs = static_cast<const T*>(rstd);
     if (dx && rows)
       layer_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), m, rs,
+                                                                     static_cast<const T*>(base),
                                                                      static_cast<T*>(dx), n);
     if (dw || db) {
       const Chunks ch = chunks_of(rows);

@@ -37,7 +37,9 @@ void rms_norm_grad_node(const ops::NormAttrs& at, KernelCtx& c) {
   if (dy.numel() != x.numel() || rstd.numel() != r.rows)
     c.fail("dY " + dims_str(dy.dims()) + ", X " + dims_str(x.dims()) + " and the statistic " + dims_str(rstd.dims()) +
            " do not fit together");
-  rms_norm_grad(x.dtype(), dy.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(),
+  if (c.has(4) && (c.in(4).dtype() != x.dtype() || c.in(4).numel() != x.numel()))
+    c.fail("base " + dims_str(c.in(4).dims()) + " must be X's dtype and shape");
+  rms_norm_grad(x.dtype(), dy.dtype(), dy.raw(), x.raw(), c.in(2).raw(), rstd.raw(), c.has(4) ? c.in(4).raw() : nullptr,
                 c.wants(0) ? c.out(0).raw() : nullptr, c.wants(1) ? c.out(1).raw() : nullptr, r.rows, r.n,
                 c.scratch_as<float>(0, size_t(kRowChunks * r.n)), stream());
 }

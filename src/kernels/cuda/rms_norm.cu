@@ -19,8 +19,9 @@ void rms_norm(DType t, DType yt, const void* x, const void* w, void* y, void* rs
   check_launch("RMSNormalization");
 }
 
-void rms_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* rstd, void* dx,
-                   void* dw, int64_t rows, int64_t n, float* partial, cudaStream_t stream) {
+void rms_norm_grad(DType t, DType dt, const void* dy, const void* x, const void* w, const void* rstd,
+                   const void* base, void* dx, void* dw, int64_t rows, int64_t n, float* partial,
+                   cudaStream_t stream) {
   if (n == 0) return;
   check_rows(rows, "RMSNormalizationGrad");
   bool ok = with_float_pair(t, dt, [&](auto v, auto dv) {
@@ -30,7 +31,8 @@ void rms_norm_grad(DType t, DType dt, const void* dy, const void* x, const void*
     const T *xp = static_cast<const T*>(x), *rs = static_cast<const T*>(rstd);
     if (dx && rows)
       rms_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), rs,
-                                                                  static_cast<T*>(dx), n);
+                                                                  static_cast<const T*>(base), static_cast<T*>(dx),
+                                                                  n);
     if (dw) {
       const Chunks ch = chunks_of(rows);
       rms_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, rs, partial, rows, n, ch.rows);

@@ -5,6 +5,7 @@
 #pragma once
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/column_chunks.cuh"
+#include "kernels/cuda/plus_base.cuh"
 
 namespace onnxtrain::kernels::cuda {
 
@@ -26,7 +27,8 @@ __global__ void rms_norm_kernel(const T* x, const T* w, Y* y, T* rstd_out, int64
 }
 
 template <typename T, typename D>
-__global__ void rms_norm_dx_kernel(const D* dy, const T* x, const T* w, const T* rstd, T* dx, int64_t n) {
+__global__ void rms_norm_dx_kernel(const D* dy, const T* x, const T* w, const T* rstd, const T* base, T* dx,
+                                   int64_t n) {
   __shared__ BlockReduce::TempStorage tmp;
   __shared__ float shared;
   const int64_t r = blockIdx.x;
@@ -37,8 +39,9 @@ __global__ void rms_norm_dx_kernel(const D* dy, const T* x, const T* w, const T*
   for (int64_t j = threadIdx.x; j < n; j += kThreads) s += to_float(dr[j]) * to_float(w[j]) * to_float(xr[j]);
   const float k = block_all_reduce(s, SumOp(), tmp, &shared) / float(n) * rs * rs;
   T* o = dx + r * n;
+  const T* br = base ? base + r * n : nullptr;
   for (int64_t j = threadIdx.x; j < n; j += kThreads)
-    o[j] = from_float<T>(rs * (to_float(dr[j]) * to_float(w[j]) - to_float(xr[j]) * k));
+    o[j] = plus_base(br, j, rs * (to_float(dr[j]) * to_float(w[j]) - to_float(xr[j]) * k));
 }
 
 template <typename T, typename D>
