@@ -51,7 +51,7 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
     }
   }
   // The step's rows from its first one's sums on: 32-bit offsets (a row of d <= 128 floats, rows < Q). Where the
-  // step's rows are all inside and hold D columns (every step of GPT-2's but none), the offsets from the lane's first
+  // step's rows are all inside and hold D columns (every step at GPT-2's shape), the offsets from the lane's first
   // are constants; else the columns past d and the rows past tq (the last step's) are left out.
   float* const rows = dq_sums + (pair * a.tq + q0) * a.d;
   const int d = int(a.d), rows_in = left(a.tq, q0, Q);
