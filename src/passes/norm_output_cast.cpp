@@ -20,14 +20,6 @@ bool foldable(const ir::Node* n) {
          ops::layer_norm_fused_grad(n->input(0), n->input(1), n->attr_int("axis", -1));
 }
 
-// n where it is a Cast to a 16-bit float, else null.
-const ir::Node* narrowing(const ir::Node* n) {
-  return n && n->op_type == "Cast" && n->domain.empty() && n->outputs.size() == 1 && n->outputs[0] &&
-                 dtype_is_16bit_float(n->outputs[0]->dtype)
-             ? n
-             : nullptr;
-}
-
 class NormOutputCast : public Pass {
  public:
   std::string name() const override { return "norm_output_cast"; }
@@ -38,16 +30,8 @@ class NormOutputCast : public Pass {
     for (ir::Node* n : norms) {
       if (!foldable(n)) continue;
       ir::Value* y = n->outputs[0];
-      const ir::Node* next = nullptr;  // y's one reader but Shape nodes
-      bool other = std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end();
-      for (const ir::Node* r : y->consumers) {
-        if (r->op_type == "Shape" && r->domain.empty()) continue;
-        other = other || (next && next != r);
-        next = r;
-      }
-      const ir::Node* reshape = next && next->op_type == "Reshape" && next->domain.empty() ? next : nullptr;
-      const ir::Node* cast = narrowing(reshape ? only_reader(g, reshape->outputs[0]) : next);
-      if (other || !cast || (reshape && (!has_inputs(reshape, 2) || reshape->input(0) != y))) continue;
+      const auto [reshape, cast] = narrowing_reader(g, y);
+      if (!cast) continue;
       ir::Attributes attrs = n->attrs;
       attrs["to"] = int64_t(cast->outputs[0]->dtype);
       fold_cast(

@@ -101,6 +101,23 @@ ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, cons
   return f;
 }
 
+NarrowingReader narrowing_reader(const ir::Graph& g, const ir::Value* y) {
+  const ir::Node* next = nullptr;  // y's one reader but Shape nodes
+  bool other = std::find(g.outputs.begin(), g.outputs.end(), y) != g.outputs.end();
+  for (const ir::Node* r : y->consumers) {
+    if (r->op_type == "Shape" && r->domain.empty()) continue;
+    other = other || (next && next != r);
+    next = r;
+  }
+  const ir::Node* reshape = next && next->op_type == "Reshape" && next->domain.empty() ? next : nullptr;
+  if (reshape && (!has_inputs(reshape, 2) || reshape->input(0) != y)) return {};
+  const ir::Node* cast = reshape ? only_reader(g, reshape->outputs[0]) : next;
+  if (other || !cast || cast->op_type != "Cast" || !cast->domain.empty() || cast->outputs.size() != 1 ||
+      !cast->outputs[0] || !dtype_is_16bit_float(cast->outputs[0]->dtype))
+    return {};
+  return {reshape, cast};
+}
+
 void fold_cast(ir::Graph& g, const ir::Node* reshape, const ir::Node* cast, const std::string& suffix,
                const std::function<void(ir::Value* out)>& make, std::vector<const ir::Node*>& gone) {
   ir::Value* out = reshape ? g.add_value(g.unique_name(reshape->input(0)->name + suffix)) : cast->outputs[0];

@@ -72,6 +72,14 @@ bool sole_reader(const ir::Graph& g, const ir::Value* v, const ir::Node* reader)
 ir::Node* add_fused(ir::Graph& g, const std::string& domain, int64_t opset, const std::string& op_type,
                     const std::vector<ir::Value*>& inputs, const std::vector<ir::Value*>& outs, const std::string& name,
                     bool backward, ir::Attributes attrs = {});
+// The Cast to a 16-bit float that is y's one reader but Shape nodes (through `reshape`, a Reshape of y read only
+// by the Cast, where one stands between), as autocast narrows an op's float32 output for a product; nulls where y
+// has another reader or is a graph output.
+struct NarrowingReader {
+  const ir::Node* reshape = nullptr;
+  const ir::Node* cast = nullptr;
+};
+NarrowingReader narrowing_reader(const ir::Graph& g, const ir::Value* y);
 // A Cast of the value an op writes (through `reshape` where one stands between) folded into the op: make(out) adds
 // the op, writing out, the Cast's output itself, or with a Reshape a new value (named as the Reshape's input and
 // `suffix`) that a new Reshape then makes the Cast's output of; the Reshape and the Cast go into `gone`.

@@ -2,7 +2,9 @@
 (transformers' NewGELUActivation, gelu_new): no Erf or Tanh left in the training graph, its gradient one GeluGrad
 of the same form, and the loss and every gradient as eager's (float32, and bf16 autocast). Also the tanh form as
 CUDA's autocast runs it (tanh-cuda): Pow in float32, what meets its result promoted to float32, x * 0.5 in bf16; its
-Gelu then computes in bf16 (a float32 one between two Casts is narrowed), with no float32 copy of the activation."""
+Gelu then computes in bf16 (a float32 one between two Casts is narrowed), with no float32 copy of the activation;
+also where views stand between the products and the GELU, as GPT-2's Conv1D flattens its input for addmm
+(tanh-cuda-views: the Cast back to bf16 after a Reshape)."""
 
 import math
 
@@ -23,16 +25,20 @@ class MLP(torch.nn.Module):
     def act(self, h):
         if self.form == "tanh":  # NewGELUActivation
             return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
-        if self.form == "tanh-cuda":  # NewGELUActivation's dtypes under CUDA's autocast (pow on its float32 list)
+        if self.form.startswith("tanh-cuda"):  # NewGELUActivation's dtypes under CUDA's autocast (pow on its float32 list)
             return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h.float(), 3.0))))
         return torch.nn.functional.gelu(h)
 
     def forward(self, x):
+        if self.form == "tanh-cuda-views":  # transformers' Conv1D: addmm over the rows, viewed back
+            h = torch.addmm(self.fc.bias, x.view(-1, 16), self.fc.weight.t()).view(*x.shape[:-1], 48)
+            h = self.act(h)
+            return torch.addmm(self.proj.bias, h.view(-1, 48), self.proj.weight.t()).sin().sum()
         return self.proj(self.act(self.fc(x))).sin().sum()
 
 
 @pytest.mark.parametrize("form, bf16", [("tanh", False), ("tanh", True), ("erf", False), ("erf", True),
-                                        ("tanh-cuda", True)])
+                                        ("tanh-cuda", True), ("tanh-cuda-views", True)])
 def test_gelu_forms_are_fused_and_train_as_eager(form, bf16, tmp_path):
     torch.manual_seed(0)
     eager = MLP(form)
