@@ -3,14 +3,15 @@
 autocast, PyTorch's AdamW(fused=True), each configuration in its own process (configurations alternate over rounds,
 figures are medians).
 
-Printed per configuration: s/step, tokens/s and its ratio to eager's (eager-bf16's for bf16), MFU (6 x the
-parameters the products read x tokens, plus 12 x layers x width x sequence per token for attention, over the
-device's dense peak for the dtype: --peak-tflops to give it), the first step, the step's peak of
-torch.cuda.max_memory_allocated above what was allocated before it (in a step of its own, after the timed ones, with
-onnxtrain's free segments handed back to PyTorch first, so that it counts every segment onnxtrain takes in the step;
-onnxtrain's memory counts there when it comes from PyTorch's allocator: the header says), and for onnxtrain its
-allocator's step peak as predicted before the first step and as measured, and the copies it made from the GPU to
-the host per timed step (0 for a static step).
+Printed per configuration: s/step, the host's part of it (host s: from the step's start until its last call returns,
+before the device is waited for: where it nears s/step, the device waits on the host), tokens/s and its ratio to eager's
+(eager-bf16's for bf16), MFU (6 x the parameters the products read x tokens, plus 12 x layers x width x sequence per
+token for attention, over the device's dense peak for the dtype: --peak-tflops to give it), the first step, the step's
+peak of torch.cuda.max_memory_allocated above what was allocated before it (in a step of its own, after the timed ones,
+with onnxtrain's free segments handed back to PyTorch first, so that it counts every segment onnxtrain takes in the
+step; onnxtrain's memory counts there when it comes from PyTorch's allocator: the header says), and for onnxtrain its
+allocator's step peak as predicted before the first step and as measured, and the copies it made from the GPU to the
+host per timed step (0 for a static step).
 
 --headline replays the seeds' claim: torch.cuda.set_per_process_memory_fraction is set where eager-bf16 just fits
 batch B (its peak reserved memory, plus 2%); eager-bf16 at 2B is tried under it, then onnxtrain under bf16 autocast
@@ -80,13 +81,14 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
         step()  # the optimizer's state
         sync()
         copied_before = C.cuda_copies_to_host() if cuda else 0
-        times, ours, peak = [], 0, 0
+        times, host, ours, peak = [], [], 0, 0
         for _ in range(steps):  # (the last step's gradients freed first: what is allocated before a step holds none)
             opt.zero_grad(set_to_none=True)
             onnxtrain.reset_peak_stats(device)
             before = onnxtrain.allocator_stats(device)["allocated"]
             t = time.perf_counter()
             loss = step()
+            host.append(time.perf_counter() - t)
             sync()
             times.append(time.perf_counter() - t)
             ours = max(ours, onnxtrain.allocator_stats(device)["peak_allocated"] - before)
@@ -103,7 +105,7 @@ def measure(name, config, batch, seq, steps, tiny, fraction):
         return {"oom": str(e).splitlines()[0][:200]}
     s = statistics.median(times)
     inner = getattr(model, "_orig_mod", model)
-    out = {"s": s, "tokens_s": batch * seq / s, "first": first, "loss": loss.item(),
+    out = {"s": s, "host": statistics.median(host), "tokens_s": batch * seq / s, "first": first, "loss": loss.item(),
            "flops": flops_per_token(getattr(inner, "module", inner), seq) * batch * seq / s}
     if cuda:
         out.update(copies=copies, peak=peak / MIB,
@@ -148,7 +150,7 @@ def table(name, args, configs):
                for k in runs[0]} for c, runs in res.items() if runs}
     print(f"\n{name}, batch {args.batch}x{args.seq}; each configuration in its own process; medians of "
           f"{args.rounds} run(s) of {args.steps} steps")
-    print(f"{'':22}{'s/step':>8}{'tokens/s':>10}{'/ref':>6}{'MFU':>6}{'first s':>9}{'peak MiB':>10}"
+    print(f"{'':22}{'s/step':>8}{'host s':>8}{'tokens/s':>10}{'/ref':>6}{'MFU':>6}{'first s':>9}{'peak MiB':>10}"
           f"{'predicted':>11}{'measured':>10}{'loss':>8}{'D2H/step':>9}")
     for c, m in med.items():
         ref = med.get("eager-bf16" if parse(c)["bf16"] else "eager")
@@ -158,8 +160,8 @@ def table(name, args, configs):
         mem = f"{m['peak']:10.0f}" if "peak" in m else " " * 10
         pred = f"{m['predicted']:11.1f}{m['measured']:10.1f}" if "predicted" in m else " " * 21
         copies = f"{m['copies']:9.1f}" if "copies" in m and "predicted" in m else ""
-        print(f"{c:22}{m['s']:8.3f}{m['tokens_s']:10.0f}{rel}{mfu}{m['first']:9.1f}{mem}{pred}{m['loss']:8.3f}"
-              f"{copies}", flush=True)
+        print(f"{c:22}{m['s']:8.3f}{m['host']:8.3f}{m['tokens_s']:10.0f}{rel}{mfu}{m['first']:9.1f}{mem}{pred}"
+              f"{m['loss']:8.3f}{copies}", flush=True)
 
 
 def headline(name, args):

@@ -1,7 +1,8 @@
 // The norms' kernels (kernels/cuda/layer_norm_kernels.cuh, rms_norm_kernels.cuh) run on the host through the warp
 // emulation, against float64 references: LayerNorm's and RMSNorm's output, statistics, dX and dscale, for a
-// float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; rows longer than a
-// block's threads, dscale summed over chunks of rows; dX plus a base written in the base's place.
+// float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; a row a warp (some
+// of the last block's warps past the rows) and a row a block, rows longer than either's threads; dscale summed over
+// chunks of rows; dX plus a base written in the base's place.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/layer_norm_kernels.cuh"
@@ -15,7 +16,8 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-constexpr int64_t kRowCount = 9, kN = 300;
+constexpr int64_t kRowCount = 9;
+constexpr int kN = 300;
 constexpr float kEpsilon = 1e-5f;
 
 std::vector<float> values(int64_t count, uint32_t seed, float lo, float hi) {
@@ -54,19 +56,25 @@ std::vector<float> column_sums(Partials&& partials) {
   return out;
 }
 
-struct Rows {  // X, the scale, the bias, dY and a base of dX of every check, in float32
+struct Inputs {  // X, the scale, the bias, dY and a base of dX of every check, in float32
   std::vector<float> x = values(kRowCount * kN, 1, -3, 2), w = values(kN, 2, 0.5f, 1.5f), b = values(kN, 3, -1, 1),
                      dy = values(kRowCount * kN, 4, -1, 1), base = values(kRowCount * kN, 5, -1, 1);
 };
+
+// The blocks of a launch over kRowCount rows, a warp or a block a row.
+template <typename Rows>
+unsigned blocks() {
+  return unsigned((kRowCount + Rows::kPerBlock - 1) / Rows::kPerBlock);
+}
 
 // dX written over a base (in its place) is the base plus dX as written without one, rounded as an Add rounds it.
 void expect_based(const std::vector<float>& dx, const std::vector<float>& based, const std::vector<float>& base) {
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(based[i], base[i] + dx[i]) << "dX plus the base at " << i;
 }
 
-template <typename Y>
+template <typename Rows, typename Y>
 void check_layer_norm() {
-  const Rows in;
+  const Inputs in;
   const std::vector<float> dy32 = [&] {  // dY as the kernel reads it: of Y's dtype
     std::vector<float> r = in.dy;
     for (float& v : r) v = to_float(from_float<Y>(v));
@@ -75,18 +83,18 @@ void check_layer_norm() {
   const std::vector<Y> dy = as<Y>(in.dy);
   std::vector<Y> y(size_t(kRowCount * kN));
   std::vector<float> mean(kRowCount), rstd(kRowCount), dx(size_t(kRowCount * kN));
-  testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    layer_norm_kernel<float, Y>(in.x.data(), in.w.data(), in.b.data(), y.data(), mean.data(), rstd.data(), kN, kN, kN,
-                                kEpsilon);
+  testing::emulate(blocks<Rows>(), kThreads, [&] {
+    layer_norm_kernel<Rows, float, Y>(in.x.data(), in.w.data(), in.b.data(), y.data(), mean.data(), rstd.data(),
+                                      kRowCount, kN, kN, kN, kEpsilon);
   });
-  testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    layer_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), nullptr,
-                                   dx.data(), kN);
+  testing::emulate(blocks<Rows>(), kThreads, [&] {
+    layer_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), nullptr,
+                                         dx.data(), kRowCount, kN);
   });
   std::vector<float> dx_base = in.base;
-  testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    layer_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), dx_base.data(),
-                                   dx_base.data(), kN);
+  testing::emulate(blocks<Rows>(), kThreads, [&] {
+    layer_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(),
+                                         dx_base.data(), dx_base.data(), kRowCount, kN);
   });
   const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
     layer_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), mean.data(), rstd.data(), partial,
@@ -118,22 +126,23 @@ void check_layer_norm() {
   expect_near(dw, want_dw, 1e-5, "dscale");
 }
 
-template <typename Y>
+template <typename Rows, typename Y>
 void check_rms_norm() {
-  const Rows in;
+  const Inputs in;
   const std::vector<Y> dy = as<Y>(in.dy);
   std::vector<Y> y(size_t(kRowCount * kN));
   std::vector<float> rstd(kRowCount), dx(size_t(kRowCount * kN));
-  testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    rms_norm_kernel<float, Y>(in.x.data(), in.w.data(), y.data(), rstd.data(), kN, kEpsilon);
+  testing::emulate(blocks<Rows>(), kThreads, [&] {
+    rms_norm_kernel<Rows, float, Y>(in.x.data(), in.w.data(), y.data(), rstd.data(), kRowCount, kN, kEpsilon);
   });
-  testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    rms_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), nullptr, dx.data(), kN);
+  testing::emulate(blocks<Rows>(), kThreads, [&] {
+    rms_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), nullptr, dx.data(),
+                                       kRowCount, kN);
   });
   std::vector<float> dx_base = in.base;
-  testing::emulate(unsigned(kRowCount), kThreads, [&] {
-    rms_norm_dx_kernel<float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx_base.data(), dx_base.data(),
-                                 kN);
+  testing::emulate(blocks<Rows>(), kThreads, [&] {
+    rms_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx_base.data(),
+                                       dx_base.data(), kRowCount, kN);
   });
   const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
     rms_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), rstd.data(), partial, kRowCount, kN, ch.rows);
@@ -161,13 +170,17 @@ void check_rms_norm() {
 }
 
 TEST(NormKernels, LayerNormOfFloat32WithYAndDYOfFloat32OrBf16) {
-  check_layer_norm<float>();
-  check_layer_norm<__nv_bfloat16>();
+  check_layer_norm<WarpRows, float>();
+  check_layer_norm<WarpRows, __nv_bfloat16>();
+  check_layer_norm<BlockRows, float>();
+  check_layer_norm<BlockRows, __nv_bfloat16>();
 }
 
 TEST(NormKernels, RMSNormOfFloat32WithYAndDYOfFloat32OrBf16) {
-  check_rms_norm<float>();
-  check_rms_norm<__nv_bfloat16>();
+  check_rms_norm<WarpRows, float>();
+  check_rms_norm<WarpRows, __nv_bfloat16>();
+  check_rms_norm<BlockRows, float>();
+  check_rms_norm<BlockRows, __nv_bfloat16>();
 }
 
 }  // namespace

@@ -154,6 +154,8 @@ int __syncthreads_or(int predicate) {
 float atomicAdd(float* address, float v) { return std::atomic_ref<float>(*address).fetch_add(v); }
 double atomicAdd(double* address, double v) { return std::atomic_ref<double>(*address).fetch_add(v); }
 
+void __syncwarp(unsigned) { onnxtrain::warp().sync.arrive_and_wait(); }
+
 float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   onnxtrain::Warp& w = onnxtrain::warp();
   const unsigned lane = threadIdx.x % 32;

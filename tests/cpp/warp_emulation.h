@@ -22,6 +22,7 @@ struct EmulatedIndex {
 extern thread_local EmulatedIndex threadIdx, blockIdx, blockDim, gridDim;
 void __syncthreads();
 int __syncthreads_or(int predicate);
+void __syncwarp(unsigned mask = 0xffffffffu);  // (the whole warp's)
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
 int __shfl_sync(unsigned mask, int v, int lane);
 unsigned __ballot_sync(unsigned mask, int predicate);
@@ -30,6 +31,7 @@ float atomicAdd(float* address, float v);  // (the old value, as CUDA's: the blo
 double atomicAdd(double* address, double v);
 inline float __expf(float x) { return std::exp(x); }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 using std::isfinite;  // (CUDA declares it in the global namespace)
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 

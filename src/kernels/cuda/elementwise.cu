@@ -1,6 +1,6 @@
 // Elementwise CUDA kernels: unary and binary ops (broadcast by strides), Where, Cast, fills and Dropout.
-#include "kernels/counter_random.h"
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/dropout_kernels.cuh"
 #include "kernels/cuda/packed_map.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -175,21 +175,6 @@ __global__ void write_int64_kernel(Int64s values, int n, int64_t* dst) {
   if (int(threadIdx.x) < n) dst[threadIdx.x] = values.v[threadIdx.x];
 }
 
-// In dtype M (the narrower of In and Out: the input rounded to it first), then to Out, plus r where given (launch.h's
-// dropout).
-template <typename In, typename Out>
-__global__ void dropout_kernel(const In* x, const Out* r, Out* y, bool* mask, int64_t n, uint64_t seed,
-                               uint32_t threshold, float scale) {
-  using M = std::conditional_t<(sizeof(In) < sizeof(Out)), In, Out>;
-  ONNXTRAIN_GRID_LOOP(i, n) {
-    bool keep = dropout_keeps(seed, uint64_t(i), threshold);
-    const float m = to_float(from_float<M>(to_float(x[i])));  // (the product rounded before the sum: no FMA)
-    const Out v = keep ? from_float<Out>(to_float(from_float<M>(__fmul_rn(m, scale)))) : from_float<Out>(0.f);
-    y[i] = r ? from_float<Out>(__fadd_rn(to_float(r[i]), to_float(v))) : v;
-    if (mask) mask[i] = keep;
-  }
-}
-
 // Calls f with a value of the device element type of t, for every dtype Cast takes.
 template <typename F>
 void with_any_type(DType t, const char* kernel, F&& f) {
@@ -341,8 +326,15 @@ void dropout(DType t, DType yt, const void* x, const void* r, void* y, bool* mas
   auto launch = [&](auto vi, auto vo) {
     using In = decltype(vi);
     using Out = decltype(vo);
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const In*>(x), static_cast<const Out*>(r),
-                                                           static_cast<Out*>(y), mask, n, seed, threshold, scale);
+    const In* xp = static_cast<const In*>(x);
+    const Out* rp = static_cast<const Out*>(r);
+    Out* yp = static_cast<Out*>(y);
+    constexpr int V = kDropoutPack;
+    if (packs_align<In>(xp, V) && packs_align<Out>(rp, V) && packs_align<Out>(yp, V) && packs_align<bool>(mask, V))
+      dropout_packs_kernel<<<blocks_for((n + V - 1) / V), kThreads, 0, stream>>>(xp, rp, yp, mask, n, seed,
+                                                                                  threshold, scale);
+    else
+      dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(xp, rp, yp, mask, n, seed, threshold, scale);
   };
   const bool ok = t == DType::kFloat32 ? with_float_pair(t, yt, launch)
                                        : with_float_pair(yt, t, [&](auto vo, auto vi) { launch(vi, vo); });

@@ -8,12 +8,14 @@ namespace onnxtrain::kernels::cuda {
 void rms_norm(DType t, DType yt, const void* x, const void* w, void* y, void* rstd, int64_t rows, int64_t n,
               float epsilon, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
-  check_rows(rows, "RMSNormalization");
   bool ok = with_float_pair(t, yt, [&](auto v, auto yv) {
     using T = decltype(v);
     using Y = decltype(yv);
-    rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(w),
-                                                             static_cast<Y*>(y), static_cast<T*>(rstd), n, epsilon);
+    launch_norm_rows(rows, n, "RMSNormalization", [&](auto rows_policy, unsigned blocks) {
+      rms_norm_kernel<decltype(rows_policy)><<<blocks, kThreads, 0, stream>>>(
+          static_cast<const T*>(x), static_cast<const T*>(w), static_cast<Y*>(y), static_cast<T*>(rstd), rows,
+          int(n), epsilon);
+    });
   });
   if (!ok) unsupported_dtype("RMSNormalization", yt);
   check_launch("RMSNormalization");
@@ -23,16 +25,16 @@ void rms_norm_grad(DType t, DType dt, const void* dy, const void* x, const void*
                    const void* base, void* dx, void* dw, int64_t rows, int64_t n, float* partial,
                    cudaStream_t stream) {
   if (n == 0) return;
-  check_rows(rows, "RMSNormalizationGrad");
   bool ok = with_float_pair(t, dt, [&](auto v, auto dv) {
     using T = decltype(v);
     using D = decltype(dv);
     const D* d = static_cast<const D*>(dy);
     const T *xp = static_cast<const T*>(x), *rs = static_cast<const T*>(rstd);
     if (dx && rows)
-      rms_norm_dx_kernel<<<unsigned(rows), kThreads, 0, stream>>>(d, xp, static_cast<const T*>(w), rs,
-                                                                  static_cast<const T*>(base), static_cast<T*>(dx),
-                                                                  n);
+      launch_norm_rows(rows, n, "RMSNormalizationGrad", [&](auto rows_policy, unsigned blocks) {
+        rms_norm_dx_kernel<decltype(rows_policy)><<<blocks, kThreads, 0, stream>>>(
+            d, xp, static_cast<const T*>(w), rs, static_cast<const T*>(base), static_cast<T*>(dx), rows, int(n));
+      });
     if (dw) {
       const Chunks ch = chunks_of(rows);
       rms_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, rs, partial, rows, n, ch.rows);
