@@ -39,6 +39,10 @@ class DeviceMemory {
   // A block of `bytes` aligned to `alignment`; nullptr when the device has no room.
   virtual void* reserve(size_t bytes, size_t alignment) = 0;
   virtual void release(void* block) = 0;
+  // release() of a block whose every use was queued on the calling thread's queue (queue()), which the device's
+  // own allocator filed it under when reserved: the device may hand it out again at once, to work queued after it
+  // on that queue, without waiting for the device (as a stream-ordered allocator does). By default, release().
+  virtual void release_in_queue_order(void* block) { release(block); }
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   // Whether the host can read this memory in place (host memory, unified memory). If not, the inputs an op reads

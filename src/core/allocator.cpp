@@ -33,6 +33,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   if (s_.limit > 0 && s_.allocated + int64_t(rounded) > s_.limit)
     throw OutOfMemoryError("[allocator] out of memory: request of " + mib(rounded) + " with " + mib(s_.allocated) +
                            " allocated and a limit of " + mib(s_.limit));
+  note_queue();
   const bool small = rounded < kSmall;
   auto& pool = free_blocks_[small];
   auto it = pool.lower_bound(rounded);  // the best fit in the request's pool
@@ -68,6 +69,7 @@ void CachingAllocator::free(void* p) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = used_.find(p);
   if (it == used_.end()) return;
+  note_queue();
   Block* b = it->second;
   used_.erase(it);
   s_.allocated -= int64_t(b->requested);
@@ -111,9 +113,18 @@ CachingAllocator::Block* CachingAllocator::new_segment(size_t bytes, bool small)
   return b;
 }
 
+void CachingAllocator::note_queue() {
+  void* q = memory_.queue();
+  if (!queue_) queue_ = q;
+  queues_ = queues_ || *queue_ != q;
+}
+
 void CachingAllocator::release(Block* b) {
   take(b);
-  memory_.release(b->ptr);
+  if (!queues_ && queue_ && *queue_ == memory_.queue())
+    memory_.release_in_queue_order(b->ptr);
+  else
+    memory_.release(b->ptr);
   s_.cached -= int64_t(b->size);
   delete b;
 }

@@ -88,6 +88,7 @@ class CachingAllocator {
   void make_free(Block* b);  // with mu_ held: merges b with free neighbours, then lists it free
   void take(Block* b);       // with mu_ held: b no longer listed free
   void release(Block* b);    // with mu_ held: a whole free segment back to the system
+  void note_queue();         // with mu_ held: the calling thread's queue, among those blocks were taken or freed on
   // With mu_ held: a segment of `bytes` reserved (for a large one, after release_beyond_high_water), as one block.
   Block* new_segment(size_t bytes, bool small);
   void update_peaks();
@@ -104,6 +105,10 @@ class CachingAllocator {
   std::unordered_map<void*, Block*> used_;      // by address
   MemoryStats s_;
   int64_t high_water_ = 0;  // the highest allocated total since the last trim()
+  // The queue every block was taken and freed on, while there has been one (else `queues_` is false): a segment then
+  // goes back in that queue's order (DeviceMemory::release_in_queue_order), without waiting for the device.
+  std::optional<void*> queue_;
+  bool queues_ = false;
   std::map<int, Observer> observers_;
   int next_observer_ = 0;
   // trim_when_idle's: when to trim, if nothing is allocated before (num_allocs still idle_allocs_).

@@ -151,13 +151,14 @@ class GeluGradOp : public OpWith<UnaryAttrs> {
   }
 };
 
-// com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), bit for bit, in one pass: where backward
+// com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)) of one form (attribute `approximate`, as Gelu's),
+// bit for bit, in one pass: where backward
 // recomputes a GELU whose input its gradient reads anyway (gelu_recompute_fusion makes it), the recompute
 // costs little more than the gradient alone. dx may take dy's buffer, as GeluGrad's does, and y x's: the recompute
 // then allocates nothing (x's last reader is this node, typically).
-class GeluAndGradOp : public Op {
+class GeluAndGradOp : public OpWith<UnaryAttrs> {
  public:
-  explicit GeluAndGradOp(const ir::Node&) {}
+  explicit GeluAndGradOp(const ir::Node& n) : OpWith(gelu_form(n)) {}
   int inplace_input_of(size_t i) const override { return i < 2 ? int(i) : -1; }
   void infer(InferCtx& ctx) const override {
     if (ctx.rank(0) != ctx.rank(1))

@@ -1,7 +1,8 @@
 // GELU recompute fusion: where backward recomputes Y = Gelu(X) (a memory-optimizer clone) and also computes
-// dX = GeluGrad(dY, X) from the same X, one com.onnxtrain.GeluAndGrad(dY, X) -> (dX, Y) makes both: erf(X) is evaluated
-// once, and the recompute costs about one pass over X more than the gradient alone (two before). The fused
-// node waits for dY, so the recomputed Y comes later, not sooner, than its clone did.
+// dX = GeluGrad(dY, X) of the same form (exact, or tanh: GPT-2's) from the same X, one
+// com.onnxtrain.GeluAndGrad(dY, X) -> (dX, Y) makes both in one pass over X and dY (erf(X) evaluated once on the
+// CPU): the recompute costs about one pass over X more than the gradient alone (two before). The fused node waits
+// for dY, so the recomputed Y comes later, not sooner, than its clone did.
 #include <set>
 #include <vector>
 
@@ -10,9 +11,7 @@
 namespace onnxtrain::passes {
 namespace {
 
-bool exact_gelu(const ir::Node& n) {
-  return n.op_type == "Gelu" && n.domain.empty() && n.attr_string("approximate", "none") == "none";
-}
+std::string gelu_form(const ir::Node& n) { return n.attr_string("approximate", "none"); }
 
 // Whether v is computed from `node`'s outputs (then a node reading both would close a cycle): when other clones
 // recompute what comes after the GELU, the gradient dY itself may wait for the recomputed Y.
@@ -38,18 +37,20 @@ class GeluRecomputeFusion : public Pass {
     std::vector<const ir::Node*> gone;
     std::vector<std::pair<ir::Node*, ir::Node*>> pairs;  // (recomputed Gelu, GeluGrad of the same input)
     for (auto& n : g.nodes()) {
-      if (!n->backward || !exact_gelu(*n) || !n->input(0)) continue;
+      if (!n->backward || n->op_type != "Gelu" || !n->domain.empty() || !has_inputs(n.get(), 1)) continue;
       for (ir::Node* r : n->input(0)->consumers)
         if (r->backward && r->op_type == "GeluGrad" && r->domain == "com.onnxtrain" &&
-            r->attr_string("approximate", "none") == "none" && r->input(1) == n->input(0) &&
+            gelu_form(*r) == gelu_form(*n) && r->input(1) == n->input(0) &&
             r->input(0) && r->input(0)->dtype == n->input(0)->dtype && !depends_on(r->input(0), n.get())) {
           pairs.emplace_back(n.get(), r);
           break;
         }
     }
     for (auto [gelu, grad] : pairs) {
+      ir::Attributes attrs;
+      if (gelu_form(*gelu) != "none") attrs["approximate"] = gelu_form(*gelu);
       add_fused(g, "com.onnxtrain", 1, "GeluAndGrad", {grad->input(0), gelu->input(0)},
-                {grad->outputs[0], gelu->outputs[0]}, g.unique_name(gelu->name + "_and_grad"), true);
+                {grad->outputs[0], gelu->outputs[0]}, g.unique_name(gelu->name + "_and_grad"), true, attrs);
       gone.insert(gone.end(), {gelu, grad});
     }
     return remove_all(g, gone, true);

@@ -159,3 +159,52 @@ TEST(Allocator, LargerBlocksAreSplitAndMergeAgain) {
   EXPECT_EQ(a.stats().cached, 0);
   EXPECT_EQ(a.stats().allocated, 0);
 }
+
+// A memory that counts how its blocks go back: in queue order, or after waiting for the device.
+struct QueuedMemory : onnxtrain::DeviceMemory {
+  void* reserve(size_t bytes, size_t) override { return std::malloc(bytes); }
+  void release(void* block) override {
+    ++waited;
+    std::free(block);
+  }
+  void release_in_queue_order(void* block) override {
+    ++in_order;
+    std::free(block);
+  }
+  void copy_from_host(void*, const void*, size_t) override {}
+  void copy_to_host(void*, const void*, size_t) override {}
+  bool host_readable() const override { return true; }
+  void* queue() const override { return current; }
+  void set_queue(void* q) override { current = q; }
+  void* current = nullptr;
+  int waited = 0, in_order = 0;
+};
+
+// While every block has been taken and freed on one queue, a trim hands segments back in that queue's order (no
+// wait for the device: a CUDA device's segments go back to PyTorch's allocator every step); once a block has been
+// taken or freed on another, or from another queue than that one, segments go back after the device's work.
+TEST(Allocator, SegmentsGoBackInQueueOrderWhileOneQueueUsedThem) {
+  QueuedMemory memory;
+  int queues[2];
+  memory.current = &queues[0];
+  {
+    CachingAllocator a(onnxtrain::Device{onnxtrain::DeviceType::kCuda, 7}, memory);
+    a.free(a.allocate(2 * kMiB));
+    a.free(a.allocate(64));
+    a.trim();
+    EXPECT_EQ(memory.in_order, 2);
+    EXPECT_EQ(memory.waited, 0);
+    a.free(a.allocate(2 * kMiB));
+    memory.current = &queues[1];  // (a trim from another queue)
+    a.trim();
+    EXPECT_EQ(memory.waited, 1);
+    memory.current = &queues[0];
+    void* p = a.allocate(2 * kMiB);
+    memory.current = &queues[1];
+    a.free(p);  // (freed on another queue: its last use may be there)
+    memory.current = &queues[0];
+    a.trim();
+    EXPECT_EQ(memory.waited, 2);
+    EXPECT_EQ(memory.in_order, 2);
+  }
+}

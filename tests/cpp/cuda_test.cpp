@@ -190,6 +190,19 @@ TEST(Cuda, TrainingGraphOpsComputeAsOnTheCpu) {
     Tensor x = random_tensor(t, {4, 6, 32}, 11), dy = random_tensor(t, {4, 6, 32}, 12);
     expect_like_cpu("com.onnxtrain.GeluGrad", {dy, x}, {}, tol);
     expect_like_cpu("com.onnxtrain.GeluGrad", {dy, x}, {{"approximate", std::string("tanh")}}, tol);
+    // GeluAndGrad in one pass (whole packs, and an odd count's tail): the CPU's, and the GPU's Gelu and GeluGrad
+    // apart bit for bit (a recompute changes no bit).
+    for (const std::string form : {"none", "tanh"}) {
+      Tensor xo = random_tensor(t, {3, 7, 5}, 15), dyo = random_tensor(t, {3, 7, 5}, 16);
+      for (const auto& [d, v] : {std::pair{dy, x}, std::pair{dyo, xo}}) {
+        expect_like_cpu("com.onnxtrain.GeluAndGrad", {d, v}, {{"approximate", form}}, tol, 2);
+        auto both = run_one(kGpu, "com.onnxtrain.GeluAndGrad", {d, v}, {{"approximate", form}}, 2);
+        auto dx = run_one(kGpu, "com.onnxtrain.GeluGrad", {d, v}, {{"approximate", form}});
+        auto y = run_one(kGpu, "Gelu", {v}, {{"approximate", form}});
+        EXPECT_EQ(both.at("o0").to_double(), dx.at("o0").to_double()) << form;
+        EXPECT_EQ(both.at("o1").to_double(), y.at("o0").to_double()) << form;
+      }
+    }
     Tensor w = random_tensor(t, {32}, 13), b = random_tensor(t, {32}, 14);
     expect_like_cpu("LayerNormalization", {x, w, b}, {{"axis", int64_t(-1)}, {"epsilon", 1e-5f}}, tol, 3);
     auto stats = run_one(kCpu, "LayerNormalization", {x, w, b}, {{"axis", int64_t(2)}}, 3);

@@ -55,13 +55,18 @@ void check_packs(int64_t n, bool residual, bool with_mask) {
     const bool keep = dropout_keeps(kSeed, uint64_t(i), threshold);
     kept += keep;
     ASSERT_EQ(mask_single.p[i], keep) << i;
-    if (with_mask) ASSERT_EQ(int(mask.p[i]), int(keep)) << n << " elements, at " << i;
+    if (with_mask) {
+      ASSERT_EQ(int(mask.p[i]), int(keep)) << n << " elements, at " << i;
+    }
     ASSERT_EQ(to_float(packed.p[i]), to_float(single.p[i])) << n << " elements, at " << i;
   }
   EXPECT_EQ(to_float(packed.p[n]), 77.f) << n;
-  if (!with_mask)
+  if (!with_mask) {
     for (int64_t i = 0; i < mask.size; ++i) ASSERT_EQ(int(reinterpret_cast<unsigned char*>(mask.p)[i]), 2) << i;
-  if (n >= 1000) EXPECT_NEAR(double(kept) / double(n), 1.0 - kRatio, 0.05) << n;
+  }
+  if (n >= 1000) {
+    EXPECT_NEAR(double(kept) / double(n), 1.0 - kRatio, 0.05) << n;
+  }
 }
 
 TEST(DropoutKernels, PacksDrawTheMaskOfEachElementAndComputeAsOneElementAThread) {

@@ -25,7 +25,7 @@ class MLP(torch.nn.Module):
     def act(self, h):
         if self.form == "tanh":  # NewGELUActivation
             return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
-        if self.form.startswith("tanh-cuda"):  # NewGELUActivation's dtypes under CUDA's autocast (pow on its float32 list)
+        if self.form.startswith("tanh-cuda"):  # NewGELUActivation's dtypes under CUDA's autocast (pow: float32)
             return 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h.float(), 3.0))))
         return torch.nn.functional.gelu(h)
 
@@ -50,7 +50,7 @@ def test_gelu_forms_are_fused_and_train_as_eager(form, bf16, tmp_path):
     got.backward()
     want.backward()
     graph = onnx.load(str(tmp_path / "MLP_train_optimized.onnx")).graph
-    # (the GELU's output is recomputed in backward at every level: a clone, or for erf one GeluAndGrad for both)
+    # (the GELU's output is recomputed in backward at every level: with its gradient, one GeluAndGrad for both)
     ops = [n.op_type for n in graph.node if "_recompute" not in n.name]
     grads = [n for n in graph.node if n.op_type in ("GeluGrad", "GeluAndGrad")]
     assert ops.count("Gelu") == 1 and len(grads) == 1 and not {"Erf", "Tanh", "Pow"} & set(ops), ops

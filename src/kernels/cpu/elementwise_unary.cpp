@@ -108,24 +108,39 @@ void gelu_grad(const UnaryAttrs& a, KernelCtx& c) {
   });
 }
 
+// The tanh form's gradient and GELU of n elements by the functions Gelu and GeluGrad run apart, a block of GELU at a
+// time into a buffer first (y may be x's buffer, which the gradient reads).
+void gelu_tanh_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n) {
+  constexpr int64_t kBlock = 256;
+  float part[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    gelu_tanh_f32(x + b, part, m);
+    gelu_tanh_grad_f32(dy + b, x + b, dx + b, m);
+    std::copy(part, part + m, y + b);
+  }
+}
+
 // com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), bit for bit as the two apart.
-void gelu_and_grad(KernelCtx& c) {
+void gelu_and_grad(const UnaryAttrs& a, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1);
   check_same(c, x, dy);
   dispatch<kFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *d = dy.data<T>(), *xp = x.data<T>();
     T *dx = c.out(0).data<T>(), *y = c.out(1).data<T>();
+    const auto vector = a.tanh_approx ? gelu_tanh_and_grad_f32 : gelu_and_grad_f32;
     parallel_for(x.numel(), 40, [&](int64_t b, int64_t e) {
       if constexpr (std::is_same_v<T, float>) {
-        gelu_and_grad_f32(d + b, xp + b, dx + b, y + b, e - b);
+        vector(d + b, xp + b, dx + b, y + b, e - b);
       } else if constexpr (kLowFloat<T>) {
         in_f32_blocks<T, 2, 2>({d, xp}, {dx, y}, b, e,
-                               [](auto in, auto o, int64_t m) { gelu_and_grad_f32(in[0], in[1], o[0], o[1], m); });
+                               [vector](auto in, auto o, int64_t m) { vector(in[0], in[1], o[0], o[1], m); });
       } else {
         for (int64_t i = b; i < e; ++i) {  // (dx may be dy's buffer and y x's: both read before either is written)
           const T xi = xp[i], di = d[i];
-          y[i] = gelu(false, xi), dx[i] = di * gelu_derivative(xi);
+          y[i] = gelu(a.tanh_approx, xi);
+          dx[i] = di * (a.tanh_approx ? gelu_tanh_derivative(xi) : gelu_derivative(xi));
         }
       }
     });
@@ -200,7 +215,7 @@ const bool kRegistered = register_kernels(
         {"", "Gelu", unary<kFloats>([](const UnaryAttrs& a, auto x) { return gelu(a.tanh_approx, x); }, gelu_vector)},
         {"", "Mish", unary<kFloats>([](auto, auto x) { return x * std::tanh(softplus(x)); })},
         {"com.onnxtrain", "GeluGrad", kernel<UnaryAttrs>(gelu_grad)},
-        {"com.onnxtrain", "GeluAndGrad", kernel(gelu_and_grad)},
+        {"com.onnxtrain", "GeluAndGrad", kernel<UnaryAttrs>(gelu_and_grad)},
         {"", "IsNaN", kernel(is_nan)},
         {"", "IsInf", kernel(is_inf)},
     });

@@ -19,7 +19,7 @@ template <typename S>
 __device__ __forceinline__ void load16(const S* p, float* x) {
   const uint4 w = *reinterpret_cast<const uint4*>(p);
   S v[16 / sizeof(S)];
-  memcpy(v, &w, 16);
+  memcpy(static_cast<void*>(v), &w, 16);
 #pragma unroll
   for (size_t k = 0; k < 16 / sizeof(S); ++k) x[k] = to_float(v[k]);
 }

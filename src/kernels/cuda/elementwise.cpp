@@ -33,11 +33,13 @@ void gelu_grad(const ops::UnaryAttrs& a, KernelCtx& c) {
                c.out(0).raw(), indexing(c, x.dims(), {st, st}), stream());
 }
 
-// com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), exact GELU; dx may be dy's buffer and y x's, so
-// the gradient (which reads x) goes first.
-void gelu_and_grad(KernelCtx& c) {
-  gelu_grad(ops::UnaryAttrs{}, c);
-  cuda::unary(Unary::kGelu, c.in(1).dtype(), c.in(1).raw(), c.out(1).raw(), c.in(1).numel(), stream());
+// com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)) in one pass (dx may be dy's buffer and y x's).
+void gelu_and_grad(const ops::UnaryAttrs& a, KernelCtx& c) {
+  const Tensor &dy = c.in(0), &x = c.in(1);
+  if (dy.dims() != x.dims() || dy.dtype() != x.dtype())
+    c.fail("dy " + dims_str(dy.dims()) + " and x " + dims_str(x.dims()) + " differ in shape or dtype");
+  cuda::gelu_and_grad(a.tanh_approx, x.dtype(), dy.raw(), x.raw(), c.out(0).raw(), c.out(1).raw(), x.numel(),
+                      stream());
 }
 
 KernelDef binary_def(const char* name, Binary op) {

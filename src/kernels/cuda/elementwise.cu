@@ -77,6 +77,32 @@ __device__ __forceinline__ float arith_float(Binary op, float a, float b) {
   }
 }
 
+// GeluAndGrad's elements, computed as BinaryOf's kGelu(Tanh)Grad and UnaryOf's kGelu(Tanh) compute them apart: V
+// consecutive elements a thread (packs_align), the n % V past the last whole pack one each to the grid's first threads.
+template <typename T, int V>
+__global__ void gelu_and_grad_kernel(bool tanh_form, const T* dy, const T* x, T* dx, T* y, int64_t n) {
+  const Unary form = tanh_form ? Unary::kGeluTanh : Unary::kGelu;
+  auto one = [&](T d, T v, T& gx, T& gy) {
+    gx = from_float<T>(to_float(d) * gelu_derivative(tanh_form, to_float(v)));
+    gy = from_float<T>(apply(form, to_float(v)));
+  };
+  const int64_t packs = n / V;
+  ONNXTRAIN_GRID_LOOP(p, packs) {
+    const Pack<T, V> ds = reinterpret_cast<const Pack<T, V>*>(dy)[p], xs = reinterpret_cast<const Pack<T, V>*>(x)[p];
+    Pack<T, V> gx, gy;
+#pragma unroll
+    for (int k = 0; k < V; ++k) one(ds.at[k], xs.at[k], gx.at[k], gy.at[k]);
+    reinterpret_cast<Pack<T, V>*>(dx)[p] = gx;
+    reinterpret_cast<Pack<T, V>*>(y)[p] = gy;
+  }
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, i = packs * V + t;
+  if (t < V && i < n) {
+    T gx, gy;
+    one(dy[i], x[i], gx, gy);
+    dx[i] = gx, y[i] = gy;
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ bool compare(Binary op, T a, T b) {
   switch (op) {
@@ -252,6 +278,23 @@ void binary(Binary op, DType t, const void* a, const void* b, void* out, const I
       unsupported_dtype("binary", t);
   }
   check_launch("binary");
+}
+
+void gelu_and_grad(bool tanh_form, DType t, const void* dy, const void* x, void* dx, void* y, int64_t n,
+                   cudaStream_t stream) {
+  if (n == 0) return;
+  const bool ok = with_float_type(t, [&](auto v) {
+    using T = decltype(v);
+    constexpr int V = pack_lanes<T, T>();
+    const T *d = static_cast<const T*>(dy), *xp = static_cast<const T*>(x);
+    T *gx = static_cast<T*>(dx), *gy = static_cast<T*>(y);
+    if (packs_align<T>(d, V) && packs_align<T>(xp, V) && packs_align<T>(gx, V) && packs_align<T>(gy, V))
+      gelu_and_grad_kernel<T, V><<<blocks_for((n + V - 1) / V), kThreads, 0, stream>>>(tanh_form, d, xp, gx, gy, n);
+    else
+      gelu_and_grad_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(tanh_form, d, xp, gx, gy, n);
+  });
+  if (!ok) unsupported_dtype("GeluAndGrad", t);
+  check_launch("GeluAndGrad");
 }
 
 void where(int elem_bytes, const bool* cond, const void* a, const void* b, void* out, const Indexing& ix,

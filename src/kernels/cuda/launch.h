@@ -50,6 +50,10 @@ void write_int64(const int64_t (&values)[kMaxRank], int n, int64_t* dst, cudaStr
 // attribute `to`.
 void dropout(DType t, DType yt, const void* x, const void* r, void* y, bool* mask, int64_t n, uint64_t seed,
              uint32_t threshold, float scale, cudaStream_t stream);
+// dx = dy GELU'(x) and y = GELU(x) (the tanh form's where asked), each element as GeluGrad's and Gelu's kernels
+// compute it, in one pass over x and dy (dx may be dy's buffer and y x's).
+void gelu_and_grad(bool tanh_form, DType t, const void* dy, const void* x, void* dx, void* y, int64_t n,
+                   cudaStream_t stream);
 
 // The random ops (kernels/counter_random.h, as the CPU's: element i draws from counter_bits(seed, i)) into n
 // elements of dtype t: uniform in [a, b) (`kind` 0), normal of mean a and scale b (1), or Bernoulli (2) with

@@ -107,6 +107,12 @@ class CudaMemory : public DeviceMemory {
       source_->release(block);
     });
   }
+  // PyTorch's caching allocator files a block under the stream current when it was reserved (the Python package
+  // keeps it the queue), and hands it out again only to work on that stream, queued after onnxtrain's.
+  void release_in_queue_order(void* block) override {
+    if (!source_) return release(block);
+    on_device(index_, [&] { source_->release(block); });
+  }
   void copy_from_host(void* dst, const void* src, size_t bytes) override {
     copy(dst, src, bytes, cudaMemcpyHostToDevice);
   }
