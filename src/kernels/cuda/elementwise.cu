@@ -7,6 +7,25 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
+// GELU's derivative at x: Phi(x) + x phi(x), or the tanh form's.
+__device__ __forceinline__ float gelu_derivative(bool tanh_form, float x) {
+  if (!tanh_form) return 0.5f * (1.f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+  const float k = 0.79788456080286536f, t = tanhf(k * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x);
+}
+
+// GELU and dy GELU'(x) as functions of their own, never inlined: Gelu's and GeluGrad's kernels and GeluAndGrad's
+// (both in one pass) run the same instructions, so a recomputed GELU and its gradient have the bits they have apart
+// (inlined into each kernel, the compiler contracted their arithmetic into fused multiply-adds differently: float32
+// gradients a last bit apart on an H200).
+__device__ __noinline__ float gelu_of(bool tanh_form, float x) {
+  if (tanh_form) return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+}
+__device__ __noinline__ float gelu_grad_of(bool tanh_form, float dy, float x) {
+  return dy * gelu_derivative(tanh_form, x);
+}
+
 __device__ __forceinline__ float apply(Unary op, float x) {
   switch (op) {
     case Unary::kRelu: return x > 0 ? x : 0.f;
@@ -23,8 +42,8 @@ __device__ __forceinline__ float apply(Unary op, float x) {
     case Unary::kCos: return cosf(x);
     case Unary::kFloor: return floorf(x);
     case Unary::kCeil: return ceilf(x);
-    case Unary::kGelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    case Unary::kGeluTanh: return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case Unary::kGelu: return gelu_of(false, x);
+    case Unary::kGeluTanh: return gelu_of(true, x);
   }
   return x;
 }
@@ -61,30 +80,22 @@ __device__ __forceinline__ T arith(Binary op, T a, T b) {
   }
 }
 
-// GELU's derivative at x: Phi(x) + x phi(x), or the tanh form's.
-__device__ __forceinline__ float gelu_derivative(bool tanh_form, float x) {
-  if (!tanh_form) return 0.5f * (1.f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
-  const float k = 0.79788456080286536f, t = tanhf(k * (x + 0.044715f * x * x * x));
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * x * x);
-}
-
 __device__ __forceinline__ float arith_float(Binary op, float a, float b) {
   switch (op) {
     case Binary::kPow: return powf(a, b);
-    case Binary::kGeluGrad: return a * gelu_derivative(false, b);
-    case Binary::kGeluTanhGrad: return a * gelu_derivative(true, b);
+    case Binary::kGeluGrad: return gelu_grad_of(false, a, b);
+    case Binary::kGeluTanhGrad: return gelu_grad_of(true, a, b);
     default: return arith(op, a, b);
   }
 }
 
-// GeluAndGrad's elements, computed as BinaryOf's kGelu(Tanh)Grad and UnaryOf's kGelu(Tanh) compute them apart: V
-// consecutive elements a thread (packs_align), the n % V past the last whole pack one each to the grid's first threads.
+// GeluAndGrad's elements by the functions GeluGrad's and Gelu's kernels compute them with: V consecutive elements a
+// thread (packs_align), the n % V past the last whole pack one each to the grid's first threads.
 template <typename T, int V>
 __global__ void gelu_and_grad_kernel(bool tanh_form, const T* dy, const T* x, T* dx, T* y, int64_t n) {
-  const Unary form = tanh_form ? Unary::kGeluTanh : Unary::kGelu;
   auto one = [&](T d, T v, T& gx, T& gy) {
-    gx = from_float<T>(to_float(d) * gelu_derivative(tanh_form, to_float(v)));
-    gy = from_float<T>(apply(form, to_float(v)));
+    gx = from_float<T>(gelu_grad_of(tanh_form, to_float(d), to_float(v)));
+    gy = from_float<T>(gelu_of(tanh_form, to_float(v)));
   };
   const int64_t packs = n / V;
   ONNXTRAIN_GRID_LOOP(p, packs) {
