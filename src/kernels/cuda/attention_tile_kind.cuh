@@ -89,11 +89,12 @@ struct GroupVotes {
 };
 
 // Rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (r0 and j0 multiples of 16) of pair p, each score's vote in its
-// group of 16 keys: scores past the rows or the keys are -inf whatever the mask says, and are not read.
+// group of 16 keys, this thread's reads from the `first` on, `stride` apart: scores past the rows or the keys are
+// -inf whatever the mask says, and are not read.
 template <int W, typename T, int R, int C>
 __device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                          float fill, GroupVotes& v) {
-  for (int i = threadIdx.x; i < R * C / W; i += kBlock) {
+                                          float fill, int first, int stride, GroupVotes& v) {
+  for (int i = first; i < R * C / W; i += stride) {
     const int64_t r = r0 + i / (C / W), j = j0 + i % (C / W) * W;
     if (r >= a.tq || j >= a.tk) continue;
     TileVote mine;
@@ -105,25 +106,20 @@ __device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPai
   }
 }
 
-// The kinds of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1, a group of 16 keys each (every thread of the block
-// calls it).
+// This thread's votes on rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1, a group of 16 keys each, its reads from the
+// `first` on, `stride` apart (a mask or a bias given).
 template <typename T, int R, int C>
-__device__ __forceinline__ void group_kinds(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                            float fill, TileKind (&kinds)[C / kKindKeys]) {
-  constexpr int G = C / kKindKeys;
+__device__ __forceinline__ GroupVotes votes(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                            float fill, int first, int stride) {
   static_assert(C % kKindKeys == 0 && sizeof(T) == 2, "a tile's rows as 16-byte reads of a 16-bit bias or of bools");
-  if (!a.cond && !a.bias) {
-    for (TileKind& k : kinds) k = TileKind::kPlain;
-    return;
-  }
   auto aligned = [](const void* m) { return reinterpret_cast<uintptr_t>(m) % 16 == 0; };
   GroupVotes v;
   if (a.cond && !a.bias && a.cond_col == 1 && a.cond_row % 16 == 0 && aligned(p.cond)) {
-    vote_rows<16, T, R, C>(a, p, r0, j0, fill, v);
+    vote_rows<16, T, R, C>(a, p, r0, j0, fill, first, stride, v);
   } else if (a.bias && !a.cond && a.bias_col == 1 && a.bias_row % 8 == 0 && aligned(p.bias)) {
-    vote_rows<8, T, R, C>(a, p, r0, j0, fill, v);
+    vote_rows<8, T, R, C>(a, p, r0, j0, fill, first, stride, v);
   } else {
-    for (int i = threadIdx.x; i < R * C; i += kBlock) {
+    for (int i = first; i < R * C; i += stride) {
       const int64_t r = r0 + i / C, j = j0 + i % C;
       if (r >= a.tq || j >= a.tk) continue;
       TileVote mine;
@@ -131,11 +127,28 @@ __device__ __forceinline__ void group_kinds(const Attention& a, const AttentionP
       v.add(i % C / kKindKeys, mine);
     }
   }
+  return v;
+}
+
+// A group's kind from whether some vote on it found a live score, a touched one, one departing from a causal tile.
+__device__ __forceinline__ TileKind kind_voted(bool live, bool touched, bool departs) {
+  return !live ? TileKind::kDead : !touched ? TileKind::kPlain : departs ? TileKind::kMixed : TileKind::kCausal;
+}
+
+// The kinds of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1, a group of 16 keys each (every thread of the block
+// calls it).
+template <typename T, int R, int C>
+__device__ __forceinline__ void group_kinds(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
+                                            float fill, TileKind (&kinds)[C / kKindKeys]) {
+  if (!a.cond && !a.bias) {
+    for (TileKind& k : kinds) k = TileKind::kPlain;
+    return;
+  }
+  const GroupVotes v = votes<T, R, C>(a, p, r0, j0, fill, threadIdx.x, kBlock);
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < C / kKindKeys; ++g) {
     const int live = __syncthreads_or(int(v.live >> g & 1)), touched = __syncthreads_or(int(v.touched >> g & 1));
-    const int departs = __syncthreads_or(int(v.departs >> g & 1));
-    kinds[g] = !live ? TileKind::kDead : !touched ? TileKind::kPlain : departs ? TileKind::kMixed : TileKind::kCausal;
+    kinds[g] = kind_voted(live, touched, __syncthreads_or(int(v.departs >> g & 1)));
   }
 }
 
@@ -155,25 +168,38 @@ __device__ __forceinline__ TileKind tile_kind(const Attention& a, const Attentio
 
 static_assert(kTile % kKindKeys == 0, "a step's keys are whole groups of the map");
 
-// The map: a block for 16 rows by a step's 64 keys, its groups' kinds (grid: the slices x kind_rows x the steps of
-// keys, kBlock threads), and a.mixed set where one is mixed (attention_builds.cuh). (Its dims come with the kernels'
-// parameters, where they take no register.)
+// The map: a warp for 16 rows by a step's 64 keys (kBlock / 32 of them a block), its groups' kinds voted by the
+// warp's ballots, and a.mixed set where one is mixed (attention_builds.cuh). (A block for each, voting by twelve
+// barriers, had taken 42 us for GPT-2's mask at batch 16 on an H200, 24 calls a step.) Its dims come with the
+// kernels' parameters, where they take no register.
+constexpr int kMapWarps = kBlock / 32;
 template <typename T>
 __global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
-  const int64_t steps = (a.tk + kTile - 1) / kTile, per_slice = a.kind_rows * steps, slice = blockIdx.x / per_slice;
-  const int64_t at = blockIdx.x % per_slice, r0 = at / steps * kKindRows, j0 = at % steps * kTile;
-  TileKind k[kTile / kKindKeys];
-  group_kinds<T, kKindRows, kTile>(a, slice_of<T>(a, slice, 0), r0, j0, scalar_or<T>(a.fill, 0.f), k);
+  const int64_t steps = (a.tk + kTile - 1) / kTile, per_slice = a.kind_rows * steps;
+  const int64_t id = int64_t(blockIdx.x) * kMapWarps + threadIdx.x / 32, slice = id / per_slice;
+  int64_t slices = 1;
+  for (int d = 0; d < a.slices.rank; ++d) slices *= a.slices.dims[d];
+  if (slice >= slices) return;  // (the last block's spare warps)
+  const int lane = int(threadIdx.x % 32);
+  const int64_t at = id % per_slice, r0 = at / steps * kKindRows, j0 = at % steps * kTile;
+  GroupVotes v;
+  const bool read = a.cond || a.bias;
+  if (read) v = votes<T, kKindRows, kTile>(a, slice_of<T>(a, slice, 0), r0, j0, scalar_or<T>(a.fill, 0.f), lane, 32);
   uint8_t* row = a.kinds + (slice * a.kind_rows + r0 / kKindRows) * a.kind_columns + j0 / kKindKeys;
 #pragma unroll
-  for (int g = 0; g < kTile / kKindKeys; ++g)  // (thread g writes group g's: k stays in registers)
-    if (int(threadIdx.x) == g && j0 + kKindKeys * g < a.tk) {
-      row[g] = uint8_t(k[g]);
-      if (k[g] == TileKind::kMixed) *a.mixed = 1u;
+  for (int g = 0; g < kTile / kKindKeys; ++g) {
+    const TileKind k = !read ? TileKind::kPlain
+                             : kind_voted(__ballot_sync(~0u, int(v.live >> g & 1)) != 0,
+                                          __ballot_sync(~0u, int(v.touched >> g & 1)) != 0,
+                                          __ballot_sync(~0u, int(v.departs >> g & 1)) != 0);
+    if (lane == g && j0 + kKindKeys * g < a.tk) {  // (lane g writes group g's)
+      row[g] = uint8_t(k);
+      if (k == TileKind::kMixed) *a.mixed = 1u;
     }
+  }
 }
 inline int64_t tile_kinds_blocks(const Attention& a) {
-  return kind_slices(a) * a.kind_rows * ((a.tk + kTile - 1) / kTile);
+  return (kind_slices(a) * a.kind_rows * ((a.tk + kTile - 1) / kTile) + kMapWarps - 1) / kMapWarps;
 }
 
 // The kind of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 (each a multiple of 16) of a pair of slice `slice`,
