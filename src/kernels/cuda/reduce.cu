@@ -75,8 +75,14 @@ void column_reduce(DType t, const void* x, int64_t rows, int64_t n, float diviso
   bool ok = with_float_type(t, [&](auto v) {
     using T = decltype(v);
     const Chunks ch = chunks_of(rows);
-    column_partials_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(static_cast<const T*>(x), partial, rows, n,
-                                                                        ch.rows);
+    const T* xp = static_cast<const T*>(x);
+    bool wide = false;  // (16-bit columns 16 bytes at a time where the rows are whole 16-byte words)
+    if constexpr (sizeof(T) * kWideColumns == 16) {
+      wide = n % kWideColumns == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+      if (wide)
+        column_partials_wide_kernel<<<wide_chunk_grid(n, ch), kThreads, 0, stream>>>(xp, partial, rows, n, ch.rows);
+    }
+    if (!wide) column_partials_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(xp, partial, rows, n, ch.rows);
     sum_chunks_kernel<<<blocks_for(n), kThreads, 0, stream>>>(partial, ch.count, n, divisor, static_cast<T*>(out));
   });
   if (!ok) unsupported_dtype("column_reduce", t);
