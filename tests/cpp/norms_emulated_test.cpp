@@ -1,8 +1,9 @@
 // The norms' kernels (kernels/cuda/layer_norm_kernels.cuh, rms_norm_kernels.cuh) run on the host through the warp
 // emulation, against float64 references: LayerNorm's and RMSNorm's output, statistics, dX and dscale, for a
 // float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; a row a warp (some
-// of the last block's warps past the rows) and a row a block, rows longer than either's threads; dscale summed over
-// chunks of rows; dX plus a base written in the base's place.
+// of the last block's warps past the rows) and a row a block, rows longer than either's threads, and LayerNorm's rows
+// longer than a thread holds in registers; dscale summed over chunks of rows; dX plus a base written in the base's
+// place.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/layer_norm_kernels.cuh"
@@ -17,7 +18,9 @@ namespace onnxtrain::kernels::cuda {
 namespace {
 
 constexpr int64_t kRowCount = 9;
-constexpr int kN = 300;
+// Rows whose elements a thread holds in registers all (layer_norm_kernels.cuh's kHeld), and rows past them a warp's
+// and a block's lanes read again.
+constexpr int kShortRow = 300, kWarpLongRow = 1000, kBlockLongRow = 7000;
 constexpr float kEpsilon = 1e-5f;
 
 std::vector<float> values(int64_t count, uint32_t seed, float lo, float hi) {
@@ -46,16 +49,17 @@ void expect_near(const std::vector<T>& got, const std::vector<double>& want, dou
 }
 
 // The per-column sums of a norm's dscale (or dbias) kernel's partial sums, as the launch adds them.
-template <typename Partials>
+template <int kN, typename Partials>
 std::vector<float> column_sums(Partials&& partials) {
   const Chunks ch = chunks_of(kRowCount);
-  std::vector<float> partial(size_t(kRowChunks * kN * 2), 1e30f), out(size_t(kN), 1e30f);
+  std::vector<float> partial(size_t(kRowChunks * kN * 2), 1e30f), out(static_cast<size_t>(kN), 1e30f);
   const dim3 grid = chunk_grid(kN, ch);
   testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads, [&] { partials(partial.data(), ch); });
   testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, kN, 1.f, out.data()); });
   return out;
 }
 
+template <int kN>
 struct Inputs {  // X, the scale, the bias, dY and a base of dX of every check, in float32
   std::vector<float> x = values(kRowCount * kN, 1, -3, 2), w = values(kN, 2, 0.5f, 1.5f), b = values(kN, 3, -1, 1),
                      dy = values(kRowCount * kN, 4, -1, 1), base = values(kRowCount * kN, 5, -1, 1);
@@ -72,9 +76,9 @@ void expect_based(const std::vector<float>& dx, const std::vector<float>& based,
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(based[i], base[i] + dx[i]) << "dX plus the base at " << i;
 }
 
-template <typename Rows, typename Y>
+template <typename Rows, typename Y, int kN = kShortRow>
 void check_layer_norm() {
-  const Inputs in;
+  const Inputs<kN> in;
   const std::vector<float> dy32 = [&] {  // dY as the kernel reads it: of Y's dtype
     std::vector<float> r = in.dy;
     for (float& v : r) v = to_float(from_float<Y>(v));
@@ -96,11 +100,11 @@ void check_layer_norm() {
     layer_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(),
                                          dx_base.data(), dx_base.data(), kRowCount, kN);
   });
-  const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
+  const std::vector<float> dw = column_sums<kN>([&](float* partial, const Chunks& ch) {
     layer_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), mean.data(), rstd.data(), partial,
                                    partial + int64_t(ch.count) * kN, kRowCount, kN, ch.rows);
   });
-  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(size_t(kN), 0.0);
+  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(static_cast<size_t>(kN), 0.0);
   for (int64_t r = 0; r < kRowCount; ++r) {
     const float* xr = in.x.data() + r * kN;
     double m = 0, v = 0, m1 = 0, m2 = 0;
@@ -126,9 +130,9 @@ void check_layer_norm() {
   expect_near(dw, want_dw, 1e-5, "dscale");
 }
 
-template <typename Rows, typename Y>
+template <typename Rows, typename Y, int kN = kShortRow>
 void check_rms_norm() {
-  const Inputs in;
+  const Inputs<kN> in;
   const std::vector<Y> dy = as<Y>(in.dy);
   std::vector<Y> y(size_t(kRowCount * kN));
   std::vector<float> rstd(kRowCount), dx(size_t(kRowCount * kN));
@@ -144,10 +148,10 @@ void check_rms_norm() {
     rms_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx_base.data(),
                                        dx_base.data(), kRowCount, kN);
   });
-  const std::vector<float> dw = column_sums([&](float* partial, const Chunks& ch) {
+  const std::vector<float> dw = column_sums<kN>([&](float* partial, const Chunks& ch) {
     rms_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), rstd.data(), partial, kRowCount, kN, ch.rows);
   });
-  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(size_t(kN), 0.0);
+  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(static_cast<size_t>(kN), 0.0);
   for (int64_t r = 0; r < kRowCount; ++r) {
     const float* xr = in.x.data() + r * kN;
     double ms = 0, k = 0;
@@ -174,6 +178,8 @@ TEST(NormKernels, LayerNormOfFloat32WithYAndDYOfFloat32OrBf16) {
   check_layer_norm<WarpRows, __nv_bfloat16>();
   check_layer_norm<BlockRows, float>();
   check_layer_norm<BlockRows, __nv_bfloat16>();
+  check_layer_norm<WarpRows, __nv_bfloat16, kWarpLongRow>();
+  check_layer_norm<BlockRows, float, kBlockLongRow>();
 }
 
 TEST(NormKernels, RMSNormOfFloat32WithYAndDYOfFloat32OrBf16) {

@@ -12,27 +12,49 @@ namespace onnxtrain::kernels::cuda {
 // The scale's (or bias's) element for column j of a row of n, the scale's nw elements repeating along the row.
 __device__ __forceinline__ int repeated(int j, int n, int nw) { return nw == n ? j : j % nw; }
 
+// A thread's elements of a row held in registers between the passes over it (a warp's row of GPT-2's 768: 24 a lane);
+// those past them are read again.
+constexpr int kHeld = 24;
+
 template <typename Rows, typename T, typename Y>
 __global__ void layer_norm_kernel(const T* x, const T* w, const T* b, Y* y, T* mean_out, T* rstd_out, int64_t rows,
                                   int n, int nw, int nb, float epsilon) {
   const int64_t r = Rows::row();
   if (r >= rows) return;  // (a warp's, past the last row: no barrier waits for it)
   const T* xr = x + r * n;
-  float s = 0;
-  for (int j = Rows::first(); j < n; j += Rows::kStride) s += to_float(xr[j]);
+  const int rest = Rows::first() + kHeld * Rows::kStride;  // the first element not held
+  float held[kHeld], s = 0;
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int j = Rows::first() + i * Rows::kStride;
+    held[i] = j < n ? to_float(xr[j]) : 0.f;
+    s += held[i];
+  }
+  for (int j = rest; j < n; j += Rows::kStride) s += to_float(xr[j]);
   const float mean = Rows::sum(s) / float(n);
   float v = 0;
-  for (int j = Rows::first(); j < n; j += Rows::kStride) {
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const float d = Rows::first() + i * Rows::kStride < n ? held[i] - mean : 0.f;
+    v += d * d;
+  }
+  for (int j = rest; j < n; j += Rows::kStride) {
     const float d = to_float(xr[j]) - mean;
     v += d * d;
   }
   const float rstd = rsqrtf(Rows::sum(v) / float(n) + epsilon);
   Y* yr = y + r * n;
-  for (int j = Rows::first(); j < n; j += Rows::kStride) {
-    float o = (to_float(xr[j]) - mean) * rstd * to_float(w[repeated(j, n, nw)]);
+  auto out = [&](int j, float xj) {
+    float o = (xj - mean) * rstd * to_float(w[repeated(j, n, nw)]);
     if (b) o += to_float(b[repeated(j, n, nb)]);
     yr[j] = from_float<Y>(o);
+  };
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int j = Rows::first() + i * Rows::kStride;
+    if (j < n) out(j, held[i]);
   }
+  for (int j = rest; j < n; j += Rows::kStride) out(j, to_float(xr[j]));
   if (Rows::first() != 0) return;
   if (mean_out) mean_out[r] = from_float<T>(mean);
   if (rstd_out) rstd_out[r] = from_float<T>(rstd);
@@ -47,17 +69,31 @@ __global__ void layer_norm_dx_kernel(const D* dy, const T* x, const T* w, const 
   const D* dr = dy + r * n;
   const T* xr = x + r * n;
   const float m = to_float(mean[r]), rs = to_float(rstd[r]);
-  float s1 = 0, s2 = 0;
-  for (int j = Rows::first(); j < n; j += Rows::kStride) {
-    const float g = to_float(dr[j]) * to_float(w[j]);
-    s1 += g;
-    s2 += g * (to_float(xr[j]) - m) * rs;
+  const int rest = Rows::first() + kHeld * Rows::kStride;
+  float g[kHeld], d[kHeld], s1 = 0, s2 = 0;  // dy w and x - mean of the elements held
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int j = Rows::first() + i * Rows::kStride;
+    g[i] = j < n ? to_float(dr[j]) * to_float(w[j]) : 0.f;
+    d[i] = j < n ? to_float(xr[j]) - m : 0.f;
+    s1 += g[i];
+    s2 += g[i] * d[i] * rs;
+  }
+  for (int j = rest; j < n; j += Rows::kStride) {
+    const float gj = to_float(dr[j]) * to_float(w[j]);
+    s1 += gj;
+    s2 += gj * (to_float(xr[j]) - m) * rs;
   }
   const float m1 = Rows::sum(s1) / float(n);
   const float m2 = Rows::sum(s2) / float(n);
   T* o = dx + r * n;
   const T* br = base ? base + r * n : nullptr;
-  for (int j = Rows::first(); j < n; j += Rows::kStride) {
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int j = Rows::first() + i * Rows::kStride;
+    if (j < n) o[j] = plus_base(br, j, rs * (g[i] - m1 - d[i] * rs * m2));
+  }
+  for (int j = rest; j < n; j += Rows::kStride) {
     const float xhat = (to_float(xr[j]) - m) * rs;
     o[j] = plus_base(br, j, rs * (to_float(dr[j]) * to_float(w[j]) - m1 - xhat * m2));
   }
