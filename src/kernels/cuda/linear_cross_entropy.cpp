@@ -123,7 +123,9 @@ void scores(const KernelCtx& c, const Head& h, size_t x, const Weights& wb, int6
 
 // dX = G W (its rows), dW = G^T X and dB = G's column sums, each into output first + 0, 1, 2 where asked for, a
 // block of rows' G (rows ld apart) at a time: dW and dB summed over the blocks, dW of 16-bit operands in float32
-// (`sum`: c x k floats of scratch, each block's product added to it in place) and rounded once by finish().
+// (`sum`: ld x k floats of scratch, each block's product added to it in place, over the padding classes too, whose G
+// is zero: an odd count of classes had taken cutlass's sm_80 kernel on an H200, 470 us a block of GPT-2's rows where
+// nvjet's took 300 for the scores) and its first c rows rounded once by finish().
 struct Gradients {
   KernelCtx& c;
   const Head& h;
@@ -137,14 +139,14 @@ struct Gradients {
   Gradients(KernelCtx& ctx, const Head& head, size_t x_, size_t w_, size_t first_, ScratchCarver& scratch,
             Workspace workspace)
       : c(ctx), h(head), x(x_), w(w_), first(first_), ws(workspace) {
-    if (in_float32(c, h, first)) sum = scratch.take<float>(h.c * h.k);
+    if (in_float32(c, h, first)) sum = scratch.take<float>(h.ld * h.k);
   }
   void add(const void* g, const Weights& wb, int64_t r0, int64_t m) {
     if (c.wants(first))  // (over the padding too, its G and W zeros: cuBLASLt's kernels of aligned rows)
       product(h.t, h.t, g, h.ld, 1, wb.w, h.k, 1, m, h.k, h.ld, nullptr, 0, row(c.out(first), r0, h.k), ws);
     if (c.wants(first + 1)) {
       void* dw = sum ? static_cast<void*>(sum) : c.out(first + 1).raw();
-      product(h.t, sum ? DType::kFloat32 : h.t, g, 1, h.ld, row(c.in(x), r0, h.k), h.k, 1, h.c, h.k, m,
+      product(h.t, sum ? DType::kFloat32 : h.t, g, 1, h.ld, row(c.in(x), r0, h.k), h.k, 1, sum ? h.ld : h.c, h.k, m,
               r0 ? dw : nullptr, h.k, dw, ws);
     }
     if (c.wants(first + 2)) {  // (no padding: paddable())
@@ -248,7 +250,7 @@ Dim span_of(const Dim& elements, int64_t bytes) { return scratch_span(elements *
 // As the kernels carve it: cuBLASLt's workspace, a block's scores (X's dtype, their gradient taking their place), the
 // totals, forward's log-sum-exps when output 1 is not asked for, and for dW of 16-bit operands its float32 sum; with
 // the classes padded (all of it for a count of classes known only at run time), W's padded copy, and B's where there is
-// a B.
+// a B; the float32 sum of dW over the padded classes.
 Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, bool dw, bool db,
                  int64_t totals) {  // (B is input w + 1)
   const Shape& xs = s.shape(x);
@@ -261,7 +263,7 @@ Dim head_scratch(ops::InferCtx& s, size_t x, size_t w, bool grads, bool lse, boo
   Dim r = head_workspace(block, width, k) + span_of(block * width, es);
   if (lse) r = r + span_of(rows, 4);
   r = r + span_of(Dim(totals), 8);
-  if (grads && dw && t != DType::kFloat32) r = r + span_of(classes * k, 4);
+  if (grads && dw && t != DType::kFloat32) r = r + span_of(width * k, 4);
   if (pad) r = r + span_of(width * k, es);
   if (pad && s.has(w + 1)) r = r + span_of(width, es);
   return r;
