@@ -10,20 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
-#include <new>
 
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-// n elements (and one past them) aligned to 64 bytes, as the plan's buffers are.
-template <typename T>
-struct Aligned {
-  explicit Aligned(int64_t n) : p(new (std::align_val_t(64)) T[size_t(n) + 1]), size(n + 1) {}
-  ~Aligned() { ::operator delete[](p, std::align_val_t(64)); }
-  T* p;
-  int64_t size;
-};
+using testing::Aligned;
 
 constexpr uint64_t kSeed = 0x5eed;
 constexpr float kRatio = 0.25f;

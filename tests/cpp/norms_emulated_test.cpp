@@ -2,8 +2,8 @@
 // emulation, against float64 references: LayerNorm's and RMSNorm's output, statistics, dX and dscale, for a
 // float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; a row a warp (some
 // of the last block's warps past the rows) and a row a block, rows longer than either's threads, and LayerNorm's rows
-// longer than a thread holds in registers; dscale summed over chunks of rows; dX plus a base written in the base's
-// place.
+// longer than a thread holds in registers; dscale summed over chunks of rows (LayerNorm's 8 columns a thread too, as
+// a column a thread); dX plus a base written in the base's place.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/layer_norm_kernels.cuh"
@@ -171,6 +171,36 @@ void check_rms_norm() {
   expect_near(dx, want_dx, 1e-5, "dX");
   expect_based(dx, dx_base, in.base);
   expect_near(dw, want_dw, 1e-5, "dscale");
+}
+
+// LayerNorm's dscale and dbias partial sums 8 columns a thread (rows of a multiple of 8 elements, dY and X aligned to
+// packs) are those of a thread a column, bit for bit: columns past a block's 256, a last chunk shorter than the others.
+template <typename D>
+void check_wide_dw(int64_t rows, int n) {
+  const std::vector<float> dy32 = values(rows * n, 7, -1, 1), x32 = values(rows * n, 8, -3, 2);
+  const std::vector<float> mean = values(rows, 9, -0.5f, 0.5f), rstd = values(rows, 10, 0.5f, 2);
+  const std::vector<D> dy16 = as<D>(dy32);
+  const testing::Aligned<D> dy(rows * n, dy16.data());
+  const testing::Aligned<float> x(rows * n, x32.data());
+  const Chunks ch = chunks_of(rows);
+  const int64_t parts = int64_t(ch.count) * n;
+  std::vector<float> one(size_t(2 * parts), 1e30f), wide(size_t(2 * parts), 2e30f);
+  dim3 grid = chunk_grid(n, ch);
+  testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads, [&] {
+    layer_norm_dw_kernel<float, D>(dy.p, x.p, mean.data(), rstd.data(), one.data(), one.data() + parts, rows, n,
+                                   ch.rows);
+  });
+  grid = wide_chunk_grid(n, ch);
+  testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads, [&] {
+    layer_norm_dw_wide_kernel<float, D>(dy.p, x.p, mean.data(), rstd.data(), wide.data(), wide.data() + parts, rows,
+                                        n, ch.rows);
+  });
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_EQ(wide[i], one[i]) << rows << " rows of " << n << ", partial " << i;
+}
+
+TEST(NormKernels, LayerNormsScaleAndBiasGradientsEightColumnsAThreadAsOneAtATime) {
+  check_wide_dw<float>(300, 264);
+  check_wide_dw<__nv_bfloat16>(700, 520);
 }
 
 TEST(NormKernels, LayerNormOfFloat32WithYAndDYOfFloat32OrBf16) {

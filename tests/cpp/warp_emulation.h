@@ -13,8 +13,11 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <new>
 
 struct EmulatedIndex {
   unsigned x = 0, y = 0, z = 0;
@@ -43,5 +46,19 @@ void emulate(EmulatedIndex grid, unsigned threads, const std::function<void()>& 
 inline void emulate(unsigned blocks, unsigned threads, const std::function<void()>& kernel) {
   emulate(EmulatedIndex{blocks, 1, 1}, threads, kernel);
 }
+
+// n elements and one past them, aligned to 64 bytes as the plan's buffers are (the kernels' packs of 16 or 32 bytes
+// are loaded as aligned), copied from `from` where given.
+template <typename T>
+struct Aligned {
+  explicit Aligned(int64_t n, const T* from = nullptr) : p(new (std::align_val_t(64)) T[size_t(n) + 1]), size(n + 1) {
+    if (from) std::copy(from, from + n, p);
+  }
+  ~Aligned() { ::operator delete[](p, std::align_val_t(64)); }
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
+  T* p;
+  int64_t size;
+};
 
 }  // namespace onnxtrain::testing

@@ -5,9 +5,9 @@
 // rows thus spread over as many blocks as the GPU has room for instead of a block per 32 columns.
 #pragma once
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/cuda/device_types.cuh"
+#include "kernels/cuda/packed_map.cuh"
 
 namespace onnxtrain::kernels::cuda {
 
@@ -59,40 +59,54 @@ __global__ void column_partials_kernel(const T* x, float* partial, int64_t rows,
   write_partial(a, s, lanes, partial, n);
 }
 
-// column_partials_kernel's partial sums, a thread summing kWideColumns columns read 16 bytes at a time (a 16-bit x
-// whose rows are whole 16-byte words: n a multiple of 8, x 16-byte aligned), a block 256 columns over its chunk; each
-// column's sum in the same order, so the same bits. (A thread a column had taken 21 us a Linear's bias gradient at
-// GPT-2's 16 x 1024 rows on an H200, 2-byte reads a column, for 25 MB.)
+// The wide kernels' partial sums: a thread sums kWideColumns columns read 16 bytes at a time (or 32: float32), a block
+// 256 columns over its chunk, each column summed in the order of a thread a column (chunk_span's: a row lane's rows,
+// then the row lanes in order), so the same bits; for 16-bit columns whose rows are whole 16-byte words (n a multiple
+// of 8, the operands aligned to packs). (A thread a column had taken 21 us a Linear's bias gradient at GPT-2's
+// 16 x 1024 rows on an H200, 2-byte reads a column, for 25 MB.)
 constexpr int kWideColumns = 8, kWideBlockColumns = kColumns * kWideColumns;
+static_assert(kWideBlockColumns == kThreads, "a column of a block's a thread, when its row lanes are added");
 inline dim3 wide_chunk_grid(int64_t n, const Chunks& c) {
   return dim3(unsigned((n + kWideBlockColumns - 1) / kWideBlockColumns), c.count);
 }
-template <typename T>
-__global__ void column_partials_wide_kernel(const T* x, float* partial, int64_t rows, int64_t n, int64_t per_chunk) {
-  static_assert(sizeof(T) * kWideColumns == 16 && kWideBlockColumns == kThreads, "16 bytes a thread's row");
-  __shared__ float lanes[kRowLanes][kWideBlockColumns + 1];
-  const int tx = int(threadIdx.x % kColumns), ty = int(threadIdx.x / kColumns);
-  const int64_t j = (int64_t(blockIdx.x) * kColumns + tx) * kWideColumns, begin = int64_t(blockIdx.y) * per_chunk;
-  const int64_t end = begin + per_chunk < rows ? begin + per_chunk : rows;
-  float a[kWideColumns] = {};
-  if (j < n)
-#pragma unroll 4
-    for (int64_t r = begin + ty; r < end; r += kRowLanes) {
-      const uint4 w = *reinterpret_cast<const uint4*>(x + r * n + j);
-      T e[kWideColumns];
-      memcpy(static_cast<void*>(e), &w, 16);
+// This thread's first column (j) and the rows of this block's chunk, [begin, end).
+__device__ __forceinline__ ChunkSpan wide_span(int64_t rows, int64_t per_chunk) {
+  const int tx = int(threadIdx.x % kColumns);
+  const int64_t begin = int64_t(blockIdx.y) * per_chunk;
+  return {tx, int(threadIdx.x / kColumns), (int64_t(blockIdx.x) * kColumns + tx) * kWideColumns, begin,
+          begin + per_chunk < rows ? begin + per_chunk : rows};
+}
+using WideLanes = float[kRowLanes][kWideBlockColumns + 1];
+// Each thread's sums `a` of its columns: the row lanes added in order through `lanes`, a thread a column of the
+// block's, into partial[blockIdx.y * n + column].
+__device__ __forceinline__ void write_wide_partials(const float (&a)[kWideColumns], const ChunkSpan& s,
+                                                    WideLanes& lanes, float* partial, int64_t n) {
 #pragma unroll
-      for (int k = 0; k < kWideColumns; ++k) a[k] += to_float(e[k]);
-    }
-#pragma unroll
-  for (int k = 0; k < kWideColumns; ++k) lanes[ty][tx * kWideColumns + k] = a[k];
+  for (int k = 0; k < kWideColumns; ++k) lanes[s.ty][s.tx * kWideColumns + k] = a[k];
   __syncthreads();
-  const int c = int(threadIdx.x);  // (a column of the block's a thread: its row lanes added in order)
-  const int64_t jc = int64_t(blockIdx.x) * kWideBlockColumns + c;
-  if (jc >= n) return;
+  const int c = int(threadIdx.x);
+  const int64_t j = int64_t(blockIdx.x) * kWideBlockColumns + c;
+  if (j >= n) return;
   float v = lanes[0][c];
   for (int k = 1; k < kRowLanes; ++k) v += lanes[k][c];
-  partial[int64_t(blockIdx.y) * n + jc] = v;
+  partial[int64_t(blockIdx.y) * n + j] = v;
+}
+
+// column_partials_kernel's partial sums, wide (above).
+template <typename T>
+__global__ void column_partials_wide_kernel(const T* x, float* partial, int64_t rows, int64_t n, int64_t per_chunk) {
+  static_assert(sizeof(T) * kWideColumns == 16, "16 bytes a thread's row");
+  __shared__ WideLanes lanes;
+  const ChunkSpan s = wide_span(rows, per_chunk);
+  float a[kWideColumns] = {};
+  if (s.j < n)
+#pragma unroll 4
+    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) {
+      const Pack<T, kWideColumns> e = *reinterpret_cast<const Pack<T, kWideColumns>*>(x + r * n + s.j);
+#pragma unroll
+      for (int k = 0; k < kWideColumns; ++k) a[k] += to_float(e.at[k]);
+    }
+  write_wide_partials(a, s, lanes, partial, n);
 }
 
 // out[j] = the sum of column j's partials, divided by `divisor`.

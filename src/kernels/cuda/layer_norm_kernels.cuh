@@ -1,7 +1,8 @@
 // LayerNormalization's kernels and its gradient's (normalization.cu launches them): a warp per row, or a block per
 // row for longer ones (norm_rows.cuh), for the statistics, the output and dX (sums in float32); dscale and dbias by
-// columns over chunks of the rows (column_chunks.cuh). Y (and so dY) of X's dtype T, or Y of 16 bits beside a float32
-// X (com.onnxtrain's attribute `to`). In a header so that the tests' warp emulation runs them on the host.
+// columns over chunks of the rows (column_chunks.cuh; 8 columns a thread where the rows allow). Y (and so dY) of X's
+// dtype T, or Y of 16 bits beside a float32 X (com.onnxtrain's attribute `to`). In a header so that the tests' warp
+// emulation runs them on the host.
 #pragma once
 #include "kernels/cuda/column_chunks.cuh"
 #include "kernels/cuda/norm_rows.cuh"
@@ -113,6 +114,30 @@ __global__ void layer_norm_dw_kernel(const D* dy, const T* x, const T* mean, con
     }
   write_partial(aw, s, lanes_w, partial_w, n);
   write_partial(ab, s, lanes_b, partial_b, n);
+}
+
+// layer_norm_dw_kernel's partial sums, wide (column_chunks.cuh: 8 columns a thread, the same bits), where n is a
+// multiple of 8 and dy and x align to packs of 8.
+template <typename T, typename D>
+__global__ void layer_norm_dw_wide_kernel(const D* dy, const T* x, const T* mean, const T* rstd, float* partial_w,
+                                          float* partial_b, int64_t rows, int64_t n, int64_t per_chunk) {
+  __shared__ WideLanes lanes_w, lanes_b;
+  const ChunkSpan s = wide_span(rows, per_chunk);
+  float aw[kWideColumns] = {}, ab[kWideColumns] = {};
+  if (s.j < n)
+    for (int64_t r = s.begin + s.ty; r < s.end; r += kRowLanes) {
+      const Pack<D, kWideColumns> d = *reinterpret_cast<const Pack<D, kWideColumns>*>(dy + r * n + s.j);
+      const Pack<T, kWideColumns> xs = *reinterpret_cast<const Pack<T, kWideColumns>*>(x + r * n + s.j);
+      const float m = to_float(mean[r]), rs = to_float(rstd[r]);
+#pragma unroll
+      for (int k = 0; k < kWideColumns; ++k) {
+        const float dk = to_float(d.at[k]);
+        aw[k] += dk * (to_float(xs.at[k]) - m) * rs;
+        ab[k] += dk;
+      }
+    }
+  write_wide_partials(aw, s, lanes_w, partial_w, n);
+  write_wide_partials(ab, s, lanes_b, partial_b, n);
 }
 
 }  // namespace onnxtrain::kernels::cuda

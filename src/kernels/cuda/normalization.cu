@@ -38,8 +38,12 @@ void layer_norm_grad(DType t, DType dt, const void* dy, const void* x, const voi
     if (dw || db) {
       const Chunks ch = chunks_of(rows);
       float* partial_b = partial + int64_t(ch.count) * n;
-      layer_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, m, rs, partial, partial_b, rows, n,
-                                                                       ch.rows);
+      if (n % kWideColumns == 0 && packs_align<D>(d, kWideColumns) && packs_align<T>(xp, kWideColumns))
+        layer_norm_dw_wide_kernel<<<wide_chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, m, rs, partial, partial_b,
+                                                                                   rows, n, ch.rows);
+      else
+        layer_norm_dw_kernel<<<chunk_grid(n, ch), kThreads, 0, stream>>>(d, xp, m, rs, partial, partial_b, rows, n,
+                                                                         ch.rows);
       const unsigned blocks = blocks_for(n);
       if (dw) sum_chunks_kernel<<<blocks, kThreads, 0, stream>>>(partial, ch.count, n, 1.f, static_cast<T*>(dw));
       if (db) sum_chunks_kernel<<<blocks, kThreads, 0, stream>>>(partial_b, ch.count, n, 1.f, static_cast<T*>(db));

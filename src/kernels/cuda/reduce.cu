@@ -78,7 +78,7 @@ void column_reduce(DType t, const void* x, int64_t rows, int64_t n, float diviso
     const T* xp = static_cast<const T*>(x);
     bool wide = false;  // (16-bit columns 16 bytes at a time where the rows are whole 16-byte words)
     if constexpr (sizeof(T) * kWideColumns == 16) {
-      wide = n % kWideColumns == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+      wide = n % kWideColumns == 0 && packs_align<T>(xp, kWideColumns);
       if (wide)
         column_partials_wide_kernel<<<wide_chunk_grid(n, ch), kThreads, 0, stream>>>(xp, partial, rows, n, ch.rows);
     }
