@@ -25,6 +25,22 @@ namespace {
 
 namespace tc = emulated_mma_attention;
 
+// The kind of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1 as the block votes on it (every thread of the block
+// calls it): the reference the map's warps (tc::tile_kinds) and the merged kinds of its tiles (tc::kind_of) are
+// checked against.
+template <typename T, int R, int C>
+tc::TileKind tile_kind(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0, float fill) {
+  if (!a.cond && !a.bias) return tc::TileKind::kPlain;
+  const tc::GroupVotes v = tc::votes<T, R, C>(a, p, r0, j0, fill, int(threadIdx.x), tc::kBlock);
+  tc::TileKind whole{};
+  for (int g = 0; g < C / kKindKeys; ++g) {
+    const int live = __syncthreads_or(int(v.live >> g & 1)), touched = __syncthreads_or(int(v.touched >> g & 1));
+    const tc::TileKind k = tc::kind_voted(live, touched, __syncthreads_or(int(v.departs >> g & 1)));
+    if (g == 0 || j0 + kKindKeys * g < a.tk) whole = g == 0 ? k : tc::merged(whole, k);
+  }
+  return whole;
+}
+
 struct Case {
   int64_t batch = 1, heads = 2, groups = 1, tq = 70, tk = 90, d = 64, dv = 64;
   bool causal = true, bias = false, causal_bias = false, zero_masked_rows = false;  // causal_bias: -inf above
@@ -362,7 +378,7 @@ TEST(TensorCoreAttention, ACausalMasksTilesAreDeadPlainMixedOrCausal) {
       auto kind = [&](int64_t r0, int64_t j0) {
         tc::TileKind k{};
         testing::emulate(1, tc::kBlock, [&] {
-          const tc::TileKind mine = tc::tile_kind<__half, tc::kTile, tc::kTile>(a, p, r0, j0, fill);
+          const tc::TileKind mine = tile_kind<__half, tc::kTile, tc::kTile>(a, p, r0, j0, fill);
           if (threadIdx.x == 0) k = mine;
         });
         return k;
@@ -395,7 +411,7 @@ TEST(TensorCoreAttention, ATileIsCausalWhereItsScoresAreMinusInfinityAboveItsDia
     const AttentionPair<__half> p{0, a.cond, with_bias ? bias.data() : nullptr, 0};
     tc::TileKind k{};
     testing::emulate(1, tc::kBlock, [&] {
-      const tc::TileKind mine = tc::tile_kind<__half, 16, 16>(a, p, r0, j0, fill);
+      const tc::TileKind mine = tile_kind<__half, 16, 16>(a, p, r0, j0, fill);
       if (threadIdx.x == 0) k = mine;
     });
     return k;
@@ -448,8 +464,8 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
       for (int64_t j0 = 0; j0 < n; j0 += 64) {
         tc::TileKind whole32{}, whole64{};
         testing::emulate(1, tc::kBlock, [&] {
-          const tc::TileKind k32 = tc::tile_kind<__half, 32, tc::kTile>(a, p, r0, j0, fill);
-          const tc::TileKind k64 = tc::tile_kind<__half, 64, tc::kTile>(a, p, r0, j0, fill);
+          const tc::TileKind k32 = tile_kind<__half, 32, tc::kTile>(a, p, r0, j0, fill);
+          const tc::TileKind k64 = tile_kind<__half, 64, tc::kTile>(a, p, r0, j0, fill);
           if (threadIdx.x == 0) whole32 = k32, whole64 = k64;
         });
         EXPECT_EQ((tc::kind_of<32, tc::kTile>(a, 0, r0, j0)), whole32) << causal << " " << r0 << " " << j0;
@@ -461,7 +477,7 @@ TEST(TensorCoreAttention, TheMapOfSixteenRowTilesGivesTheKindsOfLargerOnes) {
       for (int64_t j0 = 0; j0 < n; j0 += 16) {
         tc::TileKind whole16{};
         testing::emulate(1, tc::kBlock, [&] {
-          const tc::TileKind k16 = tc::tile_kind<__half, 16, 16>(a, p, r0, j0, fill);
+          const tc::TileKind k16 = tile_kind<__half, 16, 16>(a, p, r0, j0, fill);
           if (threadIdx.x == 0) whole16 = k16;
         });
         EXPECT_EQ((tc::kind_of<16, 16>(a, 0, r0, j0)), whole16) << causal << " " << r0 << " " << j0;

@@ -2,7 +2,7 @@
 // (attention_mma.cuh): nothing, as every score of a causal mask's upper tiles is -inf (skipped); nothing either where
 // neither changes any score, as a causal mask's lower tiles (the kernels then read neither per score); -inf above the
 // diagonal of each of its 16 x 16 tiles and nothing on and under it, as a causal mask's diagonal tiles (causal: the
-// kernels compare a score's place in its tile, and read neither); else the mask and the bias at each score. A block
+// kernels compare a score's place in its tile, and read neither); else the mask and the bias at each score. A warp
 // votes on a tile, a row read 16 bytes at a time (16 mask or 8 bias elements) where its rows lie whole and aligned,
 // else an element at a time, a kind for each 16 keys: once a call, for tiles of 16 rows by 16 keys, into a map
 // (Attention::kinds) the kernels read a byte a tile of from then on (a warp's rows by a group of keys).
@@ -135,36 +135,8 @@ __device__ __forceinline__ TileKind kind_voted(bool live, bool touched, bool dep
   return !live ? TileKind::kDead : !touched ? TileKind::kPlain : departs ? TileKind::kMixed : TileKind::kCausal;
 }
 
-// The kinds of rows r0 .. r0 + R - 1 by keys j0 .. j0 + C - 1, a group of 16 keys each (every thread of the block
-// calls it).
-template <typename T, int R, int C>
-__device__ __forceinline__ void group_kinds(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                            float fill, TileKind (&kinds)[C / kKindKeys]) {
-  if (!a.cond && !a.bias) {
-    for (TileKind& k : kinds) k = TileKind::kPlain;
-    return;
-  }
-  const GroupVotes v = votes<T, R, C>(a, p, r0, j0, fill, threadIdx.x, kBlock);
-#pragma unroll
-  for (int g = 0; g < C / kKindKeys; ++g) {
-    const int live = __syncthreads_or(int(v.live >> g & 1)), touched = __syncthreads_or(int(v.touched >> g & 1));
-    kinds[g] = kind_voted(live, touched, __syncthreads_or(int(v.departs >> g & 1)));
-  }
-}
-
 // One kind for several: theirs where they agree, else mixed (as one vote over them all).
 __device__ __forceinline__ TileKind merged(TileKind a, TileKind b) { return a == b ? a : TileKind::kMixed; }
-
-// The kind of the whole tile, as one vote.
-template <typename T, int R, int C>
-__device__ __forceinline__ TileKind tile_kind(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
-                                              float fill) {
-  TileKind k[C / kKindKeys];
-  group_kinds<T, R, C>(a, p, r0, j0, fill, k);
-  TileKind whole = k[0];
-  for (int g = 1; g < C / kKindKeys && j0 + kKindKeys * g < a.tk; ++g) whole = merged(whole, k[g]);
-  return whole;
-}
 
 static_assert(kTile % kKindKeys == 0, "a step's keys are whole groups of the map");
 
@@ -177,9 +149,7 @@ template <typename T>
 __global__ void __launch_bounds__(kBlock) tile_kinds(Attention a) {
   const int64_t steps = (a.tk + kTile - 1) / kTile, per_slice = a.kind_rows * steps;
   const int64_t id = int64_t(blockIdx.x) * kMapWarps + threadIdx.x / 32, slice = id / per_slice;
-  int64_t slices = 1;
-  for (int d = 0; d < a.slices.rank; ++d) slices *= a.slices.dims[d];
-  if (slice >= slices) return;  // (the last block's spare warps)
+  if (slice >= kind_slices(a)) return;  // (the last block's spare warps)
   const int lane = int(threadIdx.x % 32);
   const int64_t at = id % per_slice, r0 = at / steps * kKindRows, j0 = at % steps * kTile;
   GroupVotes v;

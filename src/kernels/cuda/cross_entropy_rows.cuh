@@ -74,10 +74,12 @@ __global__ void rows_kernel(CrossEntropy e, const S* s, float* lse, float* losse
         float x[P];
         load16(row + j, x);
         take(x, P);
-        T v[P];
+        if (out) {
+          T v[P];
 #pragma unroll
-        for (int k = 0; k < P; ++k) v[k] = from_float<T>(x[k]);
-        store16s(&staged[warp][P * lane], v);
+          for (int k = 0; k < P; ++k) v[k] = from_float<T>(x[k]);
+          store16s(&staged[warp][P * lane], v);
+        }
       }
       if (!out) continue;
       __syncwarp();

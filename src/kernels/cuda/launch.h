@@ -270,7 +270,7 @@ void space_kv_pairs(Attention& a);
 // the word after it (size_kinds, setting a.kind_rows and a.kind_columns first); place_map puts both at `at`.
 constexpr int64_t kKindRows = 16, kKindKeys = 16;
 inline bool mapped(DType t, bool masked) { return masked && (t == DType::kFloat16 || t == DType::kBFloat16); }
-inline int64_t kind_slices(const Attention& a) {
+ONNXTRAIN_HOST_DEVICE int64_t kind_slices(const Attention& a) {
   int64_t n = 1;
   for (int d = 0; d < a.slices.rank; ++d) n *= a.slices.dims[d];
   return n;
