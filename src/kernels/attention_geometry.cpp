@@ -29,29 +29,55 @@ std::vector<int64_t> score_strides(const KernelCtx& c, const AttentionGeometry& 
   return broadcast_strides(c.in(i).dims(), scores);
 }
 
+// The node's sequence_major flags (Q, K, V, Y).
+std::vector<int64_t> sequence_major(const KernelCtx& c) {
+  std::vector<int64_t> f = c.node.attr_ints("sequence_major", {0, 0, 0, 0});
+  if (f.size() != 4) c.fail("sequence_major must hold 4 flags (Q, K, V, Y)");
+  return f;
+}
+
+// Input i's dims as the attention reads them: (B, T, H, d) as (B, H, T, d) where sequence-major.
+std::vector<int64_t> heads_first(const KernelCtx& c, size_t i, int64_t flag, const char* what) {
+  std::vector<int64_t> d = c.in(i).dims();
+  if (!flag) return d;
+  if (d.size() != 4) c.fail(std::string(what) + " " + dims_str(d) + " must have rank 4 (B, T, H, d)");
+  std::swap(d[1], d[2]);
+  return d;
+}
+
 }  // namespace
 
-AttentionGeometry attention_geometry(const KernelCtx& c, size_t q, size_t kt, size_t v, size_t cond, size_t bias) {
-  const std::vector<int64_t>&qd = c.in(q).dims(), &kd = c.in(kt).dims(), &vd = c.in(v).dims();
+AttentionGeometry attention_geometry(const KernelCtx& c, size_t q, size_t k, size_t v, size_t cond, size_t bias) {
+  const std::vector<int64_t> f = sequence_major(c);
+  const std::vector<int64_t> qd = heads_first(c, q, f[0], "Q"), kd = heads_first(c, k, f[1], "K"),
+                             vd = heads_first(c, v, f[2], "V");
   if (qd.size() < 2 || kd.size() < 2 || vd.size() < 2)
-    c.fail("Q, Kt and V must have rank >= 2, got " + dims_str(qd) + ", " + dims_str(kd) + " and " + dims_str(vd));
+    c.fail("Q, K and V must have rank >= 2, got " + dims_str(qd) + ", " + dims_str(kd) + " and " + dims_str(vd));
   AttentionGeometry g;
   g.batch.assign(qd.begin(), qd.end() - 2);
   g.tq = qd[qd.size() - 2];
   g.d = qd.back();
-  g.tk = kd.back();
+  g.tk = kd[kd.size() - 2];
   g.dv = vd.back();
-  if (kd[kd.size() - 2] != g.d || vd[vd.size() - 2] != g.tk)
-    c.fail("Q " + dims_str(qd) + ", Kt " + dims_str(kd) + " and V " + dims_str(vd) + " do not chain");
+  if (kd.back() != g.d || vd[vd.size() - 2] != g.tk)
+    c.fail("Q " + dims_str(qd) + ", K " + dims_str(kd) + " and V " + dims_str(vd) + " do not chain");
+  if (f[3] && g.batch.size() != 2) c.fail("a sequence-major Y needs rank 4 operands");
+  g.q = attention_rows(c.in(q).dims(), f[0] != 0);
+  g.k = attention_rows(c.in(k).dims(), f[1] != 0);
+  g.v = attention_rows(c.in(v).dims(), f[2] != 0);
+  std::vector<int64_t> y = g.batch;
+  y.insert(y.end(), {g.tq, g.dv});
+  if (f[3]) std::swap(y[1], y[2]);
+  g.y = attention_rows(y, f[3] != 0);
   std::vector<int64_t> kb(kd.begin(), kd.end() - 2), vb(vd.begin(), vd.end() - 2), bd;
   g.groups = c.node.attr_int("kv_groups", 1);
   if (g.groups < 1 || (g.groups > 1 && (kb.empty() || kb.size() != g.batch.size())))
-    c.fail("kv_groups " + std::to_string(g.groups) + " does not fit Kt " + dims_str(kd) + " and Q " + dims_str(qd));
+    c.fail("kv_groups " + std::to_string(g.groups) + " does not fit K " + dims_str(kd) + " and Q " + dims_str(qd));
   g.kv_count = numel_of(kb);
   std::vector<int64_t> repeated = kb;
   if (g.groups > 1) g.kv_heads = kb.back(), repeated.back() *= g.groups;
   if (kb != vb || !broadcast_dims(g.batch, repeated, &bd) || bd != g.batch)
-    c.fail("Kt " + dims_str(kd) + " and V " + dims_str(vd) + " must share batch dims that broadcast to Q's " +
+    c.fail("K " + dims_str(kd) + " and V " + dims_str(vd) + " must share batch dims that broadcast to Q's " +
            dims_str(qd) + (g.groups > 1 ? " (their heads repeated " + std::to_string(g.groups) + " times)" : ""));
   g.kv_strides = broadcast_strides(repeated, g.batch);
   g.pairs = numel_of(g.batch);

@@ -23,6 +23,16 @@ std::vector<const ir::Value*> stashed_values(const ir::Graph& g) {
   return r;
 }
 
+// Whether a view of v (a Reshape, ..., of it, or of such a view) but `target` is stashed: it holds v's storage in
+// backward, so recomputing v frees nothing.
+static bool view_stashed(const ir::Value* v, const ir::Value* target = nullptr) {
+  for (const ir::Node* c : v->consumers)
+    if (!c->backward && c->op && c->op->is_view() && c->outputs[0] && c->outputs[0] != target &&
+        (read_in_backward(c->outputs[0]) || view_stashed(c->outputs[0], target)))
+      return true;
+  return false;
+}
+
 static bool is_upcast(const ir::Node* n) {
   return n->op_type == "Cast" && n->input(0) && n->outputs[0] &&
          dtype_size(n->outputs[0]->dtype) > dtype_size(n->input(0)->dtype);
@@ -36,9 +46,9 @@ static bool small_integers(const ir::Value* u) {
   return n && *n <= 64;
 }
 
-// The nodes recomputing `target` from values free in backward (graph inputs, parameters, constants, values
-// stashed anyway, small integer tensors), or false. With `compromise`, a walk stops at up-casts, the narrower inputs
-// going to `kept`.
+// The nodes recomputing `target` from values free in backward (graph inputs, parameters, constants, values stashed
+// anyway or whose views are, small integer tensors), or false. With `compromise`, a walk stops at up-casts, the
+// narrower inputs going to `kept`.
 static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std::set<const ir::Node*>* chosen,
                  std::vector<const ir::Value*>* kept) {
   std::vector<const ir::Node*> todo = {target->producer};
@@ -49,7 +59,9 @@ static bool walk(const ir::Value* target, size_t node_cap, bool compromise, std:
     if (!n->op || !n->op->recomputable() || chosen->size() >= node_cap) return false;
     chosen->insert(n);
     for (const ir::Value* u : n->inputs) {
-      if (!u || !u->producer || u->producer->backward || read_in_backward(u) || small_integers(u)) continue;
+      if (!u || !u->producer || u->producer->backward || read_in_backward(u) || view_stashed(u, target) ||
+          small_integers(u))
+        continue;
       if (compromise && is_upcast(n)) {
         if (std::find(kept->begin(), kept->end(), u) == kept->end()) kept->push_back(u);
         continue;
@@ -76,6 +88,7 @@ static ir::Node as_cloned(const ir::Node& n, const ir::Value* target, const std:
 std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
   std::vector<Candidate> out;
   for (const ir::Value* target : stashed_values(g)) {
+    if (view_stashed(target)) continue;
     std::set<const ir::Node*> chosen;
     std::vector<const ir::Value*> kept;
     bool compromise = false;
@@ -90,6 +103,9 @@ std::vector<Candidate> find_candidates(const ir::Graph& g, size_t node_cap) {
       if (!walk(target, node_cap, true, &chosen, &kept) || kept.empty()) continue;
       compromise = true;
     }
+    // Views alone (Reshape, ...) share the storage of what they view, which stays anyway (the walk stopped there):
+    // recomputing them saves nothing.
+    if (std::all_of(chosen.begin(), chosen.end(), [](const ir::Node* n) { return n->op->is_view(); })) continue;
     Candidate c;
     c.target = target;
     c.compromise = compromise;

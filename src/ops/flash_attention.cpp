@@ -1,10 +1,11 @@
 // Memory-efficient attention, fused:
-// com.onnxtrain.FlashAttention(Q, Kt, V, scale?, cond?, fill?, ratio?, training_mode?, bias?) -> (Y, LSE) computes
-//   Y = Dropout(Softmax(Where(cond, fill, (Q Kt) * scale + bias)), ratio, training_mode) V
+// com.onnxtrain.FlashAttention(Q, K, V, scale?, cond?, fill?, ratio?, training_mode?, bias?) -> (Y, LSE) computes
+//   Y = Dropout(Softmax(Where(cond, fill, (Q K^T) * scale + bias)), ratio, training_mode) V
 // (scale 1 when omitted; bias a constant of the graph, such as the additive masks scaled_dot_product_attention and
 // transformers build, broadcast to the scores)
-// with Q (..., Tq, d), Kt (..., d, Tk) (the keys transposed, as exporters write the scores' product), V (..., Tk,
-// dv), the batch dims of K and V broadcast to Q's (grouped-query attention); LSE (..., Tq) is each row's log-sum-exp
+// with Q (..., Tq, d), K (..., Tk, d) (a key a row: the fusion takes the transpose exporters write for the scores'
+// product away), V (..., Tk, dv), the batch dims of K and V broadcast to Q's (grouped-query attention); LSE (..., Tq)
+// is each row's log-sum-exp
 // of the scores, in float32 (float64 for float64 inputs). A row whose every score is -inf (fully masked) gives NaN
 // as Softmax does, or zeros with attribute zero_masked_rows=1 (what scaled_dot_product_attention gives; its LSE
 // is then +inf, so the backward's probabilities and gradients there are 0). With attribute kv_groups=g, K and V hold
@@ -13,9 +14,13 @@
 // key-value head h / g. The kernel
 // (kernels/cpu/flash_attention.cpp) runs tiles of keys with an online softmax and never holds the (..., Tq, Tk)
 // probabilities; the backward recomputes them a tile at a time from LSE, so training stashes Q, K, V, Y and LSE instead
-// of the probabilities (and the dropout mask): com.onnxtrain.FlashAttentionGrad(dY, Q, Kt, V, Y, LSE, scale, cond,
-// fill, ratio, training_mode, bias) -> (dQ, dKt, dV), which draws the forward's dropout mask again from the same random
+// of the probabilities (and the dropout mask): com.onnxtrain.FlashAttentionGrad(dY, Q, K, V, Y, LSE, scale, cond,
+// fill, ratio, training_mode, bias) -> (dQ, dK, dV), which draws the forward's dropout mask again from the same random
 // key. The flash_attention_fusion pass makes it from what exporters write.
+// Attribute sequence_major (4 flags: Q, K, V, Y; default 0) names the operands given as (B, T, H, d), a sequence
+// position's heads side by side as the projections write them, where the attention reads (or writes) their (B, H, T,
+// d) transpose: the attention_layout pass takes the Transposes around the attention into it, and the gradient reads
+// and writes each operand's gradient as the operand lies.
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
@@ -23,36 +28,61 @@
 namespace onnxtrain::ops {
 namespace {
 
-enum Input : size_t { kQ, kKt, kV, kScale, kCond, kFill, kRatio, kTraining, kBias };
+enum Input : size_t { kQ, kK, kV, kScale, kCond, kFill, kRatio, kTraining, kBias };
 
 bool has_dropout(const ir::Node& n) { return n.input(kRatio) != nullptr; }
 
+// The sequence_major flags of Q, K, V and Y.
+std::vector<int64_t> sequence_major(InferCtx& ctx) {
+  std::vector<int64_t> f = ctx.node().attr_ints("sequence_major", {0, 0, 0, 0});
+  if (f.size() != 4) ctx.fail("sequence_major must hold 4 flags (Q, K, V, Y), not " + std::to_string(f.size()));
+  return f;
+}
+
+// (B, T, H, d) as (B, H, T, d), or the shape as it is (flag 0).
+Shape heads_first(InferCtx& ctx, Shape s, int64_t flag, const char* what) {
+  if (!flag) return s;
+  if (s.size() != 4) ctx.fail(std::string(what) + " " + shape_str(s) + " must have rank 4 (B, T, H, d)");
+  std::swap(s[1], s[2]);
+  return s;
+}
+
+// The operands as the attention reads them: Q (..., Tq, d), K (..., Tk, d), V (..., Tk, dv).
+struct Operands {
+  Shape q, k, v;
+};
+Operands operands(InferCtx& ctx, size_t q, size_t k, size_t v) {
+  const std::vector<int64_t> f = sequence_major(ctx);
+  return {heads_first(ctx, ctx.shape(q), f[0], "Q"), heads_first(ctx, ctx.shape(k), f[1], "K"),
+          heads_first(ctx, ctx.shape(v), f[2], "V")};
+}
+
 // The batch dims of the three operands: Q's are the output's, K's and V's broadcast to them (their last one times
 // kv_groups).
-Shape attention_batch(InferCtx& ctx, size_t q, size_t kt, size_t v) {
+Shape attention_batch(InferCtx& ctx, const Operands& o) {
   const int64_t groups = ctx.node().attr_int("kv_groups", 1);
   if (groups < 1) ctx.fail("kv_groups " + std::to_string(groups) + " must be positive");
-  const Shape &qs = ctx.shape(q), &ks = ctx.shape(kt), &vs = ctx.shape(v);
+  const Shape &qs = o.q, &ks = o.k, &vs = o.v;
   if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2)
-    ctx.fail("Q, Kt and V must have rank >= 2, got " + shape_str(qs) + ", " + shape_str(ks) + " and " + shape_str(vs));
-  const Dim &d = qs.back(), &dk = ks[ks.size() - 2], &tk = ks.back(), &tv = vs[vs.size() - 2];
+    ctx.fail("Q, K and V must have rank >= 2, got " + shape_str(qs) + ", " + shape_str(ks) + " and " + shape_str(vs));
+  const Dim &d = qs.back(), &dk = ks.back(), &tk = ks[ks.size() - 2], &tv = vs[vs.size() - 2];
   if (d.is_const() && dk.is_const() && d != dk)
-    ctx.fail("Q " + shape_str(qs) + " and Kt " + shape_str(ks) + " differ in the head size");
+    ctx.fail("Q " + shape_str(qs) + " and K " + shape_str(ks) + " differ in the head size");
   if (tk.is_const() && tv.is_const() && tk != tv)
-    ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in the number of keys");
+    ctx.fail("K " + shape_str(ks) + " and V " + shape_str(vs) + " differ in the number of keys");
   Shape qb(qs.begin(), qs.end() - 2), kb(ks.begin(), ks.end() - 2), vb(vs.begin(), vs.end() - 2);
-  if (kb.size() != vb.size()) ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch rank");
+  if (kb.size() != vb.size()) ctx.fail("K " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch rank");
   if (groups > 1 && (kb.empty() || kb.size() != qb.size()))
-    ctx.fail("kv_groups needs Kt " + shape_str(ks) + " with Q's batch rank " + shape_str(qs));
+    ctx.fail("kv_groups needs K " + shape_str(ks) + " with Q's batch rank " + shape_str(qs));
   if (groups > 1) kb.back() = kb.back() * Dim(groups), vb.back() = vb.back() * Dim(groups);
   for (size_t i = 0; i < kb.size(); ++i)
     if (kb[i].is_const() && vb[i].is_const() && kb[i] != vb[i])
-      ctx.fail("Kt " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch dims");
+      ctx.fail("K " + shape_str(ks) + " and V " + shape_str(vs) + " differ in batch dims");
   Shape batch = broadcast_shapes(ctx, qb, kb);
-  if (batch.size() != qb.size()) ctx.fail("Kt " + shape_str(ks) + " has more batch dims than Q " + shape_str(qs));
+  if (batch.size() != qb.size()) ctx.fail("K " + shape_str(ks) + " has more batch dims than Q " + shape_str(qs));
   for (size_t i = 0; i < qb.size(); ++i)
     if (batch[i].is_const() && qb[i].is_const() && batch[i] != qb[i])
-      ctx.fail("Q " + shape_str(qs) + " must hold every batch index of Kt " + shape_str(ks));
+      ctx.fail("Q " + shape_str(qs) + " must hold every batch index of K " + shape_str(ks));
   return qb;
 }
 
@@ -69,14 +99,18 @@ class FlashAttentionOp : public Op {
     return i == 1 ? lse_dtype(in[0]) : in[0];
   }
   Dim flops(const ir::Node& n) const override {
-    const ir::Value *q = n.inputs[kQ], *v = n.inputs[kV], *kt = n.inputs[kKt];
-    if (!q->has_shape || !v->has_shape || !kt->has_shape) return Dim(0);
-    Dim scores = shape_numel(Shape(q->shape.begin(), q->shape.end() - 1)) * kt->shape.back();
+    const ir::Value *q = n.inputs[kQ], *v = n.inputs[kV], *k = n.inputs[kK];
+    if (!q->has_shape || !v->has_shape || !k->has_shape || k->shape.size() < 2) return Dim(0);
+    const std::vector<int64_t> f = n.attr_ints("sequence_major", {0, 0, 0, 0});
+    const bool keys_second = f.size() == 4 && f[1] && k->shape.size() == 4;  // K (B, Tk, H, d)
+    const Dim& tk = k->shape[keys_second ? 1 : k->shape.size() - 2];
+    Dim scores = shape_numel(Shape(q->shape.begin(), q->shape.end() - 1)) * tk;
     return scores * (Dim(2) * q->shape.back() + Dim(2) * v->shape.back() + Dim(8));
   }
   void infer(InferCtx& ctx) const override {
-    Shape batch = attention_batch(ctx, kQ, kKt, kV);
-    const Shape &qs = ctx.shape(kQ), &vs = ctx.shape(kV);
+    const Operands o = operands(ctx, kQ, kK, kV);
+    Shape batch = attention_batch(ctx, o);
+    const Shape &qs = o.q, &vs = o.v;
     if (ctx.has(kCond) != ctx.has(kFill)) ctx.fail("cond and fill come together");
     if (ctx.has(kCond) && ctx.dtype(kCond) != DType::kBool) ctx.fail("cond must be bool");
     if (ctx.has(kCond) && ctx.rank(kCond) > int64_t(batch.size() + 2))
@@ -88,18 +122,19 @@ class FlashAttentionOp : public Op {
     y.push_back(qs[qs.size() - 2]);
     y.push_back(vs.back());
     lse.push_back(qs[qs.size() - 2]);
-    ctx.set(0, ctx.dtype(kQ), y);
+    if (sequence_major(ctx)[3] && y.size() != 4) ctx.fail("a sequence-major Y needs rank 4 operands");
+    ctx.set(0, ctx.dtype(kQ), heads_first(ctx, y, sequence_major(ctx)[3], "Y"));  // (its own transpose)
     ctx.set(1, lse_dtype(ctx.dtype(kQ)), lse);
   }
   void grad(GradCtx& g) const override {
-    if (!g.needs(kQ) && !g.needs(kKt) && !g.needs(kV)) return;
+    if (!g.needs(kQ) && !g.needs(kK) && !g.needs(kV)) return;
     if (g.needs(kScale) || g.needs(kFill) || g.needs(kBias)) no_gradient(g);
     const ir::Node& n = g.node();
-    std::vector<ir::Value*> in{g.dy(0), g.x(kQ), g.x(kKt), g.x(kV), g.y(0), g.y(1)};
+    std::vector<ir::Value*> in{g.dy(0), g.x(kQ), g.x(kK), g.x(kV), g.y(0), g.y(1)};
     for (size_t i = kScale; i <= kBias; ++i) in.push_back(g.x(i));
     while (!in.back()) in.pop_back();
     ir::Attributes attrs;
-    for (const char* a : {"zero_masked_rows", "kv_groups"})
+    for (const char* a : {"zero_masked_rows", "kv_groups", "sequence_major"})
       if (n.attrs.count(a)) attrs[a] = n.attrs.at(a);
     std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, attrs, "com.onnxtrain");
     d[0]->producer->random_key = n.key();  // the forward's dropout mask
@@ -118,7 +153,7 @@ class FlashAttentionGradOp : public Op {
   uint64_t host_inputs() const override { return input_bits({9, 10}); }
   DType output_dtype(size_t i, const std::vector<DType>& in) const override { return in[1 + i]; }
   void infer(InferCtx& ctx) const override {
-    attention_batch(ctx, 1, 2, 3);
+    attention_batch(ctx, operands(ctx, 1, 2, 3));
     for (size_t i = 0; i < 3; ++i) ctx.set(i, ctx.dtype(1 + i), ctx.shape(1 + i));
   }
 

@@ -1,14 +1,15 @@
 // Flash attention fusion: MatMul(P, V) with P = S or Dropout(S, ratio, training_mode), where S is
-//   com.onnxtrain.AttentionSoftmax(Q, Kt, scale, cond, fill) (what masked_softmax_fusion and
-//   attention_softmax_fusion make of a scaled, masked_fill-ed product), or
-//   Softmax(Z + bias) or Softmax(Z), Z = Q Kt, (Q Kt) * scale or (Q Kt) / scale, bias computed from no trainable
-//   weight (what scaled_dot_product_attention exports: its scale applied to Q and Kt beforehand, or the product
-//   divided by the square root of a head size the graph reads off a shape; its masks additive),
-// or either of them made safe: Where(IsNaN(S), 0, S) (scaled_dot_product_attention's fully masked rows give 0),
-// every value between read by nothing else, becomes com.onnxtrain.FlashAttention(Q, Kt, V, ...) -> (Y, LSE):
-// attention that never holds the (..., Tq, Tk) probabilities, and whose training stashes the row log-sum-exp
-// instead of them. The fused node keeps the Dropout's random key and numbers the scores as it did, so it drops
-// the same elements.
+// com.onnxtrain.AttentionSoftmax(Q, Kt, scale, cond, fill) (what masked_softmax_fusion and   attention_softmax_fusion
+// make of a scaled, masked_fill-ed product), or   Softmax(Z + bias) or Softmax(Z), Z = Q Kt, (Q Kt) * scale or (Q Kt) /
+// scale, bias computed from no trainable   weight (what scaled_dot_product_attention exports: its scale applied to Q
+// and Kt beforehand, or the product   divided by the square root of a head size the graph reads off a shape; its masks
+// additive), or either of them made safe: Where(IsNaN(S), 0, S) (scaled_dot_product_attention's fully masked rows give
+// 0), every value between read by nothing else, becomes com.onnxtrain.FlashAttention(Q, K, V, ...) -> (Y, LSE):
+// attention that never holds the (..., Tq, Tk) probabilities, and whose training stashes the row log-sum-exp instead of
+// them. It reads the keys a row each: K is what the Transpose making Kt transposes (with that Transpose's last two dims
+// swapped, none where that leaves them in place; through a Mul by a scalar, the scale exporters put on the keys), else
+// a Transpose of Kt. The fused node keeps the Dropout's random key and numbers the scores as it did, so it drops the
+// same elements.
 #include <algorithm>
 #include <set>
 
@@ -67,6 +68,48 @@ ir::Node* safe_softmax(const ir::Graph& g, const ir::Value* p, std::vector<const
   if (!only_these) return nullptr;
   nodes->insert(nodes->end(), {where, isnan});
   return s->producer;
+}
+
+// perm with its last two entries swapped: the perm giving the transpose of Transpose(x, perm).
+std::vector<int64_t> swap_last(std::vector<int64_t> perm) {
+  std::swap(perm[perm.size() - 2], perm[perm.size() - 1]);
+  return perm;
+}
+
+bool identity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != int64_t(i)) return false;
+  return true;
+}
+
+// K (..., Tk, d) for Kt (..., d, Tk), made in front of node `at`'s place (see the file's comment).
+ir::Value* keys_of(ir::Graph& g, ir::Value* kt, const ir::Node* at) {
+  const int64_t opset = g.opsets.count("") ? g.opsets.at("") : 13;
+  const size_t rank = kt->shape.size();
+  ir::Node* t = made_by(kt, "Transpose");
+  if (t && t->attr_ints("perm").size() == rank) {
+    const std::vector<int64_t> perm = swap_last(t->attr_ints("perm"));
+    if (identity(perm)) return t->input(0);
+    ir::Value* k = g.add_value(g.unique_name(t->input(0)->name + "_keys"));
+    add_fused(g, "", opset, "Transpose", {t->input(0)}, {k}, g.unique_name(t->name + "_keys"), at->backward,
+              {{"perm", perm}});
+    return k;
+  }
+  ir::Node* mul = made_by(kt, "Mul");
+  const size_t scalar = mul && has_inputs(mul, 2) && constant_scalar(mul->input(1)) ? 1 : 0;
+  if (mul && has_inputs(mul, 2) && constant_scalar(mul->input(scalar)) && mul->input(1 - scalar)->has_shape &&
+      mul->input(1 - scalar)->shape.size() == rank) {
+    ir::Value* k = g.add_value(g.unique_name(kt->name + "_keys"));
+    add_fused(g, "", opset, "Mul", {keys_of(g, mul->input(1 - scalar), at), mul->input(scalar)}, {k},
+              g.unique_name(mul->name + "_keys"), at->backward);
+    return k;
+  }
+  std::vector<int64_t> perm(rank);
+  for (size_t i = 0; i < rank; ++i) perm[i] = int64_t(i);
+  ir::Value* k = g.add_value(g.unique_name(kt->name + "_keys"));
+  add_fused(g, "", opset, "Transpose", {kt}, {k}, g.unique_name(kt->name + "_transposed"), at->backward,
+            {{"perm", swap_last(perm)}});
+  return k;
 }
 
 // Whether v can be the scores' scale: a float of one element that no gradient reaches, a constant or computed (as
@@ -154,6 +197,7 @@ class FlashAttentionFusion : public Pass {
                   mm->backward);
         in[2] = inverse;
       }
+      in[1] = keys_of(g, in[1], mm);
       in.insert(in.begin() + 2, v);
       if (dropout) in[6] = dropout->input(1), in[7] = dropout->input(2);
       while (!in.back()) in.pop_back();

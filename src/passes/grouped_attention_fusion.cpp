@@ -1,8 +1,8 @@
 // Grouped attention fusion: a com.onnxtrain.FlashAttention whose keys and values are repeated per query head, as
 // models write grouped-query attention for exporters (transformers' repeat_kv: Reshape(Expand(Unsqueeze(K, 2)),
-// (B, H, T, d)), K holding H / g heads; the keys transposed after, cast before that under autocast: float32 keys
-// from the rotary embedding), reads K and V themselves with kv_groups=g: the repeated copies, g times the size of
-// K and V, are neither made nor stashed (the cast, if any, is of K).
+// (B, H, T, d)), K holding H / g heads; the keys cast after under autocast: float32 keys from the rotary embedding),
+// reads K and V themselves with kv_groups=g: the repeated copies, g times the size of K and V, are neither made nor
+// stashed (the cast, if any, is of K).
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -35,11 +35,9 @@ class GroupedAttentionFusion : public Pass {
     std::vector<const ir::Node*> gone;
     for (ir::Node* f : nodes_of(g, "FlashAttention", "com.onnxtrain")) {
       if (f->has_attr("kv_groups")) continue;
-      ir::Node* t = made_by(f->input(1), "Transpose");
-      if (!t || t->attr_ints("perm") != std::vector<int64_t>{0, 1, 3, 2}) continue;
       int64_t gk = 0, gv = 0;
-      ir::Node* narrow = made_by(t->input(0), "Cast");
-      ir::Value *k = unrepeated(narrow ? narrow->input(0) : t->input(0), &gk), *v = unrepeated(f->input(2), &gv);
+      ir::Node* narrow = made_by(f->input(1), "Cast");
+      ir::Value *k = unrepeated(narrow ? narrow->input(0) : f->input(1), &gk), *v = unrepeated(f->input(2), &gv);
       if (!k || !v || gk != gv) continue;
       const int64_t opset = g.opsets.count("") ? g.opsets.at("") : 13;
       if (narrow) {
@@ -48,11 +46,8 @@ class GroupedAttentionFusion : public Pass {
                   {{"to", narrow->attr_int("to", 0)}});
         k = kc;
       }
-      ir::Value* kt = g.add_value(g.unique_name(k->name + "_transposed"));
-      add_fused(g, "", opset, "Transpose", {k}, {kt},
-                g.unique_name(t->name + "_grouped"), t->backward, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
       std::vector<ir::Value*> in = f->inputs;
-      in[1] = kt, in[2] = v;
+      in[1] = k, in[2] = v;
       ir::Attributes attrs = f->attrs;
       attrs["kv_groups"] = gk;
       const std::vector<ir::Value*> outs = f->outputs;  // (a copy: add_fused gives f placeholders instead)

@@ -1,13 +1,14 @@
-// The tensor-core FlashAttention kernels (kernels/cuda/attention_mma.cuh) run on the host through the warp
-// emulation, against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the
-// keys, zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, grouped-query
-// heads, a causal mask with a finite fill, an additive bias, dropout (the CPU's draw; by a row's block key where rows
-// are whole blocks of it), a fully masked row, causal masks (a fill or a bias of -inf) whose upper tiles are skipped,
-// lower tiles read no mask and diagonal ones none either, their 16 x 16 tiles causal (the map of the tiles' kinds
-// made once, or a batch's each for a mask and a bias that differ between batches); dQ summed over the key tiles by
-// float atomics. Operands staged by cp.async land only when the kernel waits for them (a wait too late reads stale
-// tiles), and ldmatrix hands out PTX's fragments. What the emulation cannot show (the layouts as the
-// hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu checks on a GPU.
+// The tensor-core FlashAttention kernels (kernels/cuda/attention_mma.cuh) run on the host through the warp emulation,
+// against attention computed here in float64 from the same 16-bit operands: tiles past the rows and the keys,
+// zero-padded heads of both sizes, operands staged 16 bytes at a time and an element at a time, operands as (B, H, T,
+// d) and sequence-major (B, T, H, d) (dQ summed as it lies), grouped-query heads, a causal mask with a finite fill, an
+// additive bias, dropout (the CPU's draw; by a row's block key where rows are whole blocks of it), a fully masked row,
+// causal masks (a fill or a bias of -inf) whose upper tiles are skipped, lower tiles read no mask and diagonal ones
+// none either, their 16 x 16 tiles causal (the map of the tiles' kinds made once, or a batch's each for a mask and a
+// bias that differ between batches); dQ summed over the key tiles by float atomics. Operands staged by cp.async land
+// only when the kernel waits for them (a wait too late reads stale tiles), and ldmatrix hands out PTX's fragments. What
+// the emulation cannot show (the layouts as the hardware has them, timing) Cuda.TensorCoreAttentionComputesAsOnTheCpu
+// checks on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_mma_attention
@@ -51,6 +52,7 @@ struct Case {
   bool scan_pairs = false;  // the backward finds the pairs reading its K and V by trying each (not space_kv_pairs)
   bool general = false;     // the kernels' general build alone (attention_builds.cuh), as ONNXTRAIN_CUDA_ATTENTION=...
   int mixed = -1;           // whether the map must have a mixed tile (the general build then runs): -1 either
+  bool sequence_major = false;  // Q, K, V and Y (and their gradients) as (B, T, H, d)
 };
 
 template <typename T>
@@ -65,6 +67,11 @@ struct Emulated {
   }
   int64_t past_diagonal(int64_t b, int64_t r) const { return r + 1 + b * c.shift; }
   int64_t kv_count() const { return c.batch * c.heads / c.groups; }
+  // The rows of an operand of `heads` heads of n elements: (B, H, T, n), or (B, T, H, n).
+  AttentionRows rows(int64_t heads, int64_t t, int64_t n) const {
+    return c.sequence_major ? attention_rows({c.batch, t, heads, n}, true)
+                            : attention_rows({c.batch, heads, t, n}, false);
+  }
 
   static T from(double x) { return from_float<T>(float(x)); }
   static double value(T x) { return to_float(x); }
@@ -82,6 +89,8 @@ struct Emulated {
     Attention a;
     a.pairs = pairs(), a.tq = c.tq, a.tk = c.tk, a.d = c.d, a.dv = c.dv, a.kv_count = kv_count();
     a.kv_heads = c.heads / c.groups, a.groups = c.groups;
+    a.q = rows(c.heads, c.tq, c.d), a.k = rows(a.kv_heads, c.tk, c.d), a.v = rows(a.kv_heads, c.tk, c.dv);
+    a.y = rows(c.heads, c.tq, c.dv);
     a.batch.rank = 2;
     a.batch.dims[0] = c.batch, a.batch.dims[1] = c.heads;
     a.batch.strides[1][0] = c.heads, a.batch.strides[1][1] = 1;  // K's batch index (before the groups)
@@ -109,7 +118,7 @@ struct Emulated {
 
   void check() const {
     const T scale = from(0.3), fill = from(c.fill);
-    std::vector<T> q = random(pairs() * c.tq * c.d, 1), kt = random(kv_count() * c.d * c.tk, 2);
+    std::vector<T> q = random(pairs() * c.tq * c.d, 1), k = random(kv_count() * c.tk * c.d, 2);
     std::vector<T> v = random(kv_count() * c.tk * c.dv, 3), dy = random(pairs() * c.tq * c.dv, 4);
     const int64_t n = slices() * c.tq * c.tk;
     std::vector<T> bias = c.zero_below ? std::vector<T>(size_t(n), from(0.)) : random(n, 5);
@@ -126,7 +135,7 @@ struct Emulated {
     place_map(a, kinds.data());
     *a.mixed = 0;  // (as the launch)
 
-    std::vector<T> y(q.size() / size_t(c.d) * size_t(c.dv)), dq(q.size()), dkt(kt.size()), dv(v.size());
+    std::vector<T> y(q.size() / size_t(c.d) * size_t(c.dv)), dq(q.size()), dk(k.size()), dv(v.size());
     std::vector<float> lse(size_t(pairs() * c.tq)), dots(lse.size());
     const unsigned q_blocks = unsigned((c.tq + tc::kTile - 1) / tc::kTile * pairs());
     const unsigned k_blocks = unsigned((c.tk + tc::kTile - 1) / tc::kTile * kv_count());
@@ -136,14 +145,14 @@ struct Emulated {
       // (each build the launch runs, a block of the one that does not apply returning at once)
       tc::with_builds(a, c.general, [&]<bool kLean>(const Attention& b) {
         testing::emulate(q_blocks, tc::kBlock,
-                         [&] { tc::forward<T, D, kLean>(b, q.data(), kt.data(), v.data(), y.data(), lse.data()); });
+                         [&] { tc::forward<T, D, kLean>(b, q.data(), k.data(), v.data(), y.data(), lse.data()); });
       });
       testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
       std::vector<float> sums(q.size(), 0.f);  // (dQ's, zeroed as the launch does, and cast after)
       tc::with_builds(a, c.general, [&]<bool kLean>(const Attention& b) {
         testing::emulate(k_blocks, tc::kBlock, [&] {
-          tc::grad<T, D, kLean>(b, dy.data(), q.data(), kt.data(), v.data(), lse.data(), dots.data(), sums.data(),
-                                dkt.data(), dv.data());
+          tc::grad<T, D, kLean>(b, dy.data(), q.data(), k.data(), v.data(), lse.data(), dots.data(), sums.data(),
+                                dk.data(), dv.data());
         });
       });
       for (size_t i = 0; i < sums.size(); ++i) dq[i] = from_float<T>(sums[i]);
@@ -160,18 +169,21 @@ struct Emulated {
     }
 
     // The reference, in float64.
-    std::vector<double> ry(y.size()), rlse(lse.size()), rdq(dq.size()), rdk(kt.size()), rdv(v.size());
+    std::vector<double> ry(y.size()), rlse(lse.size()), rdq(dq.size()), rdk(k.size()), rdv(v.size());
     const double sc = value(scale);
     for (int64_t pair = 0; pair < pairs(); ++pair) {
       const int64_t kv = pair / c.heads * (c.heads / c.groups) + pair % c.heads / c.groups;
+      auto kat = [&](int64_t j, int64_t e) { return size_t(a.k.at(kv, j) + e); };  // element e of key j
+      auto vat = [&](int64_t j, int64_t e) { return size_t(a.v.at(kv, j) + e); };
       for (int64_t r = 0; r < c.tq; ++r) {
         const int64_t row = pair * c.tq + r;
+        auto qat = [&](int64_t e) { return size_t(a.q.at(pair, r) + e); };  // element e of the row's Q, Y
+        auto yat = [&](int64_t e) { return size_t(a.y.at(pair, r) + e); };
         std::vector<double> s(size_t(c.tk)), p(size_t(c.tk)), keep(size_t(c.tk), 1.0), dp(size_t(c.tk));
         double top = -INFINITY, l = 0;
         for (int64_t j = 0; j < c.tk; ++j) {
           double x = 0;
-          for (int64_t k = 0; k < c.d; ++k)
-            x += value(q[size_t(row * c.d + k)]) * value(kt[size_t((kv * c.d + k) * c.tk + j)]);
+          for (int64_t e = 0; e < c.d; ++e) x += value(q[qat(e)]) * value(k[kat(j, e)]);
           x = x * sc + (c.bias ? value(bias[at(pair, r, j)]) : 0.);
           s[size_t(j)] = cond[at(pair, r, j)] ? value(fill) : x;
           top = std::max(top, s[size_t(j)]);
@@ -182,15 +194,15 @@ struct Emulated {
         const bool empty = l == 0;
         rlse[size_t(row)] = empty ? INFINITY : top + std::log(l);
         double dsum = 0;
-        auto dye = [&](int64_t e) { return value(dy[size_t(row * c.dv + e)]); };
+        auto dye = [&](int64_t e) { return value(dy[yat(e)]); };
         for (int64_t j = 0; j < c.tk; ++j) {
           p[size_t(j)] = empty ? 0. : p[size_t(j)] / l;
           double g = 0;
           for (int64_t e = 0; e < c.dv; ++e) {
-            const double ve = value(v[size_t((kv * c.tk + j) * c.dv + e)]);
-            ry[size_t(row * c.dv + e)] += p[size_t(j)] * keep[size_t(j)] * ve;
+            const double ve = value(v[vat(j, e)]);
+            ry[yat(e)] += p[size_t(j)] * keep[size_t(j)] * ve;
             g += dye(e) * ve;
-            rdv[size_t((kv * c.tk + j) * c.dv + e)] += p[size_t(j)] * keep[size_t(j)] * dye(e);
+            rdv[vat(j, e)] += p[size_t(j)] * keep[size_t(j)] * dye(e);
           }
           dp[size_t(j)] = g * keep[size_t(j)];
           dsum += p[size_t(j)] * dp[size_t(j)];
@@ -198,9 +210,9 @@ struct Emulated {
         for (int64_t j = 0; j < c.tk; ++j) {
           if (cond[at(pair, r, j)]) continue;
           const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * sc;
-          for (int64_t k = 0; k < c.d; ++k) {
-            rdq[size_t(row * c.d + k)] += ds * value(kt[size_t((kv * c.d + k) * c.tk + j)]);
-            rdk[size_t((kv * c.d + k) * c.tk + j)] += ds * value(q[size_t(row * c.d + k)]);
+          for (int64_t e = 0; e < c.d; ++e) {
+            rdq[qat(e)] += ds * value(k[kat(j, e)]);
+            rdk[kat(j, e)] += ds * value(q[qat(e)]);
           }
         }
       }
@@ -228,7 +240,7 @@ struct Emulated {
     near("Y", values(y), ry);
     near("LSE", lse, rlse);
     near("dQ", values(dq), rdq);
-    near("dKt", values(dkt), rdk);
+    near("dK", values(dk), rdk);
     near("dV", values(dv), rdv);
   }
 };
@@ -243,6 +255,8 @@ TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.shift = 5, c.mixed = 1;
   Emulated<__half>(c).check();
   c.scan_pairs = true;
+  Emulated<__half>(c).check();
+  c.sequence_major = true;  // (Q's rows 120 elements apart, staged 16 bytes at a time; V's of 20 an element at a time)
   Emulated<__half>(c).check();
 }
 
@@ -269,6 +283,8 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Emulated<__half>(c).check();
   c.batch = 2, c.causal = false, c.bias = c.causal_bias = true, c.shift = 64;
   Emulated<__nv_bfloat16>(c).check();
+  c.sequence_major = true;  // (grouped heads as the projections lay them out: K's rows 2 heads apart)
+  Emulated<__nv_bfloat16>(c).check();
 }
 
 // A causal mask as a bool mask and as an additive bias of 0 and -inf, rows a multiple of 16 elements: their tiles
@@ -292,6 +308,8 @@ TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
   Case c;
   c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
   c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0;
+  Emulated<__nv_bfloat16>(c).check();
+  c.sequence_major = true;  // (the operands as GPT-2's projections write them: the attention_layout pass's)
   Emulated<__nv_bfloat16>(c).check();
   c.general = true;
   Emulated<__nv_bfloat16>(c).check();

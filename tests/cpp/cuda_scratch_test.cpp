@@ -136,16 +136,16 @@ Dim attention_scratch(DType t, bool masked, bool grad) {
   g.opsets["com.onnxtrain"] = 1;
   const Dim b = Dim::symbol("batch");
   auto add = [&](const char* name, DType dt, Shape shape) { return test_graphs::add_input(g, name, dt, shape); };
-  ir::Value *q = add("q", t, {b, Dim(12), Dim(150), Dim(64)}), *kt = add("kt", t, {b, Dim(12), Dim(64), Dim(144)});
+  ir::Value *q = add("q", t, {b, Dim(12), Dim(150), Dim(64)}), *k = add("k", t, {b, Dim(12), Dim(144), Dim(64)});
   ir::Value* v = add("v", t, {b, Dim(12), Dim(144), Dim(64)});
   ir::Value* cond = masked ? add("cond", DType::kBool, {Dim(150), Dim(144)}) : nullptr;
   ir::Value* fill = masked ? add("fill", t, {}) : nullptr;
-  std::vector<ir::Value*> in{q, kt, v, nullptr, cond, fill}, out{g.add_value("y"), g.add_value("lse")};
+  std::vector<ir::Value*> in{q, k, v, nullptr, cond, fill}, out{g.add_value("y"), g.add_value("lse")};
   if (grad) {
     in.insert(in.begin(), add("dy", t, {b, Dim(12), Dim(150), Dim(64)}));
     in.insert(in.begin() + 4, {add("y", t, {b, Dim(12), Dim(150), Dim(64)}),
                                add("lse_in", DType::kFloat32, {b, Dim(12), Dim(150)})});
-    out = {g.add_value("dq"), g.add_value("dkt"), g.add_value("dv")};
+    out = {g.add_value("dq"), g.add_value("dk"), g.add_value("dv")};
   }
   ir::Node* n = g.add_node(grad ? "FlashAttentionGrad" : "FlashAttention", in, out, {});
   n->domain = "com.onnxtrain";

@@ -420,7 +420,8 @@ TEST(Cuda, TheFusedHeadGoesByBlocksOfRowsAsTheCpu) {
   }
 }
 
-// FlashAttention and its gradient: a causal mask, an additive bias, grouped-query heads and dropout (the CPU's mask).
+// FlashAttention and its gradient: a causal mask, an additive bias, grouped-query heads and dropout (the CPU's mask),
+// the operands as (B, H, T, d) and sequence-major (B, T, H, d).
 TEST(Cuda, FlashAttentionComputesAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t tq = 37, tk = 37, d = 40, dv = 24;
@@ -430,20 +431,24 @@ TEST(Cuda, FlashAttentionComputesAsOnTheCpu) {
   for (DType t : {DType::kFloat32, DType::kBFloat16}) {
     const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
     for (int64_t groups : {1, 3}) {
-      Tensor q = random_tensor(t, {2, 3, tq, d}, 21), kt = random_tensor(t, {2, 3 / groups, d, tk}, 22);
-      Tensor v = random_tensor(t, {2, 3 / groups, tk, dv}, 23), bias = random_tensor(t, {1, 1, tq, tk}, 24);
-      std::vector<Tensor> in = {q, kt, v, scalar(t, 0.2), causal, scalar(t, -INFINITY), scalar(DType::kFloat32, 0.25),
+      const bool major = groups == 3;  // (B, T, H, d), else (B, H, T, d)
+      auto dims = [&](int64_t heads, int64_t n, int64_t e) {
+        return major ? std::vector<int64_t>{2, n, heads, e} : std::vector<int64_t>{2, heads, n, e};
+      };
+      Tensor q = random_tensor(t, dims(3, tq, d), 21), k = random_tensor(t, dims(3 / groups, tk, d), 22);
+      Tensor v = random_tensor(t, dims(3 / groups, tk, dv), 23), bias = random_tensor(t, {1, 1, tq, tk}, 24);
+      std::vector<Tensor> in = {q, k, v, scalar(t, 0.2), causal, scalar(t, -INFINITY), scalar(DType::kFloat32, 0.25),
                                 scalar(DType::kBool, groups == 3), bias};
-      ir::Attributes attrs = {{"kv_groups", groups}};
+      ir::Attributes attrs = {{"kv_groups", groups}, {"sequence_major", std::vector<int64_t>(4, major)}};
       expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, tol, 2);
       auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
-      std::vector<Tensor> grad_in = {random_tensor(t, {2, 3, tq, dv}, 25), q, kt, v, fwd.at("o0"), fwd.at("o1")};
+      std::vector<Tensor> grad_in = {random_tensor(t, dims(3, tq, dv), 25), q, k, v, fwd.at("o0"), fwd.at("o1")};
       grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
       expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, tol, 3);
     }
     // The unfused form: the scores' product and the masked softmax, and its gradient.
-    Tensor q = random_tensor(t, {2, 3, tq, d}, 26), k = random_tensor(t, {1, 3, d, tk}, 27);
-    std::vector<Tensor> in = {q, k, scalar(t, 0.3), causal, scalar(t, -INFINITY)};
+    Tensor q = random_tensor(t, {2, 3, tq, d}, 26), kt = random_tensor(t, {1, 3, d, tk}, 27);
+    std::vector<Tensor> in = {q, kt, scalar(t, 0.3), causal, scalar(t, -INFINITY)};
     expect_like_cpu("com.onnxtrain.AttentionSoftmax", in, {}, tol);
     Tensor y = run_one(kCpu, "com.onnxtrain.AttentionSoftmax", in, {}).at("o0");
     expect_like_cpu("com.onnxtrain.MaskedSoftmax", {random_tensor(t, {2, 3, tq, tk}, 28), in[2], causal, in[4]}, {},
@@ -463,14 +468,14 @@ TEST(Cuda, TensorCoreAttentionComputesAsOnTheCpu) {
     for (int64_t j = 0; j < n; ++j) causal.data<bool>()[i * n + j] = j > i;
   for (DType t : {DType::kFloat16, DType::kBFloat16})
     for (int64_t d : {64, 128}) {
-      Tensor q = random_tensor(t, {2, 4, n, d}, 31), kt = random_tensor(t, {2, 2, d, n}, 32);
+      Tensor q = random_tensor(t, {2, 4, n, d}, 31), k = random_tensor(t, {2, 2, n, d}, 32);
       Tensor v = random_tensor(t, {2, 2, n, d}, 33);
-      std::vector<Tensor> in = {q, kt, v, scalar(t, 0.125), causal, scalar(t, -INFINITY),
+      std::vector<Tensor> in = {q, k, v, scalar(t, 0.125), causal, scalar(t, -INFINITY),
                                 scalar(DType::kFloat32, 0.f), scalar(DType::kBool, false)};
       const ir::Attributes attrs = {{"kv_groups", int64_t(2)}};
       expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, 2e-2, 2);
       auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
-      std::vector<Tensor> grad_in = {random_tensor(t, {2, 4, n, d}, 34), q, kt, v, fwd.at("o0"), fwd.at("o1")};
+      std::vector<Tensor> grad_in = {random_tensor(t, {2, 4, n, d}, 34), q, k, v, fwd.at("o0"), fwd.at("o1")};
       grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
       expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, 3);
     }
@@ -478,27 +483,29 @@ TEST(Cuda, TensorCoreAttentionComputesAsOnTheCpu) {
 
 // The tensor-core kernels' two builds (attention_builds.cuh), each launch running both: under GPT-2's causal bias of
 // 0 and -inf of a batch's own (no tile of the map mixed: the lean build applies) and a random bias (the general
-// one), with dropout over whole blocks of keys (128).
+// one), with dropout over whole blocks of keys (128); GPT-2's operands sequence-major (B, T, H, d) as its projections
+// write them (the attention_layout pass's), the random bias's as (B, H, T, d).
 TEST(Cuda, TensorCoreAttentionsLeanAndGeneralBuildsComputeAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 128, d = 64;
   const DType t = DType::kBFloat16;
   for (bool random : {false, true}) {
+    const std::vector<int64_t> dims = random ? std::vector<int64_t>{2, 4, n, d} : std::vector<int64_t>{2, n, 4, d};
+    const ir::Attributes attrs = {{"sequence_major", std::vector<int64_t>(4, !random)}};
     Tensor bias = random_tensor(t, {2, 1, n, n}, 36);
     BFloat16* at = bias.data<BFloat16>();
     if (!random)
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < n; ++j) at[(b * n + i) * n + j] = BFloat16(j > i ? -INFINITY : 0.f);
-    Tensor q = random_tensor(t, {2, 4, n, d}, 37), kt = random_tensor(t, {2, 4, d, n}, 38);
-    Tensor v = random_tensor(t, {2, 4, n, d}, 39);
-    std::vector<Tensor> in = {q, kt, v, scalar(t, 0.125), Tensor(), Tensor(), scalar(DType::kFloat32, 0.1),
+    Tensor q = random_tensor(t, dims, 37), k = random_tensor(t, dims, 38), v = random_tensor(t, dims, 39);
+    std::vector<Tensor> in = {q, k, v, scalar(t, 0.125), Tensor(), Tensor(), scalar(DType::kFloat32, 0.1),
                               scalar(DType::kBool, true), bias};
-    expect_like_cpu("com.onnxtrain.FlashAttention", in, {}, 2e-2, 2);
-    auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, {}, 2);
-    std::vector<Tensor> grad_in = {random_tensor(t, {2, 4, n, d}, 40), q, kt, v, fwd.at("o0"), fwd.at("o1")};
+    expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, 2e-2, 2);
+    auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
+    std::vector<Tensor> grad_in = {random_tensor(t, dims, 40), q, k, v, fwd.at("o0"), fwd.at("o1")};
     grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
-    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, {}, 2e-2, 3);
+    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, 3);
   }
 }
 

@@ -17,12 +17,12 @@ TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 def flash_model(dtype, scale, cond, fill, elem=None):
     elem = elem or TYPES[dtype]
     consts = [numpy_helper.from_array(np.array(scale, dtype), "scale")]
-    names = ["q", "kt", "v", "scale"]
+    names = ["q", "k", "v", "scale"]
     if cond is not None:
         consts += [numpy_helper.from_array(cond, "cond"), numpy_helper.from_array(np.array(fill, dtype), "fill")]
         names += ["cond", "fill"]
     node = helper.make_node("FlashAttention", names, ["y", "lse"], domain="com.onnxtrain")
-    inputs = [helper.make_tensor_value_info(n, elem, None) for n in ["q", "kt", "v"]]
+    inputs = [helper.make_tensor_value_info(n, elem, None) for n in ["q", "k", "v"]]
     outputs = [helper.make_tensor_value_info("y", elem, None), helper.make_tensor_value_info("lse", TensorProto.FLOAT
                                                                                              if dtype != np.float64
                                                                                              else TensorProto.DOUBLE,
@@ -31,8 +31,8 @@ def flash_model(dtype, scale, cond, fill, elem=None):
     return helper.make_model(graph, opset_imports=DOMAINS).SerializeToString()
 
 
-def reference(q, kt, v, scale, cond, fill):
-    s = np.matmul(q.astype(np.float64), kt.astype(np.float64)) * scale
+def reference(q, k, v, scale, cond, fill):
+    s = np.matmul(q.astype(np.float64), np.swapaxes(k, -1, -2).astype(np.float64)) * scale
     if cond is not None:
         s = np.where(cond, fill, s)
     m = s.max(-1, keepdims=True)
@@ -60,10 +60,10 @@ CASES = [(m, f) for m in MASKS for f in ([-np.inf, np.finfo(np.float32).min, -3.
 def test_flash_attention_matches_numpy(dtype, mask, fill):
     rng = np.random.default_rng(1)
     q = rng.standard_normal((2, 3, T, 16)).astype(dtype)
-    kt = rng.standard_normal((2, 3, 16, 300)).astype(dtype)
+    k = rng.standard_normal((2, 3, 300, 16)).astype(dtype)
     v = rng.standard_normal((2, 3, 300, 8)).astype(dtype)
-    out = onnxtrain.Session.from_bytes(flash_model(dtype, 0.25, MASKS[mask], fill)).run({"q": q, "kt": kt, "v": v})
-    y, lse = reference(q, kt, v, 0.25, MASKS[mask], fill)
+    out = onnxtrain.Session.from_bytes(flash_model(dtype, 0.25, MASKS[mask], fill)).run({"q": q, "k": k, "v": v})
+    y, lse = reference(q, k, v, 0.25, MASKS[mask], fill)
     np.testing.assert_allclose(out["y"], y, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(out["lse"], lse, rtol=2e-5, atol=2e-6)
 
@@ -71,35 +71,36 @@ def test_flash_attention_matches_numpy(dtype, mask, fill):
 def test_keys_and_values_shared_by_heads_are_broadcast():
     rng = np.random.default_rng(2)
     q = rng.standard_normal((2, 6, 40, 8)).astype(np.float32)
-    kt = rng.standard_normal((2, 1, 8, 40)).astype(np.float32)
+    k = rng.standard_normal((2, 1, 40, 8)).astype(np.float32)
     v = rng.standard_normal((2, 1, 40, 8)).astype(np.float32)
     causal = np.triu(np.ones((40, 40), bool), 1)
-    out = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.3, causal, -np.inf)).run({"q": q, "kt": kt, "v": v})
-    np.testing.assert_allclose(out["y"], reference(q, kt, v, 0.3, causal, -np.inf)[0], rtol=2e-5, atol=2e-6)
+    out = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.3, causal, -np.inf)).run({"q": q, "k": k, "v": v})
+    np.testing.assert_allclose(out["y"], reference(q, k, v, 0.3, causal, -np.inf)[0], rtol=2e-5, atol=2e-6)
 
 
 def test_a_fully_masked_row_of_minus_infinity_is_nan_as_softmax_makes_it():
-    q, kt, v = np.ones((1, 4, 8), np.float32), np.ones((1, 8, 4), np.float32), np.ones((1, 4, 2), np.float32)
+    q, k, v = np.ones((1, 4, 8), np.float32), np.ones((1, 4, 8), np.float32), np.ones((1, 4, 2), np.float32)
     cond = np.array([[True] * 4, [False, True, True, True], [False, False, True, True], [False] * 4])
-    y = onnxtrain.Session.from_bytes(flash_model(np.float32, 1.0, cond, -np.inf)).run({"q": q, "kt": kt, "v": v})["y"]
+    y = onnxtrain.Session.from_bytes(flash_model(np.float32, 1.0, cond, -np.inf)).run({"q": q, "k": k, "v": v})["y"]
     assert np.isnan(y[0, 0]).all() and not np.isnan(y[0, 1:]).any()
 
 
 def test_bfloat16_is_the_float32_result_rounded():
     rng = np.random.default_rng(3)
-    q, kt, v = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(torch.bfloat16)
-                for s in [(2, 3, 50, 16), (2, 3, 16, 50), (2, 3, 50, 16)])
+    q, k, v = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(torch.bfloat16)
+                for s in [(2, 3, 50, 16), (2, 3, 50, 16), (2, 3, 50, 16)])
     causal = np.triu(np.ones((50, 50), bool), 1)
     low = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.25, causal, -np.inf, TensorProto.BFLOAT16))
     wide = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.25, causal, -np.inf))
-    got = torch.from_dlpack(low.run({"q": q, "kt": kt, "v": v})["y"])
-    want = torch.tensor(wide.run({"q": q.float().numpy(), "kt": kt.float().numpy(), "v": v.float().numpy()})["y"])
+    got = torch.from_dlpack(low.run({"q": q, "k": k, "v": v})["y"])
+    want = torch.tensor(wide.run({"q": q.float().numpy(), "k": k.float().numpy(), "v": v.float().numpy()})["y"])
     assert got.dtype == torch.bfloat16 and torch.equal(got, want.to(torch.bfloat16))
 
 
-def attention_with_dropout(keep_mask_output):
+def attention_with_dropout(keep_mask_output, heads_split=False):
     """Loss = sum(MatMul(Dropout(AttentionSoftmax(q, kt)), v) * r); with the Dropout's mask a graph output (which
-    keeps the fusion away) or not (fused)."""
+    keeps the fusion away) or not (fused). `heads_split`: q, k and v come in as (B, T, H, d) (q4, k4, v4), transposed
+    into heads, and Y is transposed back before r (sequence-major r) multiplies it, as models split and merge heads."""
     rng = np.random.default_rng(4)
     consts = [numpy_helper.from_array(np.array(0.25, np.float32), "scale"),
               numpy_helper.from_array(np.triu(np.ones((40, 40), bool), 1), "cond"),
@@ -116,11 +117,20 @@ def attention_with_dropout(keep_mask_output):
               for n, s in [("q", [2, 3, 40, 8]), ("kt", [2, 3, 8, 40]), ("v", [2, 3, 40, 8])]]
     outputs = [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
                helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if heads_split:
+        consts[-1] = numpy_helper.from_array(numpy_helper.to_array(consts[-1]).transpose(0, 2, 1, 3).copy(), "r")
+        nodes[2:4] = [helper.make_node("MatMul", ["pd", "v"], ["heads"]),
+                      helper.make_node("Transpose", ["heads"], ["y"], perm=[0, 2, 1, 3]),
+                      helper.make_node("Mul", ["y", "r"], ["w"])]
+        nodes[:0] = [helper.make_node("Transpose", [x[0] + "4"], [x], perm=perm)
+                     for x, perm in [("q", [0, 2, 1, 3]), ("kt", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])]]
+        inputs = [helper.make_tensor_value_info(n + "4", TensorProto.FLOAT, [2, 40, 3, 8]) for n in ["q", "k", "v"]]
+        outputs = outputs[:1]
     if keep_mask_output:
         outputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, None))
     graph = helper.make_graph(nodes, "attention", inputs, outputs, initializer=consts)
     model = helper.make_model(graph, opset_imports=DOMAINS).SerializeToString()
-    return onnxtrain.Session.for_training(model, ["q", "kt", "v"], "loss")
+    return onnxtrain.Session.for_training(model, [i.name for i in inputs], "loss")
 
 
 def test_fusion_draws_the_unfused_dropout_mask_and_gives_its_gradients(tmp_path):
@@ -285,3 +295,70 @@ def test_repeated_keys_and_values_are_read_once_per_group(bf16, tmp_path):
             assert torch.nn.functional.cosine_similarity(p.grad.flatten(), q.grad.flatten(), dim=0) >= 0.999, n
         else:
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+class HeadsSplitAndMerged(torch.nn.Module):
+    """GPT-2's attention: one projection split into Q, K and V, each viewed as (B, T, H, d) and transposed into heads,
+    causal attention with dropout, the heads transposed back and merged for the output projection."""
+
+    def __init__(self, dropout):
+        super().__init__()
+        self.qkv, self.out, self.dropout = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32), dropout
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (h.view(b, t, 4, 8).transpose(1, 2) for h in self.qkv(x).split(32, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout)
+        return self.out(y.transpose(1, 2).reshape(b, t, 32)).sin().sum()
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_heads_split_and_merged_are_read_and_written_where_they_lie(bf16, tmp_path):
+    """The attention_layout pass: the fused attention reads Q, K and V as the projection lays them out and writes Y
+    as the merge reads it (sequence_major), so no Transpose is left in forward or backward; as eager computes it."""
+    torch.manual_seed(0)
+    eager = HeadsSplitAndMerged(0.0)
+    ours = onnxtrain.Module(HeadsSplitAndMerged(0.0), onnxtrain.Options(save_onnx=str(tmp_path)))
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 70, 32)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        got, want = ours(xa), eager(xb)
+    got.backward()
+    want.backward()
+    nodes = onnx.load(str(tmp_path / "HeadsSplitAndMerged_train_optimized.onnx")).graph.node
+    fused = [n for n in nodes if n.op_type in ("FlashAttention", "FlashAttentionGrad")]
+    assert len(fused) == 2 and "Transpose" not in {n.op_type for n in nodes}, [n.op_type for n in nodes]
+    assert all([list(a.ints) for a in n.attribute if a.name == "sequence_major"] == [[1, 1, 1, 1]] for n in fused)
+    assert got.item() == pytest.approx(want.item(), rel=2e-2 if bf16 else 1e-5)
+    for (n, p), q in [*zip(ours.named_parameters(), eager.parameters()), (("x", xa), xb)]:
+        g, w = p.grad, q.grad
+        if bf16:
+            assert torch.nn.functional.cosine_similarity(g.flatten().float(), w.flatten().float(), dim=0) >= 0.999, n
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=n)
+
+
+
+def test_heads_split_and_merged_draw_the_unfused_dropout_mask(tmp_path):
+    """Dropout's draw numbers the scores (B, H, Tq, Tk) whatever the layout: the attention laid out (sequence_major, no
+    Transpose left) gives the unfused attention's loss and gradients, its Dropout keeping the same elements."""
+    rng = np.random.default_rng(6)
+    heads = {x: rng.standard_normal((2, 40, 3, 8)).astype(np.float32) for x in ["q4", "k4", "v4"]}
+    laid = attention_with_dropout(False, heads_split=True)
+    laid.save(str(tmp_path / "laid.onnx"))
+    nodes = onnx.load(str(tmp_path / "laid.onnx")).graph.node
+    flags = [list(a.ints) for n in nodes if n.op_type == "FlashAttention" for a in n.attribute
+             if a.name == "sequence_major"]
+    assert flags == [[1, 1, 1, 1]] and "Transpose" not in {n.op_type for n in nodes}
+    out, state = laid.run_forward(dict(heads), seed=11)
+    grads = laid.run_backward(state)
+    unfused = attention_with_dropout(True)
+    feeds = {"q": heads["q4"].transpose(0, 2, 1, 3).copy(), "kt": heads["k4"].transpose(0, 2, 3, 1).copy(),
+             "v": heads["v4"].transpose(0, 2, 1, 3).copy()}
+    want, state = unfused.run_forward(feeds, seed=11)
+    want_grads = unfused.run_backward(state)
+    assert 0.2 < 1 - want["mask"].mean() < 0.4  # dropout did drop
+    np.testing.assert_allclose(out["loss"], want["loss"], rtol=1e-5)
+    for x, perm in [("q", (0, 2, 1, 3)), ("kt", (0, 3, 1, 2)), ("v", (0, 2, 1, 3))]:
+        np.testing.assert_allclose(grads[x[0] + "4"], want_grads[x].transpose(perm), rtol=1e-4, atol=1e-5)

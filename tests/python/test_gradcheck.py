@@ -109,28 +109,36 @@ CASES += [Case("AttentionSoftmax", [r(2, 3, 4, 5), r(2, 3, 5, 4), Const(np.array
 # What flash_attention_fusion makes: causal, no mask, K and V shared by heads (grouped-query) under a finite fill
 # with a fully masked row, two key tiles with skipped keys, dropout.
 LONG_MASK = np.triu(np.ones((40, 260), dtype=bool), 221)
-CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 6), r(2, 3, 6, 3), Const(np.array(0.5)),
+CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 6, 4), r(2, 3, 6, 3), Const(np.array(0.5)),
                                   Const(np.triu(np.ones((5, 6), dtype=bool), 1)), Const(np.array(-np.inf))],
                domain="com.onnxtrain"),
-          Case("FlashAttention", [r(2, 5, 4), r(2, 4, 7), r(2, 7, 3), Const(np.array(0.3))], domain="com.onnxtrain"),
-          Case("FlashAttention", [r(2, 4, 5, 4), r(2, 1, 4, 5), r(2, 1, 5, 3), Const(np.array(0.7)),
+          Case("FlashAttention", [r(2, 5, 4), r(2, 7, 4), r(2, 7, 3), Const(np.array(0.3))], domain="com.onnxtrain"),
+          Case("FlashAttention", [r(2, 4, 5, 4), r(2, 1, 5, 4), r(2, 1, 5, 3), Const(np.array(0.7)),
                                   Const(np.array([[True] * 5] + [[False, True, False, True, False]] * 4)),
                                   Const(np.array(-1e4))], domain="com.onnxtrain"),
-          Case("FlashAttention", [r(1, 40, 2), r(1, 2, 260), r(1, 260, 2), Const(np.array(0.9)), Const(LONG_MASK),
+          Case("FlashAttention", [r(1, 40, 2), r(1, 260, 2), r(1, 260, 2), Const(np.array(0.9)), Const(LONG_MASK),
                                   Const(np.array(-np.inf))], domain="com.onnxtrain"),
-          Case("FlashAttention", [r(2, 6, 4), r(2, 4, 6), r(2, 6, 3), Const(np.array(0.5)),
+          Case("FlashAttention", [r(2, 6, 4), r(2, 6, 4), r(2, 6, 3), Const(np.array(0.5)),
                                   Const(np.triu(np.ones((6, 6), dtype=bool), 1)), Const(np.array(-np.inf)),
                                   Const(np.array(0.4)), Const(np.array(True))], domain="com.onnxtrain"),
           # an additive mask (-inf above the diagonal, a padding key) and no scale, as SDPA exports attention
-          Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 4, 5), r(2, 3, 5, 3), None, None, None, None, None,
+          Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 5, 4), r(2, 3, 5, 3), None, None, None, None, None,
                                   Const(np.where(np.triu(np.ones((5, 5), dtype=bool), 1), -np.inf, 0.0)
                                         + np.array([0, 0, 0, 0, -2.0]))], domain="com.onnxtrain"),
           # 4 query heads reading 2 key-value heads (kv_groups: what grouped_attention_fusion makes of repeat_kv)
-          Case("FlashAttention", [r(2, 4, 5, 3), r(2, 2, 3, 6), r(2, 2, 6, 2), Const(np.array(0.5)),
+          Case("FlashAttention", [r(2, 4, 5, 3), r(2, 2, 6, 3), r(2, 2, 6, 2), Const(np.array(0.5)),
                                   Const(np.triu(np.ones((5, 6), dtype=bool), 2)), Const(np.array(-np.inf))],
                {"kv_groups": 2}, domain="com.onnxtrain"),
+          # the same sequence-major (B, T, H, d), as projections write them (attention_layout takes the Transposes
+          # in); and Q and Y as (B, H, T, d) beside sequence-major K and V
+          Case("FlashAttention", [r(2, 5, 4, 3), r(2, 6, 2, 3), r(2, 6, 2, 2), Const(np.array(0.5)),
+                                  Const(np.triu(np.ones((5, 6), dtype=bool), 2)), Const(np.array(-np.inf))],
+               {"kv_groups": 2, "sequence_major": [1, 1, 1, 1]}, domain="com.onnxtrain"),
+          Case("FlashAttention", [r(2, 3, 5, 4), r(2, 6, 3, 4), r(2, 6, 3, 2), Const(np.array(0.5)), None, None,
+                                  Const(np.array(0.3)), Const(np.array(True))],
+               {"sequence_major": [0, 1, 1, 0]}, domain="com.onnxtrain"),
           # a bool mask made additive, two rows fully masked: zeros there, as scaled_dot_product_attention gives
-          Case("FlashAttention", [r(2, 5, 4), r(2, 4, 5), r(2, 5, 3), None, None, None, None, None,
+          Case("FlashAttention", [r(2, 5, 4), r(2, 5, 4), r(2, 5, 3), None, None, None, None, None,
                                   Const(np.where(np.array([[True] * 5, [False] * 5, [True, False] * 2 + [True],
                                                            [False] * 5, [True] * 5]), 0.0, -np.inf))],
                {"zero_masked_rows": 1}, domain="com.onnxtrain")]

@@ -127,11 +127,12 @@ AttentionBand band_of(const Params<T>& p, const bool* pair_cond, const T* pair_b
   return b;
 }
 
-// s (mr, w) = the scaled, biased, masked scores of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair.
+// s (mr, w) = the scaled, biased, masked scores of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair (q and k
+// its Q's and K's first rows).
 template <typename T>
-void scores(const Params<T>& p, const AttentionGeometry& g, const T* q, const T* kt, const bool* pair_cond,
+void scores(const Params<T>& p, const AttentionGeometry& g, const T* q, const T* k, const bool* pair_cond,
             const T* pair_bias, int64_t r0, int64_t mr, int64_t j0, int64_t w, T* s) {
-  gemm<T>(false, false, mr, w, g.d, p.scale, q + r0 * g.d, g.d, kt + j0, g.tk, T(0), s, w);
+  gemm<T>(false, true, mr, w, g.d, p.scale, q + r0 * g.q.row, g.q.row, k + j0 * g.k.row, g.k.row, T(0), s, w);
   for (int64_t r = 0; r < mr; ++r) {
     T* row = s + r * w;
     if (pair_bias) {
@@ -169,22 +170,22 @@ void dropout_row(const Params<T>& p, uint64_t row, int64_t tk, int64_t j0, int64
 }
 
 template <typename T>
-void forward_tile(const Params<T>& p, const AttentionGeometry& g, int64_t pair, int64_t r0, const T* q, const T* kt,
+void forward_tile(const Params<T>& p, const AttentionGeometry& g, int64_t pair, int64_t r0, const T* q, const T* k,
                   const T* v, T* y, T* lse, T* s) {
-  const int64_t mr = std::min(kRows, g.tq - r0), kv = g.kv_of(pair);
-  const T *qi = q + pair * g.tq * g.d, *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv;
+  const int64_t mr = std::min(kRows, g.tq - r0), kv = g.kv_of(pair), ldy = g.y.row;
+  const T *qi = q + g.q.at(pair), *ki = k + g.k.at(kv), *vi = v + g.v.at(kv);
   const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
   const T* bi = p.bias ? p.bias + g.offset(g.bias_strides, pair) : nullptr;
-  T *yi = y + (pair * g.tq + r0) * g.dv, *li = lse + pair * g.tq + r0;
+  T *yi = y + g.y.at(pair, r0), *li = lse + pair * g.tq + r0;
   T m[kRows], l[kRows];
   bool keep[kKeys];
   std::fill(m, m + mr, -std::numeric_limits<T>::infinity());
   std::fill(l, l + mr, T(0));
-  std::fill(yi, yi + mr * g.dv, T(0));
+  for (int64_t r = 0; r < mr; ++r) std::fill(yi + r * ldy, yi + r * ldy + g.dv, T(0));
   AttentionBand band = band_of(p, ci, bi, r0, r0 + mr, g.tk);
   for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
     const int64_t w = std::min(kKeys, band.hi - j0);
-    scores(p, g, qi, kti, ci, bi, r0, mr, j0, w, s);
+    scores(p, g, qi, ki, ci, bi, r0, mr, j0, w, s);
     for (int64_t r = 0; r < mr; ++r) {
       T* row = s + r * w;
       const T mn = std::max(m[r], row_max(row, w));
@@ -201,19 +202,19 @@ void forward_tile(const Params<T>& p, const AttentionGeometry& g, int64_t pair, 
         for (int64_t j = 0; j < w; ++j) row[j] = keep[j] ? row[j] * p.keep_scale : T(0);
       }
       if (alpha != T(1))
-        for (int64_t k = 0; k < g.dv; ++k) yi[r * g.dv + k] *= alpha;
+        for (int64_t c = 0; c < g.dv; ++c) yi[r * ldy + c] *= alpha;
     }
-    gemm<T>(false, false, mr, g.dv, w, T(1), s, w, vi + j0 * g.dv, g.dv, T(1), yi, g.dv);
+    gemm<T>(false, false, mr, g.dv, w, T(1), s, w, vi + j0 * g.v.row, g.v.row, T(1), yi, ldy);
   }
   for (int64_t r = 0; r < mr; ++r) {
-    T* yr = yi + r * g.dv;
+    T* yr = yi + r * ldy;
     if (l[r] == T(0)) {  // every score -inf (a fully masked row): NaN as Softmax gives, or zeros
       std::fill(yr, yr + g.dv, p.zero_masked_rows ? T(0) : std::numeric_limits<T>::quiet_NaN());
       li[r] = p.zero_masked_rows ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
       continue;
     }
     const T inv = T(1) / l[r];
-    for (int64_t k = 0; k < g.dv; ++k) yr[k] *= inv;
+    for (int64_t c = 0; c < g.dv; ++c) yr[c] *= inv;
     li[r] = m[r] + std::log(l[r]);
   }
 }
@@ -223,14 +224,14 @@ void flash_attention(KernelCtx& c) {
   dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Params<T> p = params<T>(c, g, 3);
-    const T *q = c.in(0).data<T>(), *kt = c.in(1).data<T>(), *v = c.in(2).data<T>();
+    const T *q = c.in(0).data<T>(), *k = c.in(1).data<T>(), *v = c.in(2).data<T>();
     T* y = c.out(0).data<T>();
     std::vector<T> lse_scratch;
     T* lse = c.wants(1) ? c.out(1).data<T>() : (lse_scratch.resize(size_t(g.pairs * g.tq)), lse_scratch.data());
     const int64_t tiles = (g.tq + kRows - 1) / kRows;
     parallel_for(g.pairs * tiles, kRows * g.tk * (g.d + g.dv) * 2, [&](int64_t b, int64_t e) {
       std::vector<T> s(size_t(kRows * kKeys));
-      for (int64_t u = b; u < e; ++u) forward_tile(p, g, u / tiles, u % tiles * kRows, q, kt, v, y, lse, s.data());
+      for (int64_t u = b; u < e; ++u) forward_tile(p, g, u / tiles, u % tiles * kRows, q, k, v, y, lse, s.data());
     });
   });
 }
@@ -242,30 +243,30 @@ struct GradTiles {
   bool keep[kRows * kKeys];
 };
 
-// dQ, and the pair's share of dKt and dV (accumulated: heads sharing K and V run on one thread).
+// dQ, and the pair's share of dK and dV (accumulated: heads sharing K and V run on one thread).
 template <typename T>
-void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair, const T* dy, const T* q, const T* kt,
-                   const T* v, const T* y, const T* lse, T* dq, T* dkt, T* dv, GradTiles<T>& t) {
-  const int64_t kv = g.kv_of(pair);
-  const T *dyi = dy + pair * g.tq * g.dv, *qi = q + pair * g.tq * g.d, *yi = y + pair * g.tq * g.dv;
-  const T *kti = kt + kv * g.d * g.tk, *vi = v + kv * g.tk * g.dv, *li = lse + pair * g.tq;
-  T *dqi = dq + pair * g.tq * g.d, *dkti = dkt + kv * g.d * g.tk, *dvi = dv + kv * g.tk * g.dv;
+void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair, const T* dy, const T* q, const T* k,
+                   const T* v, const T* y, const T* lse, T* dq, T* dk, T* dv, GradTiles<T>& t) {
+  const int64_t kv = g.kv_of(pair), ldq = g.q.row, ldk = g.k.row, ldv = g.v.row, ldy = g.y.row;
+  const T *dyi = dy + g.y.at(pair), *qi = q + g.q.at(pair), *yi = y + g.y.at(pair);
+  const T *ki = k + g.k.at(kv), *vi = v + g.v.at(kv), *li = lse + pair * g.tq;
+  T *dqi = dq + g.q.at(pair), *dki = dk + g.k.at(kv), *dvi = dv + g.v.at(kv);
   const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
   const T* bi = p.bias ? p.bias + g.offset(g.bias_strides, pair) : nullptr;
   t.row_dots.resize(size_t(g.tq));
   for (int64_t r = 0; r < g.tq; ++r) {  // D = rowsum(dY Y) = rowsum(dP P): the softmax gradient's row term
     double dot = 0;
-    for (int64_t k = 0; k < g.dv; ++k) dot += double(dyi[r * g.dv + k]) * double(yi[r * g.dv + k]);
+    for (int64_t c = 0; c < g.dv; ++c) dot += double(dyi[r * ldy + c]) * double(yi[r * ldy + c]);
     t.row_dots[size_t(r)] = T(dot);
   }
-  std::fill(dqi, dqi + g.tq * g.d, T(0));
+  for (int64_t r = 0; r < g.tq; ++r) std::fill(dqi + r * ldq, dqi + r * ldq + g.d, T(0));
   for (int64_t r0 = 0; r0 < g.tq; r0 += kRows) {
     const int64_t mr = std::min(kRows, g.tq - r0);
     AttentionBand band = band_of(p, ci, bi, r0, r0 + mr, g.tk);
     for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
       const int64_t w = std::min(kKeys, band.hi - j0);
       T *pp = t.p.data(), *pd = p.dropout ? t.pd.data() : pp, *ds = t.ds.data();
-      scores(p, g, qi, kti, ci, bi, r0, mr, j0, w, pp);
+      scores(p, g, qi, ki, ci, bi, r0, mr, j0, w, pp);
       for (int64_t r = 0; r < mr; ++r) {
         T* row = pp + r * w;
         exp_shifted(row, li[r0 + r], w);
@@ -276,8 +277,8 @@ void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair,
         }
       }
       // dV += Pd^T dY; dPd = dY V^T
-      gemm<T>(true, false, w, g.dv, mr, T(1), pd, w, dyi + r0 * g.dv, g.dv, T(1), dvi + j0 * g.dv, g.dv);
-      gemm<T>(false, true, mr, w, g.dv, T(1), dyi + r0 * g.dv, g.dv, vi + j0 * g.dv, g.dv, T(0), ds, w);
+      gemm<T>(true, false, w, g.dv, mr, T(1), pd, w, dyi + r0 * ldy, ldy, T(1), dvi + j0 * ldv, ldv);
+      gemm<T>(false, true, mr, w, g.dv, T(1), dyi + r0 * ldy, ldy, vi + j0 * ldv, ldv, T(0), ds, w);
       for (int64_t r = 0; r < mr; ++r) {  // dS = P (dP - D) scale, 0 where masked (the fill is a constant)
         const bool* cr = ci ? ci + (r0 + r) * p.row_stride + j0 * p.col_stride : nullptr;
         const T dr = t.row_dots[size_t(r0 + r)];
@@ -292,9 +293,9 @@ void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair,
         else if (cr)
           for (int64_t j = 0; j < w; ++j) dsr[j] = cr[j * p.col_stride] ? T(0) : dsr[j];
       }
-      // dQ += dS Kt^T; dKt += Q^T dS
-      gemm<T>(false, true, mr, g.d, w, T(1), ds, w, kti + j0, g.tk, T(1), dqi + r0 * g.d, g.d);
-      gemm<T>(true, false, g.d, w, mr, T(1), qi + r0 * g.d, g.d, ds, w, T(1), dkti + j0, g.tk);
+      // dQ += dS K; dK += dS^T Q
+      gemm<T>(false, false, mr, g.d, w, T(1), ds, w, ki + j0 * ldk, ldk, T(1), dqi + r0 * ldq, ldq);
+      gemm<T>(true, false, w, g.d, mr, T(1), ds, w, qi + r0 * ldq, ldq, T(1), dki + j0 * ldk, ldk);
     }
   }
 }
@@ -308,18 +309,20 @@ void flash_attention_grad(KernelCtx& c) {
     using T = typename decltype(tag)::type;
     if (c.in(5).dtype() != c.in(1).dtype()) c.fail("LSE must have Q's dtype (float32 for lower precisions)");
     const Params<T> p = params<T>(c, g, 6);
-    const T *dy = c.in(0).data<T>(), *q = c.in(1).data<T>(), *kt = c.in(2).data<T>(), *v = c.in(3).data<T>();
+    const T *dy = c.in(0).data<T>(), *q = c.in(1).data<T>(), *k = c.in(2).data<T>(), *v = c.in(3).data<T>();
     const T *y = c.in(4).data<T>(), *lse = c.in(5).data<T>();
-    T *dq = c.out(0).data<T>(), *dkt = c.out(1).data<T>(), *dv = c.out(2).data<T>();
+    T *dq = c.out(0).data<T>(), *dk = c.out(1).data<T>(), *dv = c.out(2).data<T>();
     std::vector<std::vector<int64_t>> heads(size_t(g.kv_count));  // the pairs reading each K and V
     for (int64_t i = 0; i < g.pairs; ++i) heads[size_t(g.kv_of(i))].push_back(i);
     const int64_t per_kv = std::max<int64_t>(1, g.pairs / std::max<int64_t>(1, g.kv_count));
     parallel_for(g.kv_count, per_kv * g.tq * g.tk * (g.d + g.dv) * 4, [&](int64_t b, int64_t e) {
       GradTiles<T> t;
       for (int64_t kv = b; kv < e; ++kv) {
-        std::fill(dkt + kv * g.d * g.tk, dkt + (kv + 1) * g.d * g.tk, T(0));
-        std::fill(dv + kv * g.tk * g.dv, dv + (kv + 1) * g.tk * g.dv, T(0));
-        for (int64_t pair : heads[size_t(kv)]) backward_pair(p, g, pair, dy, q, kt, v, y, lse, dq, dkt, dv, t);
+        for (int64_t j = 0; j < g.tk; ++j) {
+          std::fill_n(dk + g.k.at(kv, j), g.d, T(0));
+          std::fill_n(dv + g.v.at(kv, j), g.dv, T(0));
+        }
+        for (int64_t pair : heads[size_t(kv)]) backward_pair(p, g, pair, dy, q, k, v, y, lse, dq, dk, dv, t);
       }
     });
   });

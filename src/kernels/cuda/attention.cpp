@@ -2,6 +2,7 @@
 // launchers: the geometry checked as on the CPU (kernels/attention_geometry.h); scale and fill stay on the device,
 // the dropout ratio and training mode are read on the host (the op's host inputs). The scratch holds the tensor-core
 // kernels' map of the tiles a mask or a bias changes (Attention::kinds), and the backward's rows' D before it.
+#include <algorithm>
 #include <vector>
 
 #include "kernels/attention_geometry.h"
@@ -23,11 +24,14 @@ Attention describe(const KernelCtx& c, size_t q, size_t scale) {
              dtype_name(t));
   for (size_t i : {scale, fill})
     if (c.has(i) && c.in(i).numel() != 1) c.fail("input " + std::to_string(i) + " must be a scalar");
+  if (std::max({g.q.row, g.k.row, g.v.row, g.y.row}) > 0x7fffffff / 256)  // (the kernels' 32-bit row offsets)
+    throw UnsupportedError(c.node.where() + ": the CUDA kernel takes rows under 2^23 elements apart");
   if (g.d > kMaxHead || g.dv > kMaxHead)
     throw UnsupportedError(c.node.where() + ": the CUDA kernel takes heads of at most " + std::to_string(kMaxHead) +
                            " elements, not " + std::to_string(std::max(g.d, g.dv)));
   Attention a;
   a.pairs = g.pairs, a.tq = g.tq, a.tk = g.tk, a.d = g.d, a.dv = g.dv, a.kv_count = g.kv_count;
+  a.q = g.q, a.k = g.k, a.v = g.v, a.y = g.y;
   a.kv_heads = g.kv_heads, a.groups = g.groups;
   const size_t r = g.batch.size();
   auto leading = [&](const std::vector<int64_t>& st) {  // a score stride vector's batch part (zeros without one)
@@ -78,13 +82,19 @@ void check_lse(const KernelCtx& c, const Tensor& lse, const Attention& a) {
 }
 
 // A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds; a row's padded to a multiple of 4) and a
-// word after them (Attention::mixed), for 16-bit operands with a mask or a bias (the tensor-core kernels'); q, kt,
-// cond, bias: the inputs of Q, K^T, the mask and the bias.
-Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t kt, size_t cond, size_t bias) {
-  const Shape &qs = s.shape(q), &ks = s.shape(kt);
-  if (!mapped(s.dtype(q), s.has(cond) || s.has(bias)) || qs.size() < 2 || ks.empty()) return Dim(0);
-  return shape_numel(Shape(qs.begin(), qs.end() - 2)) * Dim::ceil_div(qs[qs.size() - 2], Dim(kKindRows)) *
-             Dim::ceil_div(Dim::ceil_div(ks.back(), Dim(kKindKeys)), Dim(4)) * Dim(4) +
+// word after them (Attention::mixed), for 16-bit operands with a mask or a bias (the tensor-core kernels'); q, k,
+// cond, bias: the inputs of Q, K, the mask and the bias. (Q's and K's sequence dims, where the node lays them.)
+Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t k, size_t cond, size_t bias) {
+  const Shape &qs = s.shape(q), &ks = s.shape(k);
+  if (!mapped(s.dtype(q), s.has(cond) || s.has(bias)) || qs.size() < 2 || ks.size() < 2) return Dim(0);
+  const std::vector<int64_t> f = s.node().attr_ints("sequence_major", {0, 0, 0, 0});
+  const bool q_major = f.size() == 4 && f[0] && qs.size() == 4, k_major = f.size() == 4 && f[1] && ks.size() == 4;
+  const size_t tq = q_major ? 1 : qs.size() - 2, tk = k_major ? 1 : ks.size() - 2;
+  Shape batch;  // Q's dims but its sequence and head size
+  for (size_t i = 0; i + 1 < qs.size(); ++i)
+    if (i != tq) batch.push_back(qs[i]);
+  return shape_numel(batch) * Dim::ceil_div(qs[tq], Dim(kKindRows)) *
+             Dim::ceil_div(Dim::ceil_div(ks[tk], Dim(kKindKeys)), Dim(4)) * Dim(4) +
          Dim(kMixedBytes);
 }
 

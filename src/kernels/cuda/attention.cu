@@ -60,31 +60,30 @@ __device__ __forceinline__ float lane_dot(const float (&a)[kPerLane], const floa
 // Score (r, j) of a pair, not masked: scale q.k + bias.
 template <typename T>
 __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T>& p, const float (&q)[kPerLane],
-                                       const T* kt, int64_t r, int64_t j, float scale, int lane) {
-  return dot(q, kt + p.kv * a.d * a.tk + j, a.d, a.tk, lane) * scale + bias_at(a, p.bias, r, j);
+                                       const T* k, int64_t r, int64_t j, float scale, int lane) {
+  return dot(q, k + a.k.at(p.kv, j), a.d, 1, lane) * scale + bias_at(a, p.bias, r, j);
 }
 
 template <typename T>
-__global__ void forward_kernel(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
+__global__ void forward_kernel(Attention a, const T* q, const T* k, const T* v, T* y, float* lse) {
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= a.pairs * a.tq) return;
   const int64_t pair = row / a.tq, r = row % a.tq;
   const AttentionPair<T> p = pair_of<T>(a, pair);
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
-  const T* vi = v + p.kv * a.tk * a.dv;
   float qv[kPerLane], acc[kPerLane] = {}, vj[kPerLane];
-  load(q + row * a.d, a.d, 1, lane, qv);
+  load(q + a.q.at(pair, r), a.d, 1, lane, qv);
   float m = -INFINITY, l = 0;
   for (int64_t j = 0; j < a.tk; ++j) {
-    const float s = masked(a, p.cond, r, j) ? fill : score(a, p, qv, kt, r, j, scale, lane);
+    const float s = masked(a, p.cond, r, j) ? fill : score(a, p, qv, k, r, j, scale, lane);
     const float mn = fmaxf(m, s);
     if (mn == -INFINITY) continue;  // every score so far -inf: nothing to add yet
     const float alpha = __expf(m - mn), e = __expf(s - mn);
     l = l * alpha + e;
     m = mn;
     const float pd = a.dropout && !keeps(a, row, j) ? 0.f : a.dropout ? e * a.keep_scale : e;
-    load(vi + j * a.dv, a.dv, 1, lane, vj);
+    load(v + a.v.at(p.kv, j), a.dv, 1, lane, vj);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] = acc[i] * alpha + pd * vj[i];
   }
@@ -92,13 +91,13 @@ __global__ void forward_kernel(Attention a, const T* q, const T* kt, const T* v,
   const float inv = empty ? (a.zero_masked_rows ? 0.f : NAN) : 1.f / l;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) acc[i] *= inv;
-  store(y + row * a.dv, a.dv, 1, lane, acc);
+  store(y + a.y.at(pair, r), a.dv, 1, lane, acc);
   if (lse && lane == 0) lse[row] = empty ? (a.zero_masked_rows ? INFINITY : NAN) : m + logf(l);
 }
 
 // dQ, and each row's D = rowsum(dY Y) for the key kernel.
 template <typename T>
-__global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* kt, const T* v, const T* y, const float* lse,
+__global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* k, const T* v, const T* y, const float* lse,
                           float* row_dots, T* dq) {
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -107,38 +106,38 @@ __global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* kt, con
   const AttentionPair<T> p = pair_of<T>(a, pair);
   const float scale = scalar_or<T>(a.scale, 1.f);
   float qv[kPerLane], dyv[kPerLane], acc[kPerLane] = {};
-  load(q + row * a.d, a.d, 1, lane, qv);
-  load(dy + row * a.dv, a.dv, 1, lane, dyv);
-  const float dr = dot(dyv, y + row * a.dv, a.dv, 1, lane), lr = lse[row];
+  load(q + a.q.at(pair, r), a.d, 1, lane, qv);
+  load(dy + a.y.at(pair, r), a.dv, 1, lane, dyv);
+  const float dr = dot(dyv, y + a.y.at(pair, r), a.dv, 1, lane), lr = lse[row];
   if (lane == 0) row_dots[row] = dr;
-  const T *kti = kt + p.kv * a.d * a.tk, *vi = v + p.kv * a.tk * a.dv;
   for (int64_t j = 0; j < a.tk; ++j) {
     if (masked(a, p.cond, r, j)) continue;  // (the fill is a constant: no gradient through it)
-    const float e = __expf(score(a, p, qv, kt, r, j, scale, lane) - lr);
-    float dp = dot(dyv, vi + j * a.dv, a.dv, 1, lane);
+    const float e = __expf(score(a, p, qv, k, r, j, scale, lane) - lr);
+    float dp = dot(dyv, v + a.v.at(p.kv, j), a.dv, 1, lane);
     if (a.dropout) dp = keeps(a, row, j) ? dp * a.keep_scale : 0.f;
     const float ds = e * (dp - dr) * scale;
+    const T* kj = k + a.k.at(p.kv, j);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      const int64_t k = lane + 32 * i;
-      if (k < a.d) acc[i] += ds * to_float(kti[k * a.tk + j]);
+      const int64_t c = lane + 32 * i;
+      if (c < a.d) acc[i] += ds * to_float(kj[c]);
     }
   }
-  store(dq + row * a.d, a.d, 1, lane, acc);
+  store(dq + a.q.at(pair, r), a.d, 1, lane, acc);
 }
 
-// dKt and dV of key j of K and V batch index kv: the sums over every query row of every pair reading them.
+// dK and dV of key j of K and V batch index kv: the sums over every query row of every pair reading them.
 template <typename T>
-__global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, const T* v,
-                           const float* lse, const float* row_dots, T* dkt, T* dvo) {
+__global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* k, const T* v,
+                           const float* lse, const float* row_dots, T* dk_out, T* dvo) {
   const int lane = threadIdx.x % 32;
   const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (w >= a.kv_count * a.tk) return;
   const int64_t kv = w / a.tk, j = w % a.tk;
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
   float kj[kPerLane], vj[kPerLane], dk[kPerLane] = {}, dvv[kPerLane] = {}, x[kPerLane];
-  load(kt + kv * a.d * a.tk + j, a.d, a.tk, lane, kj);
-  load(v + (kv * a.tk + j) * a.dv, a.dv, 1, lane, vj);
+  load(k + a.k.at(kv, j), a.d, 1, lane, kj);
+  load(v + a.v.at(kv, j), a.dv, 1, lane, vj);
   for (KvPairs pairs{kv}; pairs.next(a) < a.pairs;) {
     const int64_t pair = pairs.pair;
     const AttentionPair<T> p = pair_of<T>(a, pair);
@@ -147,7 +146,7 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
       const bool off = masked(a, p.cond, r, j);
       float s = fill;
       if (!off) {
-        load(q + row * a.d, a.d, 1, lane, x);
+        load(q + a.q.at(pair, r), a.d, 1, lane, x);
         s = lane_dot(x, kj) * scale + bias_at(a, p.bias, r, j);
       }
       const float e = __expf(s - lse[row]);
@@ -155,7 +154,7 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
       const bool keep = !a.dropout || keeps(a, row, j);
       const float pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
       float g[kPerLane];
-      load(dy + row * a.dv, a.dv, 1, lane, g);
+      load(dy + a.y.at(pair, r), a.dv, 1, lane, g);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) dvv[i] += pd * g[i];
       if (off) continue;
@@ -166,8 +165,8 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* kt, co
       for (int i = 0; i < kPerLane; ++i) dk[i] += ds * x[i];
     }
   }
-  store(dkt + kv * a.d * a.tk + j, a.d, a.tk, lane, dk);
-  store(dvo + (kv * a.tk + j) * a.dv, a.dv, 1, lane, dvv);
+  store(dk_out + a.k.at(kv, j), a.d, 1, lane, dk);
+  store(dvo + a.v.at(kv, j), a.dv, 1, lane, dvv);
 }
 
 unsigned to_blocks(int64_t units, int64_t per_block, const char* kernel) {
@@ -219,14 +218,14 @@ void with_head(int head, F&& f) {
 
 }  // namespace
 
-void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
+void flash_attention(DType t, const Attention& a, const void* q, const void* k, const void* v, void* y, float* lse,
                      cudaStream_t stream) {
   const int64_t rows = a.pairs * a.tq;
   if (rows == 0) return;
   const int head = mma_head(t, a);
   bool ok = with_float_type(t, [&](auto x) {
     using T = decltype(x);
-    const T *qt = static_cast<const T*>(q), *ktt = static_cast<const T*>(kt), *vt = static_cast<const T*>(v);
+    const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
     if constexpr (!std::is_same_v<T, float>)
       if (head) {
         map_tile_kinds<T>(a, "FlashAttention", stream);
@@ -234,25 +233,25 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* kt,
         return with_head(head, [&]<int D>() {
           tc::with_builds(a, general_build(), [&]<bool kLean>(const Attention& b) {
             tc::forward<T, D, kLean><<<to_blocks(blocks, 1, "FlashAttention"), tc::kBlock, 0, stream>>>(
-                b, qt, ktt, vt, static_cast<T*>(y), lse);
+                b, qt, kt, vt, static_cast<T*>(y), lse);
           });
         });
       }
-    forward_kernel<<<to_blocks(rows, kWarps, "FlashAttention"), kThreads, 0, stream>>>(a, qt, ktt, vt,
+    forward_kernel<<<to_blocks(rows, kWarps, "FlashAttention"), kThreads, 0, stream>>>(a, qt, kt, vt,
                                                                                         static_cast<T*>(y), lse);
   });
   if (!ok) unsupported_dtype("FlashAttention", t);
   check_launch("FlashAttention");
 }
 
-void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
-                          const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dkt,
+void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* k, const void* v,
+                          const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dk,
                           void* dv, cudaStream_t stream) {
   const int64_t rows = a.pairs * a.tq, keys = a.kv_count * a.tk;
   const int head = mma_head(t, a);
   bool ok = with_float_type(t, [&](auto x) {
     using T = decltype(x);
-    const T *dyt = static_cast<const T*>(dy), *qt = static_cast<const T*>(q), *ktt = static_cast<const T*>(kt),
+    const T *dyt = static_cast<const T*>(dy), *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k),
             *vt = static_cast<const T*>(v);
     if constexpr (!std::is_same_v<T, float>)
       if (head) {
@@ -269,7 +268,7 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
             const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
             tc::with_builds(a, general_build(), [&]<bool kLean>(const Attention& b) {
               tc::grad<T, D, kLean><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
-                  b, dyt, qt, ktt, vt, lse, row_dots, dq_sums, static_cast<T*>(dkt), static_cast<T*>(dv));
+                  b, dyt, qt, kt, vt, lse, row_dots, dq_sums, static_cast<T*>(dk), static_cast<T*>(dv));
             });
           }
           cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);  // (no keys: dQ zeros)
@@ -277,10 +276,10 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
       }
     if (rows)
       dq_kernel<<<to_blocks(rows, kWarps, "FlashAttentionGrad"), kThreads, 0, stream>>>(
-          a, dyt, qt, ktt, vt, static_cast<const T*>(y), lse, row_dots, static_cast<T*>(dq));
+          a, dyt, qt, kt, vt, static_cast<const T*>(y), lse, row_dots, static_cast<T*>(dq));
     if (keys)  // (after dq_kernel on the stream: it reads the rows' D)
       dkv_kernel<<<to_blocks(keys, kWarps, "FlashAttentionGrad"), kThreads, 0, stream>>>(
-          a, dyt, qt, ktt, vt, lse, row_dots, static_cast<T*>(dkt), static_cast<T*>(dv));
+          a, dyt, qt, kt, vt, lse, row_dots, static_cast<T*>(dk), static_cast<T*>(dv));
   });
   if (!ok) unsupported_dtype("FlashAttentionGrad", t);
   check_launch("FlashAttentionGrad");

@@ -25,11 +25,11 @@ __device__ __forceinline__ void add_pair(float* at, float x, float y) {
 }
 
 // The step's dQ share of a warp: dS (ds_t[key][row]: the step's rows by the block's keys, as A operands transposed)
-// times K (K^T's rows kts[d][key]) for the warp's quarter of the D columns, added to dq_sums (rows of a.d floats) of
-// the step's rows q0 .. of pair `pair`.
+// times K (its rows ks[key][d]) for the warp's quarter of the D columns, added to dq_sums (lying as dQ: a.q's rows of
+// a.d floats) of the step's rows q0 .. of pair `pair`.
 template <typename T, int D, int Q>
 __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t)[Q + 8],
-                                       const uint16_t (*kts)[kTile + 8], float* dq_sums, int64_t pair, int64_t q0,
+                                       const uint16_t (*ks)[D + 8], float* dq_sums, int64_t pair, int64_t q0,
                                        int warp, int lane) {
   constexpr int M = Q / 16, N = D / 32;  // the step's 16-row tiles, the warp's 8-column ones
   const int c0 = warp * (D / 4), g = lane / 4, t = lane % 4;
@@ -42,7 +42,7 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
 #pragma unroll
     for (int np = 0; np < N / 2; ++np) {
       uint32_t b[4];
-      b_tiles<false>(b, kts, c0 + 16 * np, 16 * kk, lane);
+      b_tiles<true>(b, ks, c0 + 16 * np, 16 * kk, lane);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         mma<T>(acc[m][2 * np], ar[m], b[0], b[1]);
@@ -50,20 +50,21 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
       }
     }
   }
-  // The step's rows from its first one's sums on: 32-bit offsets (a row of d <= 128 floats, rows < Q). Where the
-  // step's rows are all inside and hold D columns (every step at GPT-2's shape), the offsets from the lane's first
-  // are constants; else the columns past d and the rows past tq (the last step's) are left out.
-  float* const rows = dq_sums + (pair * a.tq + q0) * a.d;
-  const int d = int(a.d), rows_in = left(a.tq, q0, Q);
+  // The step's rows from its first one's sums on: 32-bit offsets (rows < Q lie ld floats apart; the launch checks
+  // that Q of them fit). Where the step's rows are all inside and hold D columns (every step at GPT-2's shape), the
+  // lane's offsets from its first are its rows' alone; else the columns past d and the rows past tq (the last step's)
+  // are left out.
+  float* const rows = dq_sums + a.q.at(pair, q0);
+  const int d = int(a.d), rows_in = left(a.tq, q0, Q), ld = int(a.q.row);
   if (d == D && rows_in == Q) {
-    float* const lane_at = rows + (g * D + c0 + 2 * t);
+    float* const lane_at = rows + (g * ld + c0 + 2 * t);
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
       for (int nt = 0; nt < N; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          add_pair(lane_at + ((16 * m + 8 * h) * D + 8 * nt), acc[m][nt][2 * h], acc[m][nt][2 * h + 1]);
+          add_pair(lane_at + ((16 * m + 8 * h) * ld + 8 * nt), acc[m][nt][2 * h], acc[m][nt][2 * h + 1]);
     return;
   }
 #pragma unroll
@@ -74,8 +75,8 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * m + g + 8 * h, c = c0 + 8 * nt + 2 * t;
         if (r >= rows_in) continue;
-        float* at = rows + (r * d + c);
-        if (c + 1 < d && d % 2 == 0) {
+        float* at = rows + (r * ld + c);
+        if (c + 1 < d && d % 2 == 0 && ld % 2 == 0) {
           add_pair(at, acc[m][nt][2 * h], acc[m][nt][2 * h + 1]);
           continue;
         }
@@ -84,16 +85,16 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
       }
 }
 
-// dKt and dV, and dQ's float32 sums: grid (key tiles x K's batch), each block summing over the pairs that read its K
+// dK and dV, and dQ's float32 sums: grid (key tiles x K's batch), each block summing over the pairs that read its K
 // and V; a build each (attention_builds.cuh). (At least 2 blocks a multiprocessor: left to itself, ptxas gave heads
 // of 64 168 registers, for 3, and spilled in the loop.)
 template <typename T, int D, bool kLean>
-__global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, const T* q, const T* kt, const T* v,
-                                                   const float* lse, const float* dots, float* dq_sums, T* dkt, T* dv) {
+__global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, const T* q, const T* k, const T* v,
+                                                   const float* lse, const float* dots, float* dq_sums, T* dk, T* dv) {
   if (other_build<kLean>(a)) return;
   constexpr int Q = kQueries<D>;
-  __shared__ __align__(16) uint16_t kts[D][kTile + 8];  // the block's keys as K^T's rows
-  __shared__ __align__(16) uint16_t vs[kTile][D + 8];   // and its values, a row each
+  __shared__ __align__(16) uint16_t ks[kTile][D + 8];  // the block's keys, a row each
+  __shared__ __align__(16) uint16_t vs[kTile][D + 8];  // and its values
   constexpr int S = kStages<D>;
   __shared__ __align__(16) uint16_t qs[S][Q][D + 8], ys[S][Q][D + 8];  // the step's query rows and their dY
   __shared__ float lrs[S][Q], drs[S][Q];  // and their LSE (times log2 e: base 2) and D
@@ -101,15 +102,15 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
   __shared__ __align__(16) uint16_t ds_t[kTile][Q + 8];  // the step's dS^T: the block's keys by the step's rows
   const int64_t tiles = (a.tk + kTile - 1) / kTile, kv = blockIdx.x / tiles, k0 = blockIdx.x % tiles * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4, w0 = warp * 16;
-  stage<D, kTile>(kts, bits(kt) + kv * a.d * a.tk, 0, k0, a.d, a.tk);
-  stage<kTile, D>(vs, bits(v) + kv * a.tk * a.dv, k0, 0, a.tk, a.dv);
+  stage<kTile, D>(ks, bits(k) + a.k.at(kv), k0, 0, a.tk, a.d, a.k.row);
+  stage<kTile, D>(vs, bits(v) + a.v.at(kv), k0, 0, a.tk, a.dv, a.v.row);
   commit_copies();  // (waited for with the first step's rows)
   // P's kept ones and dP's unscaled: drop_scale goes into dV once at the end, into dS's factor ds_scale (dS = P (dP
   // keep_scale - D) scale = P (dP - D / keep_scale) ds_scale), D staged times keep_ratio
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f), ds_scale = scale * drop_scale(a);
   const float keep_ratio = 1.f / drop_scale(a);
   const bool blocked = kLean || blocked_rows(a);
-  float dk[D / 8][4] = {}, dva[D / 8][4] = {};
+  float dka[D / 8][4] = {}, dva[D / 8][4] = {};
   struct Rows {  // a step: Q query rows from q0 of a pair that reads this block's K and V
     KvPairs pairs;  // (pairs.pair: the pair)
     int64_t q0;
@@ -133,8 +134,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
   };
   auto stage_rows = [&](int slot, Rows r) {
     if (r.pairs.pair < a.pairs) {
-      stage<Q, D>(qs[slot], bits(q) + r.pairs.pair * a.tq * a.d, r.q0, 0, a.tq, a.d);
-      stage<Q, D>(ys[slot], bits(dy) + r.pairs.pair * a.tq * a.dv, r.q0, 0, a.tq, a.dv);
+      stage<Q, D>(qs[slot], bits(q) + a.q.at(r.pairs.pair), r.q0, 0, a.tq, a.d, a.q.row);
+      stage<Q, D>(ys[slot], bits(dy) + a.y.at(r.pairs.pair), r.q0, 0, a.tq, a.dv, a.y.row);
       // (the rows' LSE and D by the first warp, their keys of the draw by the second: a lane a row)
       const int64_t row0 = r.pairs.pair * a.tq + r.q0;
       const int i = lane;
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t ka[4], va[4];
-        a_tile<true>(ka, kts, w0, 16 * kk, lane);  // K's rows from K^T's
+        a_tile<false>(ka, ks, w0, 16 * kk, lane);
         a_tile<false>(va, vs, w0, 16 * kk, lane);
 #pragma unroll
         for (int np = 0; np < Q / 16; ++np) {
@@ -265,7 +266,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
         }
     }
     product_accumulators<T, D, Q, true>(dva, st, ys[slot], lane);  // dV += P^T dY
-    product_accumulators<T, D, Q, true>(dk, dpt, qs[slot], lane);   // dK += dS^T Q
+    product_accumulators<T, D, Q, true>(dka, dpt, qs[slot], lane);  // dK += dS^T Q
     accumulators_to_shared<T, Q>(ds_t, dpt, w0, g, t);  // (rounded as dK's product takes it)
     } else {
       const float none[Q / 8][4] = {};
@@ -273,7 +274,7 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
     }
     __syncthreads();  // every warp's dS^T stored, and its step's rows read: with one slot, the following's copied now
     if constexpr (S == 1) stage_rows(0, following);
-    add_dq<T, D, Q>(a, ds_t, kts, dq_sums, pair, q0, warp, lane);
+    add_dq<T, D, Q>(a, ds_t, ks, dq_sums, pair, q0, warp, lane);
     step = following;
   }
 #pragma unroll
@@ -283,8 +284,8 @@ __global__ void __launch_bounds__(kBlock, 2) grad(Attention a, const T* dy, cons
       const int64_t j = k0 + w0 + row_of(i, g);
       const int c = column_of(nt, i, t);
       if (j >= a.tk) continue;
-      if (c < a.d) dkt[(kv * a.d + c) * a.tk + j] = from_float<T>(dk[nt][i]);
-      if (c < a.dv) dv[(kv * a.tk + j) * a.dv + c] = from_float<T>(dva[nt][i] * drop_scale(a));
+      if (c < a.d) dk[a.k.at(kv, j) + c] = from_float<T>(dka[nt][i]);
+      if (c < a.dv) dv[a.v.at(kv, j) + c] = from_float<T>(dva[nt][i] * drop_scale(a));
     }
 }
 

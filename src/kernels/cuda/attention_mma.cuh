@@ -1,5 +1,5 @@
 // FlashAttention on tensor cores for 16-bit operands, FlashAttention-2's scheme (warp_mma.cuh's products): a block
-// of 4 warps owns 64 query rows (16 a warp) and steps over the keys 64 at a time, K^T's and V's rows staged in
+// of 4 warps owns 64 query rows (16 a warp) and steps over the keys 64 at a time, K's and V's rows staged in
 // shared memory as they lie in global memory (by cp.async; where two stages fit, the next step's copied while the
 // warps work on this one's) and read as operands by ldmatrix; scores, probabilities and the output stay in
 // registers, rescaled by the online softmax, the probabilities fed to the next product as they are. The backward
@@ -11,7 +11,8 @@
 // mask and the bias read per score only in tiles they change irregularly (attention_tile_kind.cuh's map, made once a
 // call by tile_kinds, a map a slice of the mask and the bias: a causal mask's diagonal tiles read neither). Head
 // sizes up to D (64 or 128), zero-padded. The kernels live in namespace ONNXTRAIN_MMA_ATTENTION (attention_tiles.cuh)
-// so that the tests' warp emulation compiles its own host copy.
+// so that the tests' warp emulation compiles its own host copy. Every operand is read (and written) as rows that lie
+// where its AttentionRows say (attention_rows.h): as the tensors are laid out, or sequence-major.
 #pragma once
 #include "kernels/cuda/attention_grad.cuh"
 #include "kernels/cuda/attention_steps.cuh"
@@ -29,21 +30,21 @@ struct RowBlock {
   const uint16_t *kb, *vb;
 };
 template <typename T>
-__device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* kt, const T* v) {
+__device__ __forceinline__ RowBlock<T> row_block(const Attention& a, const T* k, const T* v) {
   const int64_t tiles = (a.tq + kTile - 1) / kTile, pair = blockIdx.x / tiles, block_r0 = blockIdx.x % tiles * kTile;
   const int lane = threadIdx.x % 32;
   const AttentionPair<T> p = pair_of<T>(a, pair);
   return {pair, block_r0, block_r0 + threadIdx.x / 32 * 16, lane, lane / 4, lane % 4, p, scalar_or<T>(a.scale, 1.f),
-          scalar_or<T>(a.fill, 0.f), bits(kt) + p.kv * a.d * a.tk, bits(v) + p.kv * a.tk * a.dv};
+          scalar_or<T>(a.fill, 0.f), bits(k) + a.k.at(p.kv), bits(v) + a.v.at(p.kv)};
 }
 
 // Runs step(slot, j0, kind) by the whole block for each tile of keys j0 .. j0 + 63 in order but those whose every
-// score is -inf (the map: kind_of), K^T's rows (kts[slot][d][j]) and V's (vs[slot][j][d]) of the tile staged, and
+// score is -inf (the map: kind_of), K's rows (ks[slot][j][d]) and V's (vs[slot][j][d]) of the tile staged, and
 // under dropout by whole blocks of the draw (blocked_rows), each of the block's rows' key of the draw for the tile's
 // keys (keys[slot][row], a thread a row instead of each thread's rows' keys).
 template <typename T, int D, bool kLean, typename Step>
 __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBlock<T>& b,
-                                               uint16_t (*kts)[D][kTile + 8], uint16_t (*vs)[kTile][D + 8],
+                                               uint16_t (*ks)[kTile][D + 8], uint16_t (*vs)[kTile][D + 8],
                                                uint32_t (*keys)[kTile], Step&& step) {
   const int tiles = int((a.tk + kTile - 1) / kTile);
   LiveTiles map;
@@ -55,8 +56,8 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
   };
   auto stage_tile = [&](int slot, Live t) {
     if (t.at < a.tk) {
-      stage<D, kTile>(kts[slot], b.kb, 0, t.at, a.d, a.tk);
-      stage<kTile, D>(vs[slot], b.vb, t.at, 0, a.tk, a.dv);
+      stage<kTile, D>(ks[slot], b.kb, t.at, 0, a.tk, a.d, a.k.row);
+      stage<kTile, D>(vs[slot], b.vb, t.at, 0, a.tk, a.dv, a.v.row);
       if (a.dropout && (kLean || blocked_rows(a)))
         for (int i = threadIdx.x; i < kTile; i += kBlock)
           keys[slot][i] = row_key(a, b.pair * a.tq + b.block_r0 + i, t.at);
@@ -79,22 +80,22 @@ __device__ __forceinline__ void for_live_tiles(const Attention& a, const RowBloc
 // spilled 400 bytes so).
 template <typename T, int D, bool kLean>
 __global__ void __launch_bounds__(kBlock, kLean && D <= 64 ? 3 : 1)
-    forward(Attention a, const T* q, const T* kt, const T* v, T* y, float* lse) {
+    forward(Attention a, const T* q, const T* k, const T* v, T* y, float* lse) {
   if (other_build<kLean>(a)) return;
-  __shared__ __align__(16) uint16_t kts[kStages<D>][D][kTile + 8];  // the step's keys as K^T's rows
-  __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];   // and its values, a row each
-  __shared__ uint32_t keys[kStages<D>][kTile];                      // and the rows' keys of dropout's draw
-  const RowBlock<T> b = row_block(a, kt, v);
+  __shared__ __align__(16) uint16_t ks[kStages<D>][kTile][D + 8];  // the step's keys, a row each
+  __shared__ __align__(16) uint16_t vs[kStages<D>][kTile][D + 8];  // and its values
+  __shared__ uint32_t keys[kStages<D>][kTile];                     // and the rows' keys of dropout's draw
+  const RowBlock<T> b = row_block(a, k, v);
   const int64_t pair = b.pair, r0 = b.r0;
   const int g = b.g, t = b.t;
   const AttentionPair<T> p = b.p;
   uint32_t qf[D / 16][4];
-  a_global<D>(qf, bits(q) + pair * a.tq * a.d, r0, a.tq, a.d, g, t);
+  a_global<D>(qf, bits(q) + a.q.at(pair), r0, a.tq, a.d, a.q.row, g, t);
   const float scale = b.scale, fill = b.fill;
   float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  for_live_tiles<T, D, kLean>(a, b, kts, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
+  for_live_tiles<T, D, kLean>(a, b, ks, vs, keys, [&](int slot, int64_t j0, TileKind kind) {
     float s[kTile / 8][4];
-    product_rows<T, D, kTile, true>(s, qf, kts[slot], b.lane);  // S = Q K^T
+    product_rows<T, D, kTile, false>(s, qf, ks[slot], b.lane);  // S = Q K^T
     float top[2] = {-INFINITY, -INFINITY};
     // No score past the rows or the keys, none masked or biased: the products as they are, scaled in the exponent
     // (a positive scale keeps the largest the largest).
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kBlock, kLean && D <= 64 ? 3 : 1)
     if (lse && t == 0 && r < a.tq)
       lse[pair * a.tq + r] = empty ? (a.zero_masked_rows ? INFINITY : NAN) : m[h] + logf(l[h]);
   }
-  store_rows<T, D>(y + pair * a.tq * a.dv, o, r0, a.tq, a.dv, inv, g, t);
+  store_rows<T, D>(y + a.y.at(pair), o, r0, a.tq, a.dv, a.y.row, inv, g, t);
 }
 
 // Each row's D = rowsum(dY Y), in float32: a warp a row.
@@ -173,8 +174,9 @@ template <typename T>
 __global__ void __launch_bounds__(kBlock) row_dots(Attention a, const T* dy, const T* y, float* dots) {
   const int64_t row = int64_t(blockIdx.x) * (kBlock / 32) + threadIdx.x / 32;
   if (row >= a.pairs * a.tq) return;
+  const int64_t at = a.y.at(row / a.tq, row % a.tq);
   float s = 0.f;
-  for (int64_t c = threadIdx.x % 32; c < a.dv; c += 32) s += to_float(dy[row * a.dv + c]) * to_float(y[row * a.dv + c]);
+  for (int64_t c = threadIdx.x % 32; c < a.dv; c += 32) s += to_float(dy[at + c]) * to_float(y[at + c]);
   s = warp_sum(s);
   if (threadIdx.x % 32 == 0) dots[row] = s;
 }

@@ -24,52 +24,54 @@ __device__ __forceinline__ const uint16_t* bits(const T* p) {
   return reinterpret_cast<const uint16_t*>(p);
 }
 
-// Element (r, c) of a row-major (rows, cols) matrix, 0 outside it.
-__device__ __forceinline__ uint16_t at(const uint16_t* m, int64_t r, int64_t c, int64_t rows, int64_t cols) {
-  return r < rows && c < cols ? m[r * cols + c] : uint16_t(0);
+// Element (r, c) of a (rows, cols) matrix whose rows lie ld elements apart, 0 outside it.
+__device__ __forceinline__ uint16_t at(const uint16_t* m, int64_t r, int64_t c, int64_t rows, int64_t cols,
+                                       int64_t ld) {
+  return r < rows && c < cols ? m[r * ld + c] : uint16_t(0);
 }
 
-// A warp's 16 rows r0 .. r0 + 15 of a row-major (rows, cols) matrix in global memory as A operands, k-step kk in
-// a[kk].
+// A warp's 16 rows r0 .. r0 + 15 of a (rows, cols) matrix in global memory (rows ld elements apart) as A operands,
+// k-step kk in a[kk].
 template <int D>
 __device__ __forceinline__ void a_global(uint32_t (&a)[D / 16][4], const uint16_t* m, int64_t r0, int64_t rows,
-                                         int64_t cols, int g, int t) {
+                                         int64_t cols, int64_t ld, int g, int t) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const int64_t c = 16 * kk + 2 * t;
-    a[kk][0] = join(at(m, r0 + g, c, rows, cols), at(m, r0 + g, c + 1, rows, cols));
-    a[kk][1] = join(at(m, r0 + g + 8, c, rows, cols), at(m, r0 + g + 8, c + 1, rows, cols));
-    a[kk][2] = join(at(m, r0 + g, c + 8, rows, cols), at(m, r0 + g, c + 9, rows, cols));
-    a[kk][3] = join(at(m, r0 + g + 8, c + 8, rows, cols), at(m, r0 + g + 8, c + 9, rows, cols));
+    a[kk][0] = join(at(m, r0 + g, c, rows, cols, ld), at(m, r0 + g, c + 1, rows, cols, ld));
+    a[kk][1] = join(at(m, r0 + g + 8, c, rows, cols, ld), at(m, r0 + g + 8, c + 1, rows, cols, ld));
+    a[kk][2] = join(at(m, r0 + g, c + 8, rows, cols, ld), at(m, r0 + g, c + 9, rows, cols, ld));
+    a[kk][3] = join(at(m, r0 + g + 8, c + 8, rows, cols, ld), at(m, r0 + g + 8, c + 9, rows, cols, ld));
   }
 }
 
-// Rows r0 .. r0 + R - 1 and columns c0 .. c0 + C - 1 of a row-major (rows, cols) matrix into s[r][c], zeros
-// outside the matrix: by cp.async where its rows allow copies of 16 bytes (cols a multiple of 8, m 16-byte aligned),
-// the caller then committing and waiting (async_copy.cuh), else an element at a time. Consecutive threads take
-// consecutive 16 bytes of a row. A tile inside the matrix (a step's, but the last's) is read with no bound tested
-// and 32-bit offsets from its first element.
+// Rows r0 .. r0 + R - 1 and columns c0 .. c0 + C - 1 of a (rows, cols) matrix whose rows lie ld elements apart into
+// s[r][c], zeros outside the matrix: by cp.async where its rows allow copies of 16 bytes (cols and ld multiples of
+// 8, m 16-byte aligned), the caller then committing and waiting (async_copy.cuh), else an element at a time.
+// Consecutive threads take consecutive 16 bytes of a row. A tile inside the matrix (a step's, but the last's) is read
+// with no bound tested and 32-bit offsets from its first element.
 template <int R, int C, int S>
 __device__ __forceinline__ void stage(uint16_t (*s)[S], const uint16_t* m, int64_t r0, int64_t c0, int64_t rows,
-                                      int64_t cols) {
+                                      int64_t cols, int64_t ld) {
   static_assert(C % 8 == 0 && R * C / 8 % kBlock == 0, "whole 16-byte copies, as many for each thread");
-  const bool wide = cols % 8 == 0 && c0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0;
-  if (wide && r0 + R <= rows && c0 + C <= cols && cols <= 0x7fffffff / R) {
-    const uint16_t* tile = m + r0 * cols + c0;
-    const int ld = int(cols);
+  const bool wide = cols % 8 == 0 && ld % 8 == 0 && c0 % 8 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0;
+  if (wide && r0 + R <= rows && c0 + C <= cols && ld <= 0x7fffffff / R) {
+    const uint16_t* tile = m + r0 * ld + c0;
+    const int step = int(ld);
 #pragma unroll
     for (int k = 0; k < R * C / 8 / kBlock; ++k) {
       const unsigned i = threadIdx.x + unsigned(k * kBlock), r = i / (C / 8), c = i % (C / 8) * 8;
-      copy16_async(&s[r][c], tile + (int(r) * ld + int(c)));
+      copy16_async(&s[r][c], tile + (int(r) * step + int(c)));
     }
   } else if (wide) {
     for (int i = threadIdx.x; i < R * C / 8; i += kBlock) {
       const int r = i / (C / 8), c = i % (C / 8) * 8;
       const bool in = r0 + r < rows && c0 + c < cols;
-      copy16_async(&s[r][c], in ? m + (r0 + r) * cols + c0 + c : m, in ? 16 : 0);
+      copy16_async(&s[r][c], in ? m + (r0 + r) * ld + c0 + c : m, in ? 16 : 0);
     }
   } else {
-    for (int i = threadIdx.x; i < R * C; i += kBlock) s[i / C][i % C] = at(m, r0 + i / C, c0 + i % C, rows, cols);
+    for (int i = threadIdx.x; i < R * C; i += kBlock)
+      s[i / C][i % C] = at(m, r0 + i / C, c0 + i % C, rows, cols, ld);
   }
 }
 
@@ -143,11 +145,11 @@ __device__ __forceinline__ void product_accumulators(float (&c)[D / 8][4], const
   }
 }
 
-// A warp's accumulators c (rows r0 + g and r0 + g + 8, D columns) into a row-major matrix of `cols` columns, each
-// row's times mult[0] and mult[1]; rows past `rows` and columns past `cols` left out.
+// A warp's accumulators c (rows r0 + g and r0 + g + 8, D columns) into a matrix of `cols` columns whose rows lie ld
+// elements apart, each row's times mult[0] and mult[1]; rows past `rows` and columns past `cols` left out.
 template <typename T, int D>
 __device__ __forceinline__ void store_rows(T* m, const float (&c)[D / 8][4], int64_t r0, int64_t rows, int64_t cols,
-                                           const float (&mult)[2], int g, int t) {
+                                           int64_t ld, const float (&mult)[2], int g, int t) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t r = r0 + g + 8 * h;
@@ -157,7 +159,7 @@ __device__ __forceinline__ void store_rows(T* m, const float (&c)[D / 8][4], int
 #pragma unroll
       for (int e = 0; e < 2; ++e)
         if (const int col = 8 * nt + 2 * t + e; col < cols)
-          m[r * cols + col] = from_float<T>(c[nt][2 * h + e] * mult[h]);
+          m[r * ld + col] = from_float<T>(c[nt][2 * h + e] * mult[h]);
   }
 }
 

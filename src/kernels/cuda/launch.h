@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/attention_rows.h"
 #include "kernels/parameter_math.h"
 #include "onnxtrain/dtype.h"
 
@@ -226,14 +227,15 @@ void swiglu_grad(DType t, const void* dy, const void* g, const void* u, void* dg
 void rotary_embedding(DType tx, DType tc, DType ty, const void* x, const void* cos, const void* sin, void* y,
                       const Indexing& rows, int64_t width, bool transposed, cudaStream_t stream);
 
-// com.onnxtrain.FlashAttention's operands: Q (pairs, tq, d), Kt (kv, d, tk), V (kv, tk, dv), Y (pairs, tq, dv), LSE
-// (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's slice of the mask and the bias (of those that differ:
-// over `slices`, the batch dims either varies over), and K's batch index with its heads repeated `groups` times, are
-// offsets<2> of p over `batch` (strides 0: slice, 1: K); the slice's offsets into the mask and the bias are offsets<2>
-// of it over `slices` (strides 0: cond, 1: bias).
+// com.onnxtrain.FlashAttention's operands: Q (pairs, tq, d), K (kv, tk, d), V (kv, tk, dv), Y (pairs, tq, dv) as rows
+// (q, k, v, y: kernels/attention_rows.h), LSE (pairs, tq) in float32; d and dv at most kMaxHead. Pair p's slice of the
+// mask and the bias (of those that differ: over `slices`, the batch dims either varies over), and K's batch index with
+// its heads repeated `groups` times, are offsets<2> of p over `batch` (strides 0: slice, 1: K); the slice's offsets
+// into the mask and the bias are offsets<2> of it over `slices` (strides 0: cond, 1: bias).
 constexpr int kMaxHead = 256;
 struct Attention {
   int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0, kv_count = 0;  // kv_count: K's and V's batch size
+  AttentionRows q, k, v, y;  // (dQ's, dK's, dV's and dY's as theirs)
   Indexing batch, slices;
   int64_t kv_heads = 1, groups = 1;
   const void* scale = nullptr;  // a scalar of the operands' dtype on the device (1 when null)
@@ -286,15 +288,15 @@ inline void place_map(Attention& a, uint8_t* at) {
   a.kinds = at;
   a.mixed = reinterpret_cast<uint32_t*>(at + kinds_count(a));  // (rows of whole words)
 }
-void flash_attention(DType t, const Attention& a, const void* q, const void* kt, const void* v, void* y, float* lse,
+void flash_attention(DType t, const Attention& a, const void* q, const void* k, const void* v, void* y, float* lse,
                      cudaStream_t stream);
 inline bool summed_dq(DType t, int64_t d, int64_t dv) {
   return (t == DType::kFloat16 || t == DType::kBFloat16) && std::max(d, dv) <= 128;
 }
-// dQ, dKt and dV; row_dots: pairs * tq floats of scratch; dq_sums: pairs * tq * d floats of scratch where summed
-// (summed_dq: the tensor-core kernels' operands, which sum dQ over the key tiles in float32), else null.
-void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* kt, const void* v,
-                          const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dkt,
+// dQ, dK and dV; row_dots: pairs * tq floats of scratch; dq_sums: pairs * tq * d floats of scratch where summed
+// (summed_dq: the tensor-core kernels' operands, which sum dQ over the key tiles in float32, lying as dQ), else null.
+void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* k, const void* v,
+                          const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dk,
                           void* dv, cudaStream_t stream);
 
 // onnxtrain.optim's updates (kernels/parameter_update.h) over n elements of dtype t (float32, bfloat16, float16;
