@@ -45,15 +45,44 @@ std::vector<int64_t> heads_first(const KernelCtx& c, size_t i, int64_t flag, con
   return d;
 }
 
+// Q's, K's and V's logical dims and rows where packed_heads=H takes them from X (B, T, (H + 2 Hkv) d), input q.
+struct Packed {
+  std::vector<int64_t> q, k, v;
+  AttentionRows rows_q, rows_kv;
+  int64_t k_offset = 0, v_offset = 0;
+};
+Packed packed(const KernelCtx& c, size_t q, int64_t heads) {
+  const std::vector<int64_t>& x = c.in(q).dims();
+  const int64_t groups = c.node.attr_int("kv_groups", 1);
+  if (groups < 1 || heads % groups != 0) c.fail("packed_heads needs heads a multiple of kv_groups");
+  const int64_t kv = heads / groups, all = heads + 2 * kv;
+  if (x.size() != 3 || x[2] % all != 0)
+    c.fail("packed X " + dims_str(x) + " must be (B, T, " + std::to_string(all) + " d)");
+  const int64_t d = x[2] / all, outer = x[1] * x[2];
+  return {{x[0], heads, x[1], d}, {x[0], kv, x[1], d}, {x[0], kv, x[1], d}, {heads, outer, d, x[2]},
+          {kv, outer, d, x[2]}, heads * d, (heads + kv) * d};
+}
+
 }  // namespace
 
 AttentionGeometry attention_geometry(const KernelCtx& c, size_t q, size_t k, size_t v, size_t cond, size_t bias) {
   const std::vector<int64_t> f = sequence_major(c);
-  const std::vector<int64_t> qd = heads_first(c, q, f[0], "Q"), kd = heads_first(c, k, f[1], "K"),
-                             vd = heads_first(c, v, f[2], "V");
+  const int64_t heads = c.node.attr_int("packed_heads", 0);
+  AttentionGeometry g;
+  std::vector<int64_t> qd, kd, vd;
+  if (heads > 0) {
+    Packed p = packed(c, q, heads);
+    qd = p.q, kd = p.k, vd = p.v;
+    g.q = p.rows_q, g.k = g.v = p.rows_kv;
+    g.packed = true, g.k_offset = p.k_offset, g.v_offset = p.v_offset;
+  } else {
+    qd = heads_first(c, q, f[0], "Q"), kd = heads_first(c, k, f[1], "K"), vd = heads_first(c, v, f[2], "V");
+    g.q = attention_rows(c.in(q).dims(), f[0] != 0);
+    g.k = attention_rows(c.in(k).dims(), f[1] != 0);
+    g.v = attention_rows(c.in(v).dims(), f[2] != 0);
+  }
   if (qd.size() < 2 || kd.size() < 2 || vd.size() < 2)
     c.fail("Q, K and V must have rank >= 2, got " + dims_str(qd) + ", " + dims_str(kd) + " and " + dims_str(vd));
-  AttentionGeometry g;
   g.batch.assign(qd.begin(), qd.end() - 2);
   g.tq = qd[qd.size() - 2];
   g.d = qd.back();
@@ -62,9 +91,6 @@ AttentionGeometry attention_geometry(const KernelCtx& c, size_t q, size_t k, siz
   if (kd.back() != g.d || vd[vd.size() - 2] != g.tk)
     c.fail("Q " + dims_str(qd) + ", K " + dims_str(kd) + " and V " + dims_str(vd) + " do not chain");
   if (f[3] && g.batch.size() != 2) c.fail("a sequence-major Y needs rank 4 operands");
-  g.q = attention_rows(c.in(q).dims(), f[0] != 0);
-  g.k = attention_rows(c.in(k).dims(), f[1] != 0);
-  g.v = attention_rows(c.in(v).dims(), f[2] != 0);
   std::vector<int64_t> y = g.batch;
   y.insert(y.end(), {g.tq, g.dv});
   if (f[3]) std::swap(y[1], y[2]);

@@ -19,6 +19,10 @@ struct AttentionGeometry {
   std::vector<int64_t> cond_strides, bias_strides;
   int64_t kv_count = 0, groups = 1, kv_heads = 1;  // kv_heads: K's last batch dim
   AttentionRows q, k, v, y;  // the operands' rows (dQ's, dK's, dV's and dY's as theirs)
+  // packed (packed_heads): Q, K and V all in X, the first input, K's and V's first elements k_offset and v_offset on
+  // (their gradients in dX, the one output, likewise)
+  bool packed = false;
+  int64_t k_offset = 0, v_offset = 0;
   int64_t offset(const std::vector<int64_t>& strides, int64_t pair) const;
   // K's and V's batch index of query pair `pair`.
   int64_t kv_of(int64_t pair) const;

@@ -20,7 +20,11 @@
 // Attribute sequence_major (4 flags: Q, K, V, Y; default 0) names the operands given as (B, T, H, d), a sequence
 // position's heads side by side as the projections write them, where the attention reads (or writes) their (B, H, T,
 // d) transpose: the attention_layout pass takes the Transposes around the attention into it, and the gradient reads
-// and writes each operand's gradient as the operand lies.
+// and writes each operand's gradient as the operand lies. Attribute packed_heads=H (Q, K and V sequence-major) takes
+// the three from one input, X (B, T, (H + 2 Hkv) d) as a projection writes them side by side (Hkv = H / kv_groups):
+// FlashAttention(X, , , ...), whose gradient writes dX, its one output.
+#include <algorithm>
+
 #include "ops/grad.h"
 #include "ops/op.h"
 #include "ops/shape_util.h"
@@ -51,7 +55,22 @@ Shape heads_first(InferCtx& ctx, Shape s, int64_t flag, const char* what) {
 struct Operands {
   Shape q, k, v;
 };
+// Q, K and V of X (B, T, (H + 2 Hkv) d) where packed_heads=H.
+Operands packed(InferCtx& ctx, const Shape& x) {
+  const int64_t heads = ctx.node().attr_int("packed_heads", 0), groups = ctx.node().attr_int("kv_groups", 1);
+  const std::vector<int64_t> f = sequence_major(ctx);
+  if (groups < 1 || heads % groups != 0 || !f[0] || !f[1] || !f[2])
+    ctx.fail("packed_heads " + std::to_string(heads) + " needs sequence-major Q, K and V and heads a multiple of " +
+             "kv_groups " + std::to_string(groups));
+  const int64_t all = heads + 2 * (heads / groups);
+  if (x.size() != 3 || !x[2].is_const() || x[2].value() % all != 0)
+    ctx.fail("packed X " + shape_str(x) + " must be (B, T, " + std::to_string(all) + " d) for " +
+             std::to_string(heads) + " heads");
+  const Dim d(x[2].value() / all), h(heads), hkv(heads / groups);
+  return {{x[0], h, x[1], d}, {x[0], hkv, x[1], d}, {x[0], hkv, x[1], d}};
+}
 Operands operands(InferCtx& ctx, size_t q, size_t k, size_t v) {
+  if (ctx.node().attr_int("packed_heads", 0) > 0) return packed(ctx, ctx.shape(q));
   const std::vector<int64_t> f = sequence_major(ctx);
   return {heads_first(ctx, ctx.shape(q), f[0], "Q"), heads_first(ctx, ctx.shape(k), f[1], "K"),
           heads_first(ctx, ctx.shape(v), f[2], "V")};
@@ -99,8 +118,15 @@ class FlashAttentionOp : public Op {
     return i == 1 ? lse_dtype(in[0]) : in[0];
   }
   Dim flops(const ir::Node& n) const override {
-    const ir::Value *q = n.inputs[kQ], *v = n.inputs[kV], *k = n.inputs[kK];
-    if (!q->has_shape || !v->has_shape || !k->has_shape || k->shape.size() < 2) return Dim(0);
+    const ir::Value *q = n.input(kQ), *v = n.input(kV), *k = n.input(kK);
+    if (!q) return Dim(0);
+    if (const int64_t heads = n.attr_int("packed_heads", 0); heads > 0 && q->has_shape && q->shape.size() == 3) {
+      const Dim& t = q->shape[1];  // (each head's scores by 4 d, its products, and 8 more)
+      const int64_t groups = std::max<int64_t>(1, n.attr_int("kv_groups", 1));
+      const Dim d = Dim::floor_div(q->shape[2], Dim(heads + 2 * heads / groups));
+      return q->shape[0] * Dim(heads) * t * t * (Dim(4) * d + Dim(8));
+    }
+    if (!k || !v || !q->has_shape || !v->has_shape || !k->has_shape || k->shape.size() < 2) return Dim(0);
     const std::vector<int64_t> f = n.attr_ints("sequence_major", {0, 0, 0, 0});
     const bool keys_second = f.size() == 4 && f[1] && k->shape.size() == 4;  // K (B, Tk, H, d)
     const Dim& tk = k->shape[keys_second ? 1 : k->shape.size() - 2];
@@ -134,11 +160,12 @@ class FlashAttentionOp : public Op {
     for (size_t i = kScale; i <= kBias; ++i) in.push_back(g.x(i));
     while (!in.back()) in.pop_back();
     ir::Attributes attrs;
-    for (const char* a : {"zero_masked_rows", "kv_groups", "sequence_major"})
+    for (const char* a : {"zero_masked_rows", "kv_groups", "sequence_major", "packed_heads"})
       if (n.attrs.count(a)) attrs[a] = n.attrs.at(a);
-    std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, 3, attrs, "com.onnxtrain");
+    const bool one = n.attr_int("packed_heads", 0) > 0;  // (dX)
+    std::vector<ir::Value*> d = g.ops("FlashAttentionGrad", in, one ? 1 : 3, attrs, "com.onnxtrain");
     d[0]->producer->random_key = n.key();  // the forward's dropout mask
-    for (size_t i = kQ; i <= kV; ++i)
+    for (size_t i = kQ; i <= (one ? kQ : kV); ++i)
       if (g.needs(i)) g.set_dx(i, d[i]);
   }
 
@@ -154,7 +181,8 @@ class FlashAttentionGradOp : public Op {
   DType output_dtype(size_t i, const std::vector<DType>& in) const override { return in[1 + i]; }
   void infer(InferCtx& ctx) const override {
     attention_batch(ctx, operands(ctx, 1, 2, 3));
-    for (size_t i = 0; i < 3; ++i) ctx.set(i, ctx.dtype(1 + i), ctx.shape(1 + i));
+    const size_t outputs = ctx.node().attr_int("packed_heads", 0) > 0 ? 1 : 3;  // (dX, or dQ, dK and dV)
+    for (size_t i = 0; i < outputs; ++i) ctx.set(i, ctx.dtype(1 + i), ctx.shape(1 + i));
   }
 
  private:

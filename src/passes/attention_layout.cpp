@@ -3,10 +3,12 @@
 // exporters write scaled_dot_product_attention's output), as models split a projection into heads and
 // merge the heads back, reads x and writes the Transpose's output itself: attribute sequence_major flags the operands
 // so laid out (ops/flash_attention.cpp), and the kernels read their rows where they lie. The transposed copies are
-// neither made nor stashed (shape_past_transpose has a Shape read off x what it read off them), and the gradient,
+// neither made nor stashed (shape_past_producer has a Shape read off x what it read off them), and the gradient,
 // which takes the flags, writes dQ, dK and dV as x lies and reads dY as
-// the merged heads' gradient comes (GPT-2: 8 transposed copies a layer and step, forward and backward). Where a
-// FlashAttentionGrad reads the node already (the training graph), the node stays as it is.
+// the merged heads' gradient comes (GPT-2: 8 transposed copies a layer and step, forward and backward). Where Q, K and
+// V then come from one Split of X (B, T, (H + 2 Hkv) d) over its last axis (each viewed as (B, T, heads, d)), the node
+// reads X itself (packed_heads=H): the Split's copies go, and the gradient's Concat of dQ, dK and dV, as the gradient
+// writes dX. Where a FlashAttentionGrad reads the node already (the training graph), the node stays as it is.
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -32,6 +34,32 @@ ir::Node* merging_heads(const ir::Graph& g, const ir::Value* y, ir::Node** resha
     *reshape = t, t = only_reader(g, t->outputs[0]);
   const bool merges = t && t->op_type == "Transpose" && t->domain.empty() && t->attr_ints("perm") == kHeadsSwapped;
   return merges ? t : nullptr;
+}
+
+// X and *heads = H where Q, K and V (sequence-major) are Reshape(Split(X)[i], (B, T, heads_i, d)), the Split's three
+// outputs in order over X's last axis, each read by its Reshape alone; else null.
+ir::Value* packed(const ir::Graph& g, const std::vector<ir::Value*>& in, int64_t groups, int64_t* heads) {
+  ir::Node* split = nullptr;
+  std::vector<int64_t> h(3);
+  for (size_t i = 0; i < 3; ++i) {
+    ir::Node* reshape = made_by(in[i], "Reshape");
+    ir::Value* part = reshape ? reshape->input(0) : nullptr;
+    ir::Node* s = part ? made_by(part, "Split") : nullptr;
+    if (!s || (split && s != split) || s->outputs.size() != 3 || s->outputs[i] != part ||
+        !sole_reader(g, part, reshape))
+      return nullptr;
+    split = s;
+    const ir::Value* x = s->input(0);
+    const Shape& r = in[i]->shape;
+    if (!x->has_shape || x->shape.size() != 3 || !part->has_shape || r.size() != 4 || !r[2].is_const() ||
+        r[0] != x->shape[0] || r[1] != x->shape[1] || r[3] != in[0]->shape[3])
+      return nullptr;
+    h[i] = r[2].value();
+  }
+  const int64_t axis = split->attr_int("axis", 0);
+  if ((axis != 2 && axis != -1) || h[1] != h[2] || h[0] != h[1] * groups) return nullptr;
+  *heads = h[0];
+  return split->input(0);
 }
 
 bool differentiated(const ir::Node* f) {
@@ -63,6 +91,12 @@ class AttentionLayout : public Pass {
       if (flags == std::vector<int64_t>(4, 0)) continue;
       ir::Attributes attrs = f->attrs;
       attrs["sequence_major"] = flags;
+      int64_t heads = 0;
+      if (flags[0] && flags[1] && flags[2])
+        if (ir::Value* x = packed(g, in, f->attr_int("kv_groups", 1), &heads)) {
+          in[0] = x, in[1] = in[2] = nullptr;
+          attrs["packed_heads"] = heads;
+        }
       ir::Node* laid = add_fused(g, "com.onnxtrain", f->opset, "FlashAttention", in, outs,
                                  g.unique_name(f->name + "_laid"), f->backward, attrs);
       laid->random_key = f->key();

@@ -53,6 +53,7 @@ struct Case {
   bool general = false;     // the kernels' general build alone (attention_builds.cuh), as ONNXTRAIN_CUDA_ATTENTION=...
   int mixed = -1;           // whether the map must have a mixed tile (the general build then runs): -1 either
   bool sequence_major = false;  // Q, K, V and Y (and their gradients) as (B, T, H, d)
+  bool packed = false;  // Q, K and V side by side in one X (B, T, (H + 2 Hkv) d), dQ, dK and dV in dX (tq = tk, d = dv)
 };
 
 template <typename T>
@@ -91,6 +92,12 @@ struct Emulated {
     a.kv_heads = c.heads / c.groups, a.groups = c.groups;
     a.q = rows(c.heads, c.tq, c.d), a.k = rows(a.kv_heads, c.tk, c.d), a.v = rows(a.kv_heads, c.tk, c.dv);
     a.y = rows(c.heads, c.tq, c.dv);
+    a.sums = a.q;
+    if (c.packed) {
+      const int64_t width = (c.heads + 2 * a.kv_heads) * c.d;
+      a.q = {c.heads, c.tq * width, c.d, width}, a.k = a.v = {a.kv_heads, c.tq * width, c.d, width};
+      a.sums = attention_rows({c.batch, c.tq, c.heads, c.d}, true);
+    }
     a.batch.rank = 2;
     a.batch.dims[0] = c.batch, a.batch.dims[1] = c.heads;
     a.batch.strides[1][0] = c.heads, a.batch.strides[1][1] = 1;  // K's batch index (before the groups)
@@ -118,8 +125,13 @@ struct Emulated {
 
   void check() const {
     const T scale = from(0.3), fill = from(c.fill);
-    std::vector<T> q = random(pairs() * c.tq * c.d, 1), k = random(kv_count() * c.tk * c.d, 2);
-    std::vector<T> v = random(kv_count() * c.tk * c.dv, 3), dy = random(pairs() * c.tq * c.dv, 4);
+    // Q, K and V in arrays of their own, or (packed) in q, each from its offset
+    const int64_t k_off = c.packed ? c.heads * c.d : 0, v_off = c.packed ? k_off + kv_count() / c.batch * c.d : 0;
+    std::vector<T> q = random(c.packed ? c.batch * c.tq * (v_off + v_off - k_off) : pairs() * c.tq * c.d, 1);
+    std::vector<T> k = random(c.packed ? 0 : kv_count() * c.tk * c.d, 2);
+    std::vector<T> v = random(c.packed ? 0 : kv_count() * c.tk * c.dv, 3);
+    std::vector<T> dy = random(pairs() * c.tq * c.dv, 4);
+    const T *kp = (c.packed ? q.data() : k.data()) + k_off, *vp = (c.packed ? q.data() : v.data()) + v_off;
     const int64_t n = slices() * c.tq * c.tk;
     std::vector<T> bias = c.zero_below ? std::vector<T>(size_t(n), from(0.)) : random(n, 5);
     std::unique_ptr<bool[]> cond(new bool[size_t(n)]);
@@ -135,7 +147,8 @@ struct Emulated {
     place_map(a, kinds.data());
     *a.mixed = 0;  // (as the launch)
 
-    std::vector<T> y(q.size() / size_t(c.d) * size_t(c.dv)), dq(q.size()), dk(k.size()), dv(v.size());
+    std::vector<T> y(size_t(pairs() * c.tq * c.dv)), dq(q.size()), dk(k.size()), dv(v.size());
+    T *dkp = (c.packed ? dq.data() : dk.data()) + k_off, *dvp = (c.packed ? dq.data() : dv.data()) + v_off;
     std::vector<float> lse(size_t(pairs() * c.tq)), dots(lse.size());
     const unsigned q_blocks = unsigned((c.tq + tc::kTile - 1) / tc::kTile * pairs());
     const unsigned k_blocks = unsigned((c.tk + tc::kTile - 1) / tc::kTile * kv_count());
@@ -145,17 +158,19 @@ struct Emulated {
       // (each build the launch runs, a block of the one that does not apply returning at once)
       tc::with_builds(a, c.general, [&]<bool kLean>(const Attention& b) {
         testing::emulate(q_blocks, tc::kBlock,
-                         [&] { tc::forward<T, D, kLean>(b, q.data(), k.data(), v.data(), y.data(), lse.data()); });
+                         [&] { tc::forward<T, D, kLean>(b, q.data(), kp, vp, y.data(), lse.data()); });
       });
       testing::emulate(row_blocks, tc::kBlock, [&] { tc::row_dots<T>(a, dy.data(), y.data(), dots.data()); });
-      std::vector<float> sums(q.size(), 0.f);  // (dQ's, zeroed as the launch does, and cast after)
+      std::vector<float> sums(size_t(pairs() * c.tq * c.d), 0.f);  // (dQ's, zeroed as the launch does, cast after)
       tc::with_builds(a, c.general, [&]<bool kLean>(const Attention& b) {
         testing::emulate(k_blocks, tc::kBlock, [&] {
-          tc::grad<T, D, kLean>(b, dy.data(), q.data(), k.data(), v.data(), lse.data(), dots.data(), sums.data(),
-                                dk.data(), dv.data());
+          tc::grad<T, D, kLean>(b, dy.data(), q.data(), kp, vp, lse.data(), dots.data(), sums.data(), dkp, dvp);
         });
       });
-      for (size_t i = 0; i < sums.size(); ++i) dq[i] = from_float<T>(sums[i]);
+      for (int64_t pair = 0; pair < pairs(); ++pair)
+        for (int64_t r = 0; r < c.tq; ++r)
+          for (int64_t e = 0; e < c.d; ++e)
+            dq[size_t(a.q.at(pair, r) + e)] = from_float<T>(sums[size_t(a.sums.at(pair, r) + e)]);
     };
     if (std::max(c.d, c.dv) <= 64)
       run.template operator()<64>();
@@ -170,6 +185,7 @@ struct Emulated {
 
     // The reference, in float64.
     std::vector<double> ry(y.size()), rlse(lse.size()), rdq(dq.size()), rdk(k.size()), rdv(v.size());
+    double *rdkp = (c.packed ? rdq.data() : rdk.data()) + k_off, *rdvp = (c.packed ? rdq.data() : rdv.data()) + v_off;
     const double sc = value(scale);
     for (int64_t pair = 0; pair < pairs(); ++pair) {
       const int64_t kv = pair / c.heads * (c.heads / c.groups) + pair % c.heads / c.groups;
@@ -183,7 +199,7 @@ struct Emulated {
         double top = -INFINITY, l = 0;
         for (int64_t j = 0; j < c.tk; ++j) {
           double x = 0;
-          for (int64_t e = 0; e < c.d; ++e) x += value(q[qat(e)]) * value(k[kat(j, e)]);
+          for (int64_t e = 0; e < c.d; ++e) x += value(q[qat(e)]) * value(kp[kat(j, e)]);
           x = x * sc + (c.bias ? value(bias[at(pair, r, j)]) : 0.);
           s[size_t(j)] = cond[at(pair, r, j)] ? value(fill) : x;
           top = std::max(top, s[size_t(j)]);
@@ -199,10 +215,10 @@ struct Emulated {
           p[size_t(j)] = empty ? 0. : p[size_t(j)] / l;
           double g = 0;
           for (int64_t e = 0; e < c.dv; ++e) {
-            const double ve = value(v[vat(j, e)]);
+            const double ve = value(vp[vat(j, e)]);
             ry[yat(e)] += p[size_t(j)] * keep[size_t(j)] * ve;
             g += dye(e) * ve;
-            rdv[vat(j, e)] += p[size_t(j)] * keep[size_t(j)] * dye(e);
+            rdvp[vat(j, e)] += p[size_t(j)] * keep[size_t(j)] * dye(e);
           }
           dp[size_t(j)] = g * keep[size_t(j)];
           dsum += p[size_t(j)] * dp[size_t(j)];
@@ -211,8 +227,8 @@ struct Emulated {
           if (cond[at(pair, r, j)]) continue;
           const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * sc;
           for (int64_t e = 0; e < c.d; ++e) {
-            rdq[qat(e)] += ds * value(k[kat(j, e)]);
-            rdk[kat(j, e)] += ds * value(q[qat(e)]);
+            rdq[qat(e)] += ds * value(kp[kat(j, e)]);
+            rdkp[kat(j, e)] += ds * value(q[qat(e)]);
           }
         }
       }
@@ -239,9 +255,11 @@ struct Emulated {
     };
     near("Y", values(y), ry);
     near("LSE", lse, rlse);
-    near("dQ", values(dq), rdq);
-    near("dK", values(dk), rdk);
-    near("dV", values(dv), rdv);
+    near(c.packed ? "dX" : "dQ", values(dq), rdq);
+    if (!c.packed) {
+      near("dK", values(dk), rdk);
+      near("dV", values(dv), rdv);
+    }
   }
 };
 
@@ -285,6 +303,8 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Emulated<__nv_bfloat16>(c).check();
   c.sequence_major = true;  // (grouped heads as the projections lay them out: K's rows 2 heads apart)
   Emulated<__nv_bfloat16>(c).check();
+  c.packed = true;  // (4 query heads and 2 key-value heads side by side: 256 elements a row)
+  Emulated<__nv_bfloat16>(c).check();
 }
 
 // A causal mask as a bool mask and as an additive bias of 0 and -inf, rows a multiple of 16 elements: their tiles
@@ -311,6 +331,9 @@ TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
   Emulated<__nv_bfloat16>(c).check();
   c.sequence_major = true;  // (the operands as GPT-2's projections write them: the attention_layout pass's)
   Emulated<__nv_bfloat16>(c).check();
+  c.packed = true;  // (and as its one projection writes all three: Q, K and V rows 384 elements apart)
+  Emulated<__nv_bfloat16>(c).check();
+  c.packed = false;
   c.general = true;
   Emulated<__nv_bfloat16>(c).check();
 }

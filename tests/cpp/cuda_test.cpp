@@ -484,28 +484,32 @@ TEST(Cuda, TensorCoreAttentionComputesAsOnTheCpu) {
 // The tensor-core kernels' two builds (attention_builds.cuh), each launch running both: under GPT-2's causal bias of
 // 0 and -inf of a batch's own (no tile of the map mixed: the lean build applies) and a random bias (the general
 // one), with dropout over whole blocks of keys (128); GPT-2's operands sequence-major (B, T, H, d) as its projections
-// write them (the attention_layout pass's), the random bias's as (B, H, T, d).
+// write them (the attention_layout pass's), and packed side by side in one X, the random bias's as (B, H, T, d).
 TEST(Cuda, TensorCoreAttentionsLeanAndGeneralBuildsComputeAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 128, d = 64;
   const DType t = DType::kBFloat16;
-  for (bool random : {false, true}) {
+  for (int form : {0, 1, 2}) {  // GPT-2's sequence-major operands, then packed side by side in X; the random bias's
+    const bool random = form == 2, packed = form == 1;
     const std::vector<int64_t> dims = random ? std::vector<int64_t>{2, 4, n, d} : std::vector<int64_t>{2, n, 4, d};
-    const ir::Attributes attrs = {{"sequence_major", std::vector<int64_t>(4, !random)}};
+    ir::Attributes attrs = {{"sequence_major", std::vector<int64_t>(4, !random)}};
+    if (packed) attrs["packed_heads"] = int64_t(4);
     Tensor bias = random_tensor(t, {2, 1, n, n}, 36);
     BFloat16* at = bias.data<BFloat16>();
     if (!random)
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t i = 0; i < n; ++i)
           for (int64_t j = 0; j < n; ++j) at[(b * n + i) * n + j] = BFloat16(j > i ? -INFINITY : 0.f);
-    Tensor q = random_tensor(t, dims, 37), k = random_tensor(t, dims, 38), v = random_tensor(t, dims, 39);
+    Tensor q = random_tensor(t, packed ? std::vector<int64_t>{2, n, 12 * d} : dims, 37);
+    Tensor k = packed ? Tensor() : random_tensor(t, dims, 38), v = packed ? Tensor() : random_tensor(t, dims, 39);
     std::vector<Tensor> in = {q, k, v, scalar(t, 0.125), Tensor(), Tensor(), scalar(DType::kFloat32, 0.1),
                               scalar(DType::kBool, true), bias};
     expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, 2e-2, 2);
     auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
-    std::vector<Tensor> grad_in = {random_tensor(t, dims, 40), q, k, v, fwd.at("o0"), fwd.at("o1")};
+    std::vector<Tensor> grad_in = {random_tensor(t, {2, n, 4, d}, 40), q, k, v, fwd.at("o0"), fwd.at("o1")};
+    if (random) grad_in[0] = random_tensor(t, dims, 40);
     grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
-    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, 3);
+    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, packed ? 1 : 3);
   }
 }
 

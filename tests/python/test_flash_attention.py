@@ -314,8 +314,9 @@ class HeadsSplitAndMerged(torch.nn.Module):
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_heads_split_and_merged_are_read_and_written_where_they_lie(bf16, tmp_path):
-    """The attention_layout pass: the fused attention reads Q, K and V as the projection lays them out and writes Y
-    as the merge reads it (sequence_major), so no Transpose is left in forward or backward; as eager computes it."""
+    """The attention_layout pass: the fused attention reads Q, K and V where the projection writes them, side by side
+    in its one output (packed_heads: no Split of it, no Concat of their gradients), and writes Y as the merge reads it
+    (sequence_major), so no Transpose is left in forward or backward; as eager computes it."""
     torch.manual_seed(0)
     eager = HeadsSplitAndMerged(0.0)
     ours = onnxtrain.Module(HeadsSplitAndMerged(0.0), onnxtrain.Options(save_onnx=str(tmp_path)))
@@ -326,10 +327,15 @@ def test_heads_split_and_merged_are_read_and_written_where_they_lie(bf16, tmp_pa
         got, want = ours(xa), eager(xb)
     got.backward()
     want.backward()
-    nodes = onnx.load(str(tmp_path / "HeadsSplitAndMerged_train_optimized.onnx")).graph.node
+    graph = onnx.load(str(tmp_path / "HeadsSplitAndMerged_train_optimized.onnx")).graph
+    nodes = graph.node
     fused = [n for n in nodes if n.op_type in ("FlashAttention", "FlashAttentionGrad")]
-    assert len(fused) == 2 and "Transpose" not in {n.op_type for n in nodes}, [n.op_type for n in nodes]
+    floats = {v.name for v in graph.value_info if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT,
+                                                                                 onnx.TensorProto.BFLOAT16)}
+    moved = {n.op_type for n in nodes if n.op_type in ("Transpose", "Split", "Concat") and n.output[0] in floats}
+    assert len(fused) == 2 and fused[0].output[0] in floats and not moved, [n.op_type for n in nodes]
     assert all([list(a.ints) for a in n.attribute if a.name == "sequence_major"] == [[1, 1, 1, 1]] for n in fused)
+    assert all([a.i for a in n.attribute if a.name == "packed_heads"] == [4] for n in fused)
     assert got.item() == pytest.approx(want.item(), rel=2e-2 if bf16 else 1e-5)
     for (n, p), q in [*zip(ours.named_parameters(), eager.parameters()), (("x", xa), xb)]:
         g, w = p.grad, q.grad

@@ -137,6 +137,12 @@ CASES += [Case("FlashAttention", [r(2, 3, 5, 4), r(2, 3, 6, 4), r(2, 3, 6, 3), C
           Case("FlashAttention", [r(2, 3, 5, 4), r(2, 6, 3, 4), r(2, 6, 3, 2), Const(np.array(0.5)), None, None,
                                   Const(np.array(0.3)), Const(np.array(True))],
                {"sequence_major": [0, 1, 1, 0]}, domain="com.onnxtrain"),
+          # Q, K and V side by side in one projection's output (B, T, (H + 2 Hkv) d): 4 query heads, 2 key-value
+          # heads of 3, with dropout; its gradient dX
+          Case("FlashAttention", [r(2, 6, 24), None, None, Const(np.array(0.5)),
+                                  Const(np.triu(np.ones((6, 6), dtype=bool), 1)), Const(np.array(-np.inf)),
+                                  Const(np.array(0.3)), Const(np.array(True))],
+               {"packed_heads": 4, "kv_groups": 2, "sequence_major": [1, 1, 1, 1]}, domain="com.onnxtrain"),
           # a bool mask made additive, two rows fully masked: zeros there, as scaled_dot_product_attention gives
           Case("FlashAttention", [r(2, 5, 4), r(2, 5, 4), r(2, 5, 3), None, None, None, None, None,
                                   Const(np.where(np.array([[True] * 5, [False] * 5, [True, False] * 2 + [True],

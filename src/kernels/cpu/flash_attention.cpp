@@ -61,7 +61,8 @@ Params<T> params(const KernelCtx& c, const AttentionGeometry& g, size_t first_sc
   p.zero_masked_rows = c.node.attr_int("zero_masked_rows", 0) != 0;
   if (c.has(scale)) p.scale = scalar<T>(c, scale, "scale");
   if (c.has(bias)) {
-    if (c.in(bias).dtype() != c.in(first_scalar - 3).dtype()) c.fail("bias must have Q's dtype");
+    const size_t q = first_scalar == 3 ? 0 : 1;  // (the forward's inputs, or the gradient's)
+    if (c.in(bias).dtype() != c.in(q).dtype()) c.fail("bias must have Q's dtype");
     p.bias = c.in(bias).data<T>();
     const size_t r = g.bias_strides.size();
     p.bias_row = g.bias_strides[r - 2];
@@ -224,7 +225,8 @@ void flash_attention(KernelCtx& c) {
   dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Params<T> p = params<T>(c, g, 3);
-    const T *q = c.in(0).data<T>(), *k = c.in(1).data<T>(), *v = c.in(2).data<T>();
+    const T* q = c.in(0).data<T>();
+    const T *k = g.packed ? q + g.k_offset : c.in(1).data<T>(), *v = g.packed ? q + g.v_offset : c.in(2).data<T>();
     T* y = c.out(0).data<T>();
     std::vector<T> lse_scratch;
     T* lse = c.wants(1) ? c.out(1).data<T>() : (lse_scratch.resize(size_t(g.pairs * g.tq)), lse_scratch.data());
@@ -309,9 +311,10 @@ void flash_attention_grad(KernelCtx& c) {
     using T = typename decltype(tag)::type;
     if (c.in(5).dtype() != c.in(1).dtype()) c.fail("LSE must have Q's dtype (float32 for lower precisions)");
     const Params<T> p = params<T>(c, g, 6);
-    const T *dy = c.in(0).data<T>(), *q = c.in(1).data<T>(), *k = c.in(2).data<T>(), *v = c.in(3).data<T>();
-    const T *y = c.in(4).data<T>(), *lse = c.in(5).data<T>();
-    T *dq = c.out(0).data<T>(), *dk = c.out(1).data<T>(), *dv = c.out(2).data<T>();
+    const T *dy = c.in(0).data<T>(), *q = c.in(1).data<T>(), *y = c.in(4).data<T>(), *lse = c.in(5).data<T>();
+    const T *k = g.packed ? q + g.k_offset : c.in(2).data<T>(), *v = g.packed ? q + g.v_offset : c.in(3).data<T>();
+    T* dq = c.out(0).data<T>();  // (packed: dX, dK's and dV's columns in it)
+    T *dk = g.packed ? dq + g.k_offset : c.out(1).data<T>(), *dv = g.packed ? dq + g.v_offset : c.out(2).data<T>();
     std::vector<std::vector<int64_t>> heads(size_t(g.kv_count));  // the pairs reading each K and V
     for (int64_t i = 0; i < g.pairs; ++i) heads[size_t(g.kv_of(i))].push_back(i);
     const int64_t per_kv = std::max<int64_t>(1, g.pairs / std::max<int64_t>(1, g.kv_count));

@@ -32,6 +32,9 @@ Attention describe(const KernelCtx& c, size_t q, size_t scale) {
   Attention a;
   a.pairs = g.pairs, a.tq = g.tq, a.tk = g.tk, a.d = g.d, a.dv = g.dv, a.kv_count = g.kv_count;
   a.q = g.q, a.k = g.k, a.v = g.v, a.y = g.y;
+  a.packed = g.packed, a.k_offset = g.k_offset, a.v_offset = g.v_offset;
+  // dQ's float32 sums: as dQ lies, but packed (then sequence-major rows of their own, cast into dX's after)
+  a.sums = g.packed ? attention_rows({g.batch[0], g.tq, g.batch[1], g.d}, true) : g.q;
   a.kv_heads = g.kv_heads, a.groups = g.groups;
   const size_t r = g.batch.size();
   auto leading = [&](const std::vector<int64_t>& st) {  // a score stride vector's batch part (zeros without one)
@@ -81,20 +84,38 @@ void check_lse(const KernelCtx& c, const Tensor& lse, const Attention& a) {
   if (lse.numel() != a.pairs * a.tq) c.fail("LSE " + dims_str(lse.dims()) + " must hold a value per row");
 }
 
-// A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds; a row's padded to a multiple of 4) and a
-// word after them (Attention::mixed), for 16-bit operands with a mask or a bias (the tensor-core kernels'); q, k,
-// cond, bias: the inputs of Q, K, the mask and the bias. (Q's and K's sequence dims, where the node lays them.)
-Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t k, size_t cond, size_t bias) {
-  const Shape &qs = s.shape(q), &ks = s.shape(k);
-  if (!mapped(s.dtype(q), s.has(cond) || s.has(bias)) || qs.size() < 2 || ks.size() < 2) return Dim(0);
+// What the scratch's sizes read of a node's operands, Q at input q: its pairs (Q's batch), query rows and keys, and
+// head sizes (0 where known only at run time), as the node lays its operands out (sequence_major, packed_heads).
+struct Sizes {
+  Dim pairs, tq, tk;
+  int64_t d = 0, dv = 0;
+};
+Sizes sizes_of(ops::InferCtx& s, size_t q) {
+  const Shape& qs = s.shape(q);
+  auto known = [](const Dim& x) { return x.is_const() ? x.value() : 0; };
+  if (const int64_t heads = s.node().attr_int("packed_heads", 0); heads > 0 && qs.size() == 3) {
+    const int64_t all = heads + 2 * heads / std::max<int64_t>(1, s.node().attr_int("kv_groups", 1));
+    const int64_t d = known(qs[2]) / all;
+    return {qs[0] * Dim(heads), qs[1], qs[1], d, d};
+  }
+  const Shape &ks = s.shape(q + 1), &vs = s.shape(q + 2);
   const std::vector<int64_t> f = s.node().attr_ints("sequence_major", {0, 0, 0, 0});
   const bool q_major = f.size() == 4 && f[0] && qs.size() == 4, k_major = f.size() == 4 && f[1] && ks.size() == 4;
   const size_t tq = q_major ? 1 : qs.size() - 2, tk = k_major ? 1 : ks.size() - 2;
   Shape batch;  // Q's dims but its sequence and head size
   for (size_t i = 0; i + 1 < qs.size(); ++i)
     if (i != tq) batch.push_back(qs[i]);
-  return shape_numel(batch) * Dim::ceil_div(qs[tq], Dim(kKindRows)) *
-             Dim::ceil_div(Dim::ceil_div(ks[tk], Dim(kKindKeys)), Dim(4)) * Dim(4) +
+  return {shape_numel(batch), qs[tq], ks[tk], known(qs.back()), vs.empty() ? 0 : known(vs.back())};
+}
+
+// A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds; a row's padded to a multiple of 4) and a
+// word after them (Attention::mixed), for 16-bit operands with a mask or a bias (the tensor-core kernels'); q, cond,
+// bias: the inputs of Q, the mask and the bias.
+Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t cond, size_t bias) {
+  if (!mapped(s.dtype(q), s.has(cond) || s.has(bias)) || s.shape(q).size() < 2) return Dim(0);
+  const Sizes z = sizes_of(s, q);
+  return z.pairs * Dim::ceil_div(z.tq, Dim(kKindRows)) * Dim::ceil_div(Dim::ceil_div(z.tk, Dim(kKindKeys)), Dim(4)) *
+             Dim(4) +
          Dim(kMixedBytes);
 }
 
@@ -103,11 +124,19 @@ void map_in(const KernelCtx& c, size_t at, Attention& a, DType t) {
   if (mapped(t, a.cond || a.bias)) place_map(a, c.scratch_as<uint8_t>(at, size_t(size_kinds(a))));
 }
 
+// Element n of tensor t's data, where its raw pointer starts.
+const void* element(const Tensor& t, int64_t n) {
+  return static_cast<const char*>(t.raw()) + n * int64_t(dtype_size(t.dtype()));
+}
+void* element(Tensor& t, int64_t n) { return static_cast<char*>(t.raw()) + n * int64_t(dtype_size(t.dtype())); }
+
 void flash_attention(KernelCtx& c) {
   Attention a = describe(c, 0, 3);
   map_in(c, 0, a, c.in(0).dtype());
   if (c.wants(1)) check_lse(c, c.out(1), a);
-  cuda::flash_attention(c.in(0).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.out(0).raw(),
+  const Tensor& x = c.in(0);  // (packed: K and V in it too)
+  cuda::flash_attention(x.dtype(), a, x.raw(), a.packed ? element(x, a.k_offset) : c.in(1).raw(),
+                        a.packed ? element(x, a.v_offset) : c.in(2).raw(), c.out(0).raw(),
                         c.wants(1) ? c.out(1).data<float>() : nullptr, stream());
 }
 
@@ -121,20 +150,25 @@ void flash_attention_grad(KernelCtx& c) {
       c.in(0).dtype() != c.in(1).dtype())
     c.fail("dY " + dims_str(c.in(0).dims()) + " and Y " + dims_str(c.in(4).dims()) + " must be the output's shape");
   check_lse(c, c.in(5), a);
-  cuda::flash_attention_grad(c.in(1).dtype(), a, c.in(0).raw(), c.in(1).raw(), c.in(2).raw(), c.in(3).raw(),
-                             c.in(4).raw(), c.in(5).data<float>(), row_dots, dq_sums, c.out(0).raw(),
-                             c.out(1).raw(), c.out(2).raw(), stream());
+  const Tensor& x = c.in(1);
+  Tensor& dx = c.out(0);  // (packed: dX, dK and dV in it too)
+  cuda::flash_attention_grad(x.dtype(), a, c.in(0).raw(), x.raw(), a.packed ? element(x, a.k_offset) : c.in(2).raw(),
+                             a.packed ? element(x, a.v_offset) : c.in(3).raw(), c.in(4).raw(),
+                             c.in(5).data<float>(), row_dots, dq_sums, dx.raw(),
+                             a.packed ? element(dx, a.k_offset) : c.out(1).raw(),
+                             a.packed ? element(dx, a.v_offset) : c.out(2).raw(), stream());
 }
 
-Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return kinds_bytes(s, 0, 1, 4, 8); }
+Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return kinds_bytes(s, 0, 4, 8); }
 // FlashAttentionGrad's: a float per query row (input 5, the LSE, holds one), a float per element of Q where the
 // tensor-core kernels sum dQ (summed_dq; a head size known only at run time counts as one they take), then the map.
 Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
-  auto head = [](const Shape& x) { return !x.empty() && x.back().is_const() ? x.back().value() : 0; };
-  const Shape& qs = s.shape(1);
+  const Sizes z = sizes_of(s, 1);
+  const bool packed = s.node().attr_int("packed_heads", 0) > 0;  // (else dQ's sums a float an element of Q)
   Dim r = shape_numel(s.shape(5)) * Dim(4);
-  if (summed_dq(s.dtype(1), head(qs), head(s.shape(3)))) r = scratch_span(r) + shape_numel(qs) * Dim(4);
-  const Dim kinds = kinds_bytes(s, 1, 2, 7, 11);
+  if (summed_dq(s.dtype(1), z.d, z.dv))
+    r = scratch_span(r) + (packed ? z.pairs * z.tq * Dim(z.d) : shape_numel(s.shape(1))) * Dim(4);
+  const Dim kinds = kinds_bytes(s, 1, 7, 11);
   return kinds.is_const() && kinds.value() == 0 ? r : scratch_span(r) + kinds;
 }
 

@@ -169,6 +169,15 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* k, con
   store(dvo + a.v.at(kv, j), a.dv, 1, lane, dvv);
 }
 
+// dQ's float32 sums (a.sums' rows) cast into dQ's rows in X (packed): an element a thread.
+template <typename T>
+__global__ void cast_rows(Attention a, const float* sums, T* dq) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.pairs * a.tq * a.d) return;
+  const int64_t row = i / a.d, c = i % a.d, pair = row / a.tq, r = row % a.tq;
+  dq[a.q.at(pair, r) + c] = from_float<T>(sums[a.sums.at(pair, r) + c]);
+}
+
 unsigned to_blocks(int64_t units, int64_t per_block, const char* kernel) {
   const int64_t blocks = (units + per_block - 1) / per_block;
   if (blocks > 0x7fffffff) launch_error(std::string(kernel) + ": more than 2^31 blocks");
@@ -271,7 +280,11 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
                   b, dyt, qt, kt, vt, lse, row_dots, dq_sums, static_cast<T*>(dk), static_cast<T*>(dv));
             });
           }
-          cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);  // (no keys: dQ zeros)
+          if (a.packed)  // (no keys: dQ zeros)
+            cast_rows<T><<<to_blocks(rows * a.d, kThreads, name), kThreads, 0, stream>>>(a, dq_sums,
+                                                                                      static_cast<T*>(dq));
+          else
+            cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);
         });
       }
     if (rows)

@@ -25,8 +25,8 @@ __device__ __forceinline__ void add_pair(float* at, float x, float y) {
 }
 
 // The step's dQ share of a warp: dS (ds_t[key][row]: the step's rows by the block's keys, as A operands transposed)
-// times K (its rows ks[key][d]) for the warp's quarter of the D columns, added to dq_sums (lying as dQ: a.q's rows of
-// a.d floats) of the step's rows q0 .. of pair `pair`.
+// times K (its rows ks[key][d]) for the warp's quarter of the D columns, added to dq_sums (rows of a.d floats where
+// a.sums says) of the step's rows q0 .. of pair `pair`.
 template <typename T, int D, int Q>
 __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t)[Q + 8],
                                        const uint16_t (*ks)[D + 8], float* dq_sums, int64_t pair, int64_t q0,
@@ -54,8 +54,8 @@ __device__ __forceinline__ void add_dq(const Attention& a, const uint16_t (*ds_t
   // that Q of them fit). Where the step's rows are all inside and hold D columns (every step at GPT-2's shape), the
   // lane's offsets from its first are its rows' alone; else the columns past d and the rows past tq (the last step's)
   // are left out.
-  float* const rows = dq_sums + a.q.at(pair, q0);
-  const int d = int(a.d), rows_in = left(a.tq, q0, Q), ld = int(a.q.row);
+  float* const rows = dq_sums + a.sums.at(pair, q0);
+  const int d = int(a.d), rows_in = left(a.tq, q0, Q), ld = int(a.sums.row);
   if (d == D && rows_in == Q) {
     float* const lane_at = rows + (g * ld + c0 + 2 * t);
 #pragma unroll

@@ -236,6 +236,9 @@ constexpr int kMaxHead = 256;
 struct Attention {
   int64_t pairs = 0, tq = 0, tk = 0, d = 0, dv = 0, kv_count = 0;  // kv_count: K's and V's batch size
   AttentionRows q, k, v, y;  // (dQ's, dK's, dV's and dY's as theirs)
+  AttentionRows sums;        // the backward's float32 sums of dQ (summed_dq)
+  bool packed = false;       // Q, K and V in one tensor (packed_heads: then the sums are cast into it row by row)
+  int64_t k_offset = 0, v_offset = 0;
   Indexing batch, slices;
   int64_t kv_heads = 1, groups = 1;
   const void* scale = nullptr;  // a scalar of the operands' dtype on the device (1 when null)
