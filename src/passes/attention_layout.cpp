@@ -76,19 +76,21 @@ class AttentionLayout : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* f : nodes_of(g, "FlashAttention", "com.onnxtrain")) {
-      if (f->has_attr("sequence_major") || !has_inputs(f, 3) || differentiated(f)) continue;
-      std::vector<int64_t> flags(4, 0);
+      if (f->has_attr("packed_heads") || !has_inputs(f, 3) || differentiated(f)) continue;
+      const std::vector<int64_t> had = f->attr_ints("sequence_major", {0, 0, 0, 0});  // (an earlier round's)
+      if (had.size() != 4) continue;
+      std::vector<int64_t> flags = had;
       std::vector<ir::Value*> in = f->inputs, outs = f->outputs;
       for (size_t i = 0; i < 3; ++i)
-        if (ir::Value* x = untransposed(in[i])) in[i] = x, flags[i] = 1;
+        if (ir::Value* x = flags[i] ? nullptr : untransposed(in[i])) in[i] = x, flags[i] = 1;
       ir::Node* reshape = nullptr;
-      if (ir::Node* merge = merging_heads(g, outs[0], &reshape)) {
+      if (ir::Node* merge = flags[3] ? nullptr : merging_heads(g, outs[0], &reshape)) {
         outs[0] = merge->outputs[0];
         flags[3] = 1;
         gone.push_back(merge);
         if (reshape) gone.push_back(reshape);
       }
-      if (flags == std::vector<int64_t>(4, 0)) continue;
+      if (flags == had) continue;
       ir::Attributes attrs = f->attrs;
       attrs["sequence_major"] = flags;
       int64_t heads = 0;

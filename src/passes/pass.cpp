@@ -24,6 +24,7 @@ std::vector<std::unique_ptr<Pass>> default_passes() {
   r.push_back(attention_softmax_fusion());
   r.push_back(flash_attention_fusion());
   r.push_back(grouped_attention_fusion());
+  r.push_back(rotary_past_transpose());
   r.push_back(attention_layout());
   r.push_back(shape_past_producer());
   r.push_back(transpose_gemm_fusion());

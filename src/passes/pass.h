@@ -37,6 +37,7 @@ std::unique_ptr<Pass> masked_softmax_fusion();
 std::unique_ptr<Pass> attention_softmax_fusion();
 std::unique_ptr<Pass> flash_attention_fusion();
 std::unique_ptr<Pass> grouped_attention_fusion();
+std::unique_ptr<Pass> rotary_past_transpose();
 std::unique_ptr<Pass> attention_layout();
 std::unique_ptr<Pass> shape_past_producer();
 std::unique_ptr<Pass> linear_cross_entropy_fusion();
@@ -93,9 +94,10 @@ bool remove_all(ir::Graph& g, const std::vector<const ir::Node*>& gone, bool res
 
 // The default list, in order: identity elimination, CastLike to Cast, GELU fusion, narrowed GELU, RMSNorm fusion, the
 // norms' output cast, SwiGLU fusion, rotary embedding fusion, Linear fusion, Linear-cross-entropy fusion,
-// masked-softmax fusion, attention-softmax fusion, flash-attention fusion, grouped-attention fusion, attention layout,
-// Shape past its producer, Transpose-into-Gemm fusion, Cast-into-product fusion, Dropout fusion, norm gradient residual,
-// scatter accumulation, slice gradients to a Concat, constant folding, common subexpressions, dead code.
+// masked-softmax fusion, attention-softmax fusion, flash-attention fusion, grouped-attention fusion, rotary embedding
+// past a Transpose, attention layout, Shape past its producer, Transpose-into-Gemm fusion, Cast-into-product fusion,
+// Dropout fusion, norm gradient residual, scatter accumulation, slice gradients to a Concat, constant folding, common
+// subexpressions, dead code.
 std::vector<std::unique_ptr<Pass>> default_passes();
 // Applies the passes in order until none changes the graph (at most a few rounds).
 void run_passes(ir::Graph& g, const std::vector<std::unique_ptr<Pass>>& passes);

@@ -1,8 +1,8 @@
 // Shape past its input's producer: Shape(y, start, end) where y's dims [start, end) are, in order, dims of x, the
-// first input of y's producer (a Transpose's by its perm; any other op's at the same places, as shape inference
-// found them equal), becomes Shape(x) of those dims, so that a value read only for its shape (exporters read a
-// sequence length or a head size off the keys they transpose or the heads they split) goes with dead code. Repeated
-// over the rounds, a Shape moves back to the first value that holds its dims.
+// first input of y's producer (as shape inference found them: a Transpose's moved, a Reshape's regrouped), becomes
+// Shape(x) of those dims, so that a value read only for its shape (exporters read a sequence length or a head size
+// off the keys they transpose or the heads they split) goes with dead code. A Shape moves back producer by producer
+// to the first value that holds its dims.
 #include <algorithm>
 
 #include "passes/pass.h"
@@ -10,21 +10,15 @@
 namespace onnxtrain::passes {
 namespace {
 
-// Where dims [start, end) of y lie in x, the first input of y's producer p: the first of them, or -1.
+// Where dims [start, end) of y lie in x, the first input of y's producer p, in order (shape inference found them
+// equal, so that they are at run time): the first of them, or -1.
 int64_t dims_in_input(const ir::Node* p, const ir::Value* y, int64_t start, int64_t end) {
   const ir::Value* x = p->input(0);
   if (!x || !x->has_shape || !y->has_shape) return -1;
-  if (p->op_type == "Transpose" && p->domain.empty()) {
-    const std::vector<int64_t> perm = p->attr_ints("perm");
-    if (perm.size() != x->shape.size()) return -1;
-    for (int64_t i = start; i < end; ++i)
-      if (perm[size_t(i)] != perm[size_t(start)] + i - start) return -1;
-    return perm[size_t(start)];
-  }
-  if (int64_t(x->shape.size()) < end) return -1;
-  for (int64_t i = start; i < end; ++i)
-    if (x->shape[size_t(i)] != y->shape[size_t(i)]) return -1;
-  return start;
+  const Shape want(y->shape.begin() + start, y->shape.begin() + end), &have = x->shape;
+  for (size_t at = 0; at + want.size() <= have.size(); ++at)
+    if (std::equal(want.begin(), want.end(), have.begin() + std::ptrdiff_t(at))) return int64_t(at);
+  return -1;
 }
 
 class ShapePastProducer : public Pass {
@@ -33,16 +27,19 @@ class ShapePastProducer : public Pass {
   bool apply(ir::Graph& g) const override {
     std::vector<const ir::Node*> gone;
     for (ir::Node* s : nodes_of(g, "Shape")) {
-      const ir::Value* y = has_inputs(s, 1) ? s->input(0) : nullptr;
-      const ir::Node* p = y ? y->producer : nullptr;
-      if (!p || !y->has_shape || p->op_type == "Shape") continue;
-      const int64_t rank = int64_t(y->shape.size());
+      ir::Value* y = has_inputs(s, 1) ? s->input(0) : nullptr;
+      const int64_t rank = y && y->has_shape ? int64_t(y->shape.size()) : 0;
       auto at = [&](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + rank : i, 0, rank); };
-      const int64_t start = at(s->attr_int("start", 0)), end = at(s->attr_int("end", rank));
-      const int64_t from = start < end ? dims_in_input(p, y, start, end) : -1;
-      if (from < 0) continue;
-      add_fused(g, "", s->opset, "Shape", {p->input(0)}, {s->outputs[0]}, g.unique_name(s->name + "_past"),
-                s->backward, {{"start", from}, {"end", from + end - start}});
+      int64_t start = at(s->attr_int("start", 0)), end = at(s->attr_int("end", rank));
+      ir::Value* from = y;
+      while (start < end && from->producer && from->producer->op_type != "Shape") {  // (as far back as it goes)
+        const int64_t there = dims_in_input(from->producer, from, start, end);
+        if (there < 0) break;
+        from = from->producer->input(0), end = there + end - start, start = there;
+      }
+      if (from == y) continue;
+      add_fused(g, "", s->opset, "Shape", {from}, {s->outputs[0]},
+                g.unique_name(s->name + "_past"), s->backward, {{"start", start}, {"end", end}});
       gone.push_back(s);
     }
     return remove_all(g, gone, true);

@@ -126,3 +126,41 @@ def test_rotary_embedding_is_fused_and_trains_as_eager(bf16, float32_cos, tmp_pa
         bf16_out = [r.name for r in rotary if any(a.name == "to" and a.i == onnx.TensorProto.BFLOAT16
                                                   for a in r.attribute)]
         assert len([n for n in bf16_out if "_grad" not in n]) >= 1 and len(bf16_out) >= 3, bf16_out
+
+
+class RotaryAttention(torch.nn.Module):
+    """LlamaAttention: 4 query heads on 2 key-value heads (repeat_kv), queries and keys rotated (cos and sin in
+    float32, as LlamaModel passes them under autocast), causal attention, the heads merged for o_proj."""
+
+    def __init__(self, d=24, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.head = heads, kv_heads, d // heads
+        self.q, self.o = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.k, self.v = torch.nn.Linear(d, self.head * kv_heads), torch.nn.Linear(d, self.head * kv_heads)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, self.head, 2).float() / self.head),
+                             persistent=False)
+
+    def forward(self, x):
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+
+        b, t, d = x.shape
+        freqs = torch.arange(t, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)[None].expand(b, -1, -1)
+        q = self.q(x).view(b, t, self.heads, self.head).transpose(1, 2)
+        k, v = (p(x).view(b, t, self.kv_heads, self.head).transpose(1, 2) for p in (self.k, self.v))
+        q, k = apply_rotary_pos_emb(q, k, emb.cos(), emb.sin())
+        k, v = (repeat_kv(h, self.heads // self.kv_heads) for h in (k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, t, d)).sin().sum()
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_rotated_heads_are_attended_where_the_projections_write_them(bf16, tmp_path):
+    """rotary_past_transpose and attention_layout: the queries and keys are rotated as (B, T, H, d) (cos and sin
+    transposed instead, once for every layer) and attended there with the values, the output written as o_proj reads
+    it: the only Transposes left are cos's and sin's, in forward and backward alike."""
+    ops = trained_ops(RotaryAttention, bf16, tmp_path)
+    graph = onnx.load(str(tmp_path / "RotaryAttention_train_optimized.onnx")).graph
+    fused = [n for n in graph.node if n.op_type in ("FlashAttention", "FlashAttentionGrad")]
+    assert all([list(a.ints) for a in n.attribute if a.name == "sequence_major"] == [[1, 1, 1, 1]] for n in fused)
+    assert len(fused) == 2 and ops.count("RotaryEmbedding") == 4 and ops.count("Transpose") == 2, ops
