@@ -1,14 +1,14 @@
 // Attention layout: a com.onnxtrain.FlashAttention whose Q, K or V is Transpose(x, (0, 2, 1, 3)) of a (B, T, H, d)
 // x, or whose Y's one reader is that Transpose (making (B, T, H, dv); through a Reshape to Y's own shape, as the
-// exporters write scaled_dot_product_attention's output), as models split a projection into heads and
-// merge the heads back, reads x and writes the Transpose's output itself: attribute sequence_major flags the operands
-// so laid out (ops/flash_attention.cpp), and the kernels read their rows where they lie. The transposed copies are
-// neither made nor stashed (shape_past_producer has a Shape read off x what it read off them), and the gradient,
-// which takes the flags, writes dQ, dK and dV as x lies and reads dY as
-// the merged heads' gradient comes (GPT-2: 8 transposed copies a layer and step, forward and backward). Where Q, K and
-// V then come from one Split of X (B, T, (H + 2 Hkv) d) over its last axis (each viewed as (B, T, heads, d)), the node
-// reads X itself (packed_heads=H): the Split's copies go, and the gradient's Concat of dQ, dK and dV, as the gradient
-// writes dX. Where a FlashAttentionGrad reads the node already (the training graph), the node stays as it is.
+// exporters write scaled_dot_product_attention's output), as models split a projection into heads and merge the heads
+// back, reads x and writes the Transpose's output itself: attribute sequence_major flags the operands so laid out
+// (ops/flash_attention.cpp), and the kernels read their rows where they lie. The transposed copies are neither made
+// nor stashed (shape_past_producer has a Shape read off x what it read off them), and the gradient, which takes the
+// flags, writes dQ, dK and dV as x lies and reads dY as the merged heads' gradient comes (GPT-2: 8 transposed copies
+// a layer and step, forward and backward). Where Q, K and V then come from one Split of X (B, T, (H + 2 Hkv) d) over
+// its last axis (each viewed as (B, T, heads, d)), the node reads X itself (packed_heads=H): the Split's copies go,
+// and the gradient's Concat of dQ, dK and dV, as the gradient writes dX. A node an earlier round laid out in part
+// takes the rest; where a FlashAttentionGrad reads the node already (the training graph), it stays as it is.
 #include "passes/pass.h"
 
 namespace onnxtrain::passes {
@@ -90,15 +90,16 @@ class AttentionLayout : public Pass {
         gone.push_back(merge);
         if (reshape) gone.push_back(reshape);
       }
-      if (flags == had) continue;
       ir::Attributes attrs = f->attrs;
       attrs["sequence_major"] = flags;
       int64_t heads = 0;
-      if (flags[0] && flags[1] && flags[2])
-        if (ir::Value* x = packed(g, in, f->attr_int("kv_groups", 1), &heads)) {
-          in[0] = x, in[1] = in[2] = nullptr;
-          attrs["packed_heads"] = heads;
-        }
+      ir::Value* x = flags[0] && flags[1] && flags[2] ? packed(g, in, f->attr_int("kv_groups", 1), &heads) : nullptr;
+      if (x) {
+        in[0] = x, in[1] = in[2] = nullptr;
+        attrs["packed_heads"] = heads;
+      } else if (flags == had) {
+        continue;
+      }
       ir::Node* laid = add_fused(g, "com.onnxtrain", f->opset, "FlashAttention", in, outs,
                                  g.unique_name(f->name + "_laid"), f->backward, attrs);
       laid->random_key = f->key();

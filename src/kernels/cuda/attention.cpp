@@ -93,12 +93,14 @@ struct Sizes {
 Sizes sizes_of(ops::InferCtx& s, size_t q) {
   const Shape& qs = s.shape(q);
   auto known = [](const Dim& x) { return x.is_const() ? x.value() : 0; };
-  if (const int64_t heads = s.node().attr_int("packed_heads", 0); heads > 0 && qs.size() == 3) {
+  if (const int64_t heads = s.node().attr_int("packed_heads", 0); heads > 0) {
+    if (qs.size() != 3) return {Dim(0), Dim(0), Dim(0)};  // (shape inference refuses such a node)
     const int64_t all = heads + 2 * heads / std::max<int64_t>(1, s.node().attr_int("kv_groups", 1));
     const int64_t d = known(qs[2]) / all;
     return {qs[0] * Dim(heads), qs[1], qs[1], d, d};
   }
   const Shape &ks = s.shape(q + 1), &vs = s.shape(q + 2);
+  if (qs.size() < 2 || ks.size() < 2) return {Dim(0), Dim(0), Dim(0)};  // (shape inference refuses such a node)
   const std::vector<int64_t> f = s.node().attr_ints("sequence_major", {0, 0, 0, 0});
   const bool q_major = f.size() == 4 && f[0] && qs.size() == 4, k_major = f.size() == 4 && f[1] && ks.size() == 4;
   const size_t tq = q_major ? 1 : qs.size() - 2, tk = k_major ? 1 : ks.size() - 2;
