@@ -299,11 +299,10 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Case c;
   c.heads = 4, c.groups = 2, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY;
   Emulated<__half>(c).check();
+  Case packed = c;  // (4 query heads and 2 key-value heads side by side: 256 elements a row; two tiles of rows)
+  packed.tq = packed.tk = 80, packed.sequence_major = packed.packed = true;
+  Emulated<__nv_bfloat16>(packed).check();
   c.batch = 2, c.causal = false, c.bias = c.causal_bias = true, c.shift = 64;
-  Emulated<__nv_bfloat16>(c).check();
-  c.sequence_major = true;  // (grouped heads as the projections lay them out: K's rows 2 heads apart)
-  Emulated<__nv_bfloat16>(c).check();
-  c.packed = true;  // (4 query heads and 2 key-value heads side by side: 256 elements a row)
   Emulated<__nv_bfloat16>(c).check();
 }
 
@@ -323,18 +322,15 @@ TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
 // GPT-2's attention in training: its causal mask an additive bias of 0 and -inf of a batch's own, dropout over whole
 // blocks of keys, three tiles of rows and keys: causal tiles of a bias, the map's words, whole tiles staged with no
 // bound tested, the rows' staged keys of the draw, one barrier a step, dQ summed from three blocks of keys. No tile
-// mixed: the lean build runs, and the general one where it is asked for alone.
+// mixed: the lean build runs, and the general one where it is asked for alone. The operands as GPT-2's attention
+// reads them (the attention_layout pass's): Q, K and V side by side as its one projection writes them (rows 384
+// elements apart), Y sequence-major; for the general build, each of its own, sequence-major.
 TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
   Case c;
   c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
-  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0;
+  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0, c.sequence_major = c.packed = true;
   Emulated<__nv_bfloat16>(c).check();
-  c.sequence_major = true;  // (the operands as GPT-2's projections write them: the attention_layout pass's)
-  Emulated<__nv_bfloat16>(c).check();
-  c.packed = true;  // (and as its one projection writes all three: Q, K and V rows 384 elements apart)
-  Emulated<__nv_bfloat16>(c).check();
-  c.packed = false;
-  c.general = true;
+  c.packed = false, c.general = true;
   Emulated<__nv_bfloat16>(c).check();
 }
 
