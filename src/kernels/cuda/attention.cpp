@@ -127,10 +127,7 @@ void map_in(const KernelCtx& c, size_t at, Attention& a, DType t) {
 }
 
 // Element n of tensor t's data, where its raw pointer starts.
-const void* element(const Tensor& t, int64_t n) {
-  return static_cast<const char*>(t.raw()) + n * int64_t(dtype_size(t.dtype()));
-}
-void* element(Tensor& t, int64_t n) { return static_cast<char*>(t.raw()) + n * int64_t(dtype_size(t.dtype())); }
+void* element(const Tensor& t, int64_t n) { return static_cast<char*>(t.raw()) + n * int64_t(dtype_size(t.dtype())); }
 
 void flash_attention(KernelCtx& c) {
   Attention a = describe(c, 0, 3);

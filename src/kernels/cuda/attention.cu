@@ -57,11 +57,11 @@ __device__ __forceinline__ float lane_dot(const float (&a)[kPerLane], const floa
   return warp_sum(s);
 }
 
-// Score (r, j) of a pair, not masked: scale q.k + bias.
+// Score (r, j) of a pair whose K starts at ki, not masked: scale q.k + bias.
 template <typename T>
 __device__ __forceinline__ float score(const Attention& a, const AttentionPair<T>& p, const float (&q)[kPerLane],
-                                       const T* k, int64_t r, int64_t j, float scale, int lane) {
-  return dot(q, k + a.k.at(p.kv, j), a.d, 1, lane) * scale + bias_at(a, p.bias, r, j);
+                                       const T* ki, int64_t r, int64_t j, float scale, int lane) {
+  return dot(q, ki + j * a.k.row, a.d, 1, lane) * scale + bias_at(a, p.bias, r, j);
 }
 
 template <typename T>
@@ -72,18 +72,19 @@ __global__ void forward_kernel(Attention a, const T* q, const T* k, const T* v, 
   const int64_t pair = row / a.tq, r = row % a.tq;
   const AttentionPair<T> p = pair_of<T>(a, pair);
   const float scale = scalar_or<T>(a.scale, 1.f), fill = scalar_or<T>(a.fill, 0.f);
+  const T *ki = k + a.k.at(p.kv), *vi = v + a.v.at(p.kv);  // (the pair's K and V rows' start, out of the loop)
   float qv[kPerLane], acc[kPerLane] = {}, vj[kPerLane];
   load(q + a.q.at(pair, r), a.d, 1, lane, qv);
   float m = -INFINITY, l = 0;
   for (int64_t j = 0; j < a.tk; ++j) {
-    const float s = masked(a, p.cond, r, j) ? fill : score(a, p, qv, k, r, j, scale, lane);
+    const float s = masked(a, p.cond, r, j) ? fill : score(a, p, qv, ki, r, j, scale, lane);
     const float mn = fmaxf(m, s);
     if (mn == -INFINITY) continue;  // every score so far -inf: nothing to add yet
     const float alpha = __expf(m - mn), e = __expf(s - mn);
     l = l * alpha + e;
     m = mn;
     const float pd = a.dropout && !keeps(a, row, j) ? 0.f : a.dropout ? e * a.keep_scale : e;
-    load(v + a.v.at(p.kv, j), a.dv, 1, lane, vj);
+    load(vi + j * a.v.row, a.dv, 1, lane, vj);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) acc[i] = acc[i] * alpha + pd * vj[i];
   }
@@ -105,6 +106,7 @@ __global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* k, cons
   const int64_t pair = row / a.tq, r = row % a.tq;
   const AttentionPair<T> p = pair_of<T>(a, pair);
   const float scale = scalar_or<T>(a.scale, 1.f);
+  const T *ki = k + a.k.at(p.kv), *vi = v + a.v.at(p.kv);
   float qv[kPerLane], dyv[kPerLane], acc[kPerLane] = {};
   load(q + a.q.at(pair, r), a.d, 1, lane, qv);
   load(dy + a.y.at(pair, r), a.dv, 1, lane, dyv);
@@ -112,11 +114,11 @@ __global__ void dq_kernel(Attention a, const T* dy, const T* q, const T* k, cons
   if (lane == 0) row_dots[row] = dr;
   for (int64_t j = 0; j < a.tk; ++j) {
     if (masked(a, p.cond, r, j)) continue;  // (the fill is a constant: no gradient through it)
-    const float e = __expf(score(a, p, qv, k, r, j, scale, lane) - lr);
-    float dp = dot(dyv, v + a.v.at(p.kv, j), a.dv, 1, lane);
+    const float e = __expf(score(a, p, qv, ki, r, j, scale, lane) - lr);
+    float dp = dot(dyv, vi + j * a.v.row, a.dv, 1, lane);
     if (a.dropout) dp = keeps(a, row, j) ? dp * a.keep_scale : 0.f;
     const float ds = e * (dp - dr) * scale;
-    const T* kj = k + a.k.at(p.kv, j);
+    const T* kj = ki + j * a.k.row;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int64_t c = lane + 32 * i;
@@ -141,12 +143,13 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* k, con
   for (KvPairs pairs{kv}; pairs.next(a) < a.pairs;) {
     const int64_t pair = pairs.pair;
     const AttentionPair<T> p = pair_of<T>(a, pair);
+    const T *qi = q + a.q.at(pair), *dyi = dy + a.y.at(pair);  // (the pair's rows' starts, out of the loop)
     for (int64_t r = 0; r < a.tq; ++r) {
       const int64_t row = pair * a.tq + r;
       const bool off = masked(a, p.cond, r, j);
       float s = fill;
       if (!off) {
-        load(q + a.q.at(pair, r), a.d, 1, lane, x);
+        load(qi + r * a.q.row, a.d, 1, lane, x);
         s = lane_dot(x, kj) * scale + bias_at(a, p.bias, r, j);
       }
       const float e = __expf(s - lse[row]);
@@ -154,7 +157,7 @@ __global__ void dkv_kernel(Attention a, const T* dy, const T* q, const T* k, con
       const bool keep = !a.dropout || keeps(a, row, j);
       const float pd = !keep ? 0.f : a.dropout ? e * a.keep_scale : e;
       float g[kPerLane];
-      load(dy + a.y.at(pair, r), a.dv, 1, lane, g);
+      load(dyi + r * a.y.row, a.dv, 1, lane, g);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) dvv[i] += pd * g[i];
       if (off) continue;
