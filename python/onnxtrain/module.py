@@ -180,8 +180,11 @@ class Module(torch.nn.Module):
 
     def _build(self, full, tensors, names, training, device):
         t0 = time.perf_counter()
-        # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); all by default.
+        # A module may say which dims of its tensor arguments vary (the dynamo backend's graphs do); else the
+        # options do (all by default).
         dynamic_dims = getattr(self.module, "dynamic_dims", None)
+        if dynamic_dims is None and self._options.dynamic != "all":
+            dynamic_dims = [[0] if self._options.dynamic == "batch" and t.dim() else [] for t in tensors]
         exported, how = self._exported(full, tensors, names, dynamic_dims, device)
         t1 = time.perf_counter()
         needs = [n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point()]

@@ -23,6 +23,12 @@ class Options:
     # of the same code on the same model loads them instead of capturing again; "0" disables it. By default
     # $XDG_CACHE_HOME/onnxtrain/captures (~/.cache/onnxtrain/captures); onnxtrain.clear_capture_cache() empties it
     capture_cache: str = ""
+    # ONNXTRAIN_DYNAMIC: which dims of the tensor arguments the graph takes as symbols: "all" (the default: one
+    # capture serves every size), "batch" (dim 0 of each; the others fixed at the first call's sizes) or "none"
+    # (every dim fixed). A call with other fixed sizes captures again, as torch.compile(dynamic=False) compiles
+    # again. torch.export's reasoning about symbolic sizes has its cost: a small SwinV2, whose image sizes decide
+    # its windows' padding, captures in about 1 s with them fixed and 50 s with them symbolic
+    dynamic: str = "all"
     # ONNXTRAIN_MEMORY_OPT_CONFIG (alias ORTMODULE_MEMORY_OPT_CONFIG): recompute plans, "ClusterId:Strategy:Count,..."
     # inline or a path to a JSON array of such strings
     memory_opt_config: str = ""
@@ -62,6 +68,10 @@ class Options:
         o.fallback = os.environ.get("ONNXTRAIN_FALLBACK", o.fallback).lower()
         o.exporter = os.environ.get("ONNXTRAIN_EXPORTER", o.exporter).lower()
         o.capture_cache = os.environ.get("ONNXTRAIN_CAPTURE_CACHE", o.capture_cache)
+        o.dynamic = os.environ.get("ONNXTRAIN_DYNAMIC", o.dynamic).lower()
+        if o.dynamic not in ("all", "batch", "none"):
+            raise ValueError(f"onnxtrain: ONNXTRAIN_DYNAMIC / Options.dynamic is '{o.dynamic}'; use all, batch or "
+                             "none")
         o.memory_opt_config = os.environ.get("ONNXTRAIN_MEMORY_OPT_CONFIG",
                                              os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", o.memory_opt_config))
         level = os.environ.get("ONNXTRAIN_MEMORY_OPT_LEVEL",

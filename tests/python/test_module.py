@@ -322,6 +322,29 @@ def test_memory_level_from_the_environment(monkeypatch, variable):
         onnxtrain.Module(nn.Linear(2, 2))
 
 
+def symbolic_dims(wrapped):
+    """Per graph input of the wrapped module's last graph, which of its dims are symbols."""
+    graph = wrapped.runners()[-1].exported.model.graph
+    return {i.name: [d.HasField("dim_param") for d in i.type.tensor_type.shape.dim] for i in graph.input}
+
+
+@pytest.mark.parametrize("dynamic", ["all", "batch", "none"])
+def test_the_dims_taken_as_symbols_are_the_options(monkeypatch, dynamic):
+    torch.manual_seed(0)
+    eager = WithLoss(GPT(vocab=65, dim=32, heads=4, layers=2, block=32))
+    monkeypatch.setenv("ONNXTRAIN_CAPTURE_CACHE", "0")
+    wrapped = onnxtrain.Module(copy.deepcopy(eager), onnxtrain.Options(dynamic=dynamic))
+    for b, t in [(2, 8), (3, 8), (3, 6)]:
+        idx, tgt = gpt_batch(b, t)
+        torch.testing.assert_close(wrapped(idx, tgt), eager(idx, tgt), rtol=1e-5, atol=1e-5)
+    assert symbolic_dims(wrapped)["input_0"] == {"all": [True, True], "batch": [True, False],
+                                                 "none": [False, False]}[dynamic]
+    assert wrapped.export_count == {"all": 1, "batch": 2, "none": 3}[dynamic]
+    monkeypatch.setenv("ONNXTRAIN_DYNAMIC", "seq")
+    with pytest.raises(ValueError, match="ONNXTRAIN_DYNAMIC / Options.dynamic is 'seq'"):
+        onnxtrain.Module(nn.Linear(2, 2))
+
+
 def test_an_output_of_an_unsupported_type_is_an_unsupported_error_naming_it():
     """A transformers model that returns its key-value cache (use_cache=True) is told how to stop it, at once
     (no fallback capture: no exporter would return the cache either)."""
