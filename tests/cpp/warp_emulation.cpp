@@ -1,26 +1,138 @@
-// The warp emulation (warp_emulation.h): barriers among a block's host threads and among each warp's 32, and the
-// exchanges of the warp-wide instructions (shuffles, ldmatrix, products) through them.
+// The warp emulation (warp_emulation.h): a block's threads as fibers, barriers among them and among each warp's 32,
+// and the exchanges of the warp-wide instructions (shuffles, ldmatrix, products) through them.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"
 
+#include <sys/mman.h>
+#include <ucontext.h>
+
 #include <atomic>
-#include <barrier>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/warp_mma.cuh"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMULATION_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMULATION_ASAN 1
+#endif
+#endif
+#ifdef EMULATION_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 thread_local EmulatedIndex threadIdx, blockIdx, blockDim, gridDim;
 
 namespace onnxtrain {
 namespace {
 
+struct Copy {
+  void* to;
+  const void* from;
+  int bytes;
+};
+
+// Threads arrive; once `expected` have, the phase ends and they all go on.
+struct Barrier {
+  explicit Barrier(unsigned n) : expected(n) {}
+  unsigned expected, arrived = 0;
+  uint64_t phase = 0;
+};
+
+// A block's threads are fibers of the host thread that runs the block: each runs until it waits at a barrier (or
+// ends), then the next one that can go on runs. Switching among fibers costs no system's scheduling, which threads
+// of the host waiting on each other at every barrier did (most of the emulated tests' time went there). Each switch
+// is announced to AddressSanitizer (its interceptor of swapcontext still warns, once, that it supports it in part).
+constexpr size_t kStackBytes = size_t(256) << 10;
+
+struct Fiber {
+  ucontext_t context;
+  char* stack = nullptr;
+  unsigned index = 0;
+  bool done = false;
+  const Barrier* waiting = nullptr;        // the barrier it waits at, in `phase`
+  uint64_t phase = 0;
+  std::vector<Copy> issued;                // cp.async's since its last commit
+  std::deque<std::vector<Copy>> in_flight;  // its committed groups, oldest first
+  void* fake_stack = nullptr;               // (AddressSanitizer's, while it is switched out)
+
+  // Thread `i`, about to run the kernel from its start on this fiber's stack.
+  void begin(unsigned i);
+};
+
+struct Scheduler {
+  ucontext_t context;
+  const void* stack_bottom = nullptr;  // the host thread's stack (AddressSanitizer is told on each switch)
+  size_t stack_size = 0;
+  Fiber* current = nullptr;
+  const std::function<void()>* kernel = nullptr;
+};
+Scheduler scheduler;
+
+void start_switch(void** fake_stack, const void* bottom, size_t size) {
+#ifdef EMULATION_ASAN
+  __sanitizer_start_switch_fiber(fake_stack, bottom, size);
+#endif
+}
+void finish_switch(void* fake_stack, const void** bottom, size_t* size) {
+#ifdef EMULATION_ASAN
+  __sanitizer_finish_switch_fiber(fake_stack, bottom, size);
+#endif
+}
+
+// From the running fiber back to the scheduler; returns when the scheduler switches to it again.
+void yield() {
+  Fiber& f = *scheduler.current;
+  start_switch(&f.fake_stack, scheduler.stack_bottom, scheduler.stack_size);
+  swapcontext(&f.context, &scheduler.context);
+  finish_switch(f.fake_stack, &scheduler.stack_bottom, &scheduler.stack_size);
+}
+
+void fiber_main() {
+  Fiber& f = *scheduler.current;
+  finish_switch(nullptr, &scheduler.stack_bottom, &scheduler.stack_size);
+  (*scheduler.kernel)();
+  f.done = true;
+  start_switch(nullptr, scheduler.stack_bottom, scheduler.stack_size);  // (this fiber's stack ends here)
+  setcontext(&scheduler.context);
+}
+
+void Fiber::begin(unsigned i) {
+#ifdef EMULATION_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(stack, kStackBytes);  // (what the last block's frames left)
+#endif
+  index = i;
+  done = false;
+  waiting = nullptr;
+  issued.clear();
+  in_flight.clear();
+  getcontext(&context);
+  context.uc_stack = {.ss_sp = stack, .ss_flags = 0, .ss_size = kStackBytes};
+  context.uc_link = nullptr;
+  makecontext(&context, fiber_main, 0);
+}
+
+void arrive_and_wait(Barrier& b) {
+  if (++b.arrived == b.expected) {
+    b.arrived = 0;
+    ++b.phase;
+    return;
+  }
+  scheduler.current->waiting = &b;
+  scheduler.current->phase = b.phase;
+  yield();
+}
+
 struct Warp {
-  std::barrier<> sync{32};
+  Barrier sync{32};
   float shuffled[32];
   int exchanged[32];  // __shfl_sync's and __ballot_sync's
   uint32_t a[32][4], b[32][2];
@@ -31,8 +143,8 @@ struct Block {
   explicit Block(unsigned threads) : all(threads) {
     for (unsigned w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<Warp>());
   }
-  std::barrier<> all;
-  std::atomic<int> votes{0};  // __syncthreads_or's
+  Barrier all;
+  int votes = 0;  // __syncthreads_or's
   std::vector<std::unique_ptr<Warp>> warps;
 };
 
@@ -60,7 +172,7 @@ void product(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   std::memcpy(w.a[lane], a, sizeof a);
   w.b[lane][0] = b0;
   w.b[lane][1] = b1;
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   auto half = [](uint32_t reg, int k) { return uint16_t(k % 2 ? reg >> 16 : reg & 0xffff); };
   auto at_a = [&](int row, int k) { return Decode(half(w.a[row % 8 * 4 + k % 8 / 2][row / 8 + 2 * (k / 8)], k)); };
   auto at_b = [&](int k, int n) { return Decode(half(w.b[n * 4 + k % 8 / 2][k / 8], k)); };
@@ -70,32 +182,26 @@ void product(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     for (int k = 0; k < 16; ++k) s += at_a(row, k) * at_b(k, col);
     c[i] = s;
   }
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
 }
 
 }  // namespace
 
 namespace kernels::cuda {
-namespace {
-struct Copy {
-  void* to;
-  const void* from;
-  int bytes;
-};
-thread_local std::vector<Copy> issued;                // since the thread's last commit
-thread_local std::deque<std::vector<Copy>> in_flight;  // its committed groups, oldest first
-}  // namespace
 
-void copy16_async(void* shared, const void* global, int bytes) { issued.push_back({shared, global, bytes}); }
+void copy16_async(void* shared, const void* global, int bytes) {
+  scheduler.current->issued.push_back({shared, global, bytes});
+}
 
 void commit_copies() {
-  in_flight.push_back(std::move(issued));
-  issued.clear();
+  Fiber& f = *scheduler.current;
+  f.in_flight.push_back(std::move(f.issued));
+  f.issued.clear();
 }
 
 void wait_copies(int pending) {
-  for (; int(in_flight.size()) > pending; in_flight.pop_front())
-    for (const Copy& c : in_flight.front()) {
+  for (auto& groups = scheduler.current->in_flight; int(groups.size()) > pending; groups.pop_front())
+    for (const Copy& c : groups.front()) {
       std::memcpy(c.to, c.from, size_t(c.bytes));
       std::memset(static_cast<char*>(c.to) + c.bytes, 0, size_t(16 - c.bytes));
     }
@@ -106,82 +212,108 @@ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row, bool trans) {
   Warp& w = warp();
   const int lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   w.rows[lane] = row;
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   for (int i = 0; i < 4; ++i) {
     const uint16_t* const* m = w.rows + 8 * i;  // matrix i's rows
     r[i] = trans ? join(m[2 * t][g], m[2 * t + 1][g]) : join(m[g][2 * t], m[g][2 * t + 1]);
   }
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
 }
 void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_f16>(c, a, b0, b1); }
 void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { product<from_bf16>(c, a, b0, b1); }
 }  // namespace kernels::cuda
 
 void testing::emulate(EmulatedIndex grid, unsigned threads, const std::function<void()>& kernel) {
+  std::vector<Fiber> fibers(threads);
+  for (Fiber& f : fibers) {
+    void* stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack == MAP_FAILED) std::abort();
+    f.stack = static_cast<char*>(stack);
+  }
+  scheduler.kernel = &kernel;
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       Block block(threads);
       running = &block;
-      std::vector<std::thread> pool;
-      for (unsigned i = 0; i < threads; ++i)
-        pool.emplace_back([&, i] {
-          threadIdx = {i, 0, 0};
-          blockIdx = {bx, by, 0};
-          blockDim = {threads, 1, 1};
-          gridDim = grid;
-          kernel();
-        });
-      for (auto& th : pool) th.join();
+      blockIdx = {bx, by, 0};
+      blockDim = {threads, 1, 1};
+      gridDim = grid;
+      for (unsigned i = 0; i < threads; ++i) fibers[i].begin(i);
+      // Each pass takes the threads in the other order, so that a read missing its barrier finds the bytes unwritten
+      // whichever thread writes them.
+      for (unsigned left = threads, pass = 0; left; ++pass) {
+        bool ran = false;
+        for (unsigned k = 0; k < threads; ++k) {
+          Fiber& f = fibers[pass % 2 ? threads - 1 - k : k];
+          if (f.done || (f.waiting && f.waiting->phase == f.phase)) continue;
+          f.waiting = nullptr;
+          scheduler.current = &f;
+          threadIdx = {f.index, 0, 0};
+          void* fake_stack = nullptr;
+          start_switch(&fake_stack, f.stack, kStackBytes);
+          swapcontext(&scheduler.context, &f.context);
+          finish_switch(fake_stack, nullptr, nullptr);
+          left -= f.done;
+          ran = true;
+        }
+        if (!ran) {  // (a GPU would hang)
+          std::fprintf(stderr, "warp emulation: block (%u, %u): every thread left waits at a barrier that the others "
+                               "never reach\n", bx, by);
+          std::abort();
+        }
+      }
+      scheduler.current = nullptr;
       running = nullptr;
     }
+  for (Fiber& f : fibers) munmap(f.stack, kStackBytes);
 }
 
 }  // namespace onnxtrain
 
-void __syncthreads() { onnxtrain::running->all.arrive_and_wait(); }
+void __syncthreads() { onnxtrain::arrive_and_wait(onnxtrain::running->all); }
 
 int __syncthreads_or(int predicate) {
   onnxtrain::Block& b = *onnxtrain::running;
-  if (predicate) b.votes.fetch_add(1);
-  b.all.arrive_and_wait();
-  const int any = b.votes.load() > 0;
-  b.all.arrive_and_wait();  // every thread has read the votes
-  if (threadIdx.x == 0) b.votes.store(0);
-  b.all.arrive_and_wait();
+  if (predicate) ++b.votes;
+  onnxtrain::arrive_and_wait(b.all);
+  const int any = b.votes > 0;
+  onnxtrain::arrive_and_wait(b.all);  // every thread has read the votes
+  if (threadIdx.x == 0) b.votes = 0;
+  onnxtrain::arrive_and_wait(b.all);
   return any;
 }
 
 float atomicAdd(float* address, float v) { return std::atomic_ref<float>(*address).fetch_add(v); }
 double atomicAdd(double* address, double v) { return std::atomic_ref<double>(*address).fetch_add(v); }
 
-void __syncwarp(unsigned) { onnxtrain::warp().sync.arrive_and_wait(); }
+void __syncwarp(unsigned) { onnxtrain::arrive_and_wait(onnxtrain::warp().sync); }
 
 float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   onnxtrain::Warp& w = onnxtrain::warp();
   const unsigned lane = threadIdx.x % 32;
   w.shuffled[lane] = v;
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   const float r = w.shuffled[lane ^ unsigned(lane_mask)];
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   return r;
 }
 
 int __shfl_sync(unsigned, int v, int from) {
   onnxtrain::Warp& w = onnxtrain::warp();
   w.exchanged[threadIdx.x % 32] = v;
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   const int r = w.exchanged[from % 32];
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   return r;
 }
 
 unsigned __ballot_sync(unsigned, int predicate) {
   onnxtrain::Warp& w = onnxtrain::warp();
   w.exchanged[threadIdx.x % 32] = predicate != 0;
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   unsigned r = 0;
   for (unsigned lane = 0; lane < 32; ++lane) r |= unsigned(w.exchanged[lane]) << lane;
-  w.sync.arrive_and_wait();
+  arrive_and_wait(w.sync);
   return r;
 }
 #endif
