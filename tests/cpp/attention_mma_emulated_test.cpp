@@ -304,6 +304,10 @@ TEST(TensorCoreAttention, CausalTilesOfMinusInfinityAreSkippedWithTwoKeyValueHea
   Emulated<__nv_bfloat16>(packed).check();
   c.batch = 2, c.causal = false, c.bias = c.causal_bias = true, c.shift = 64;
   Emulated<__nv_bfloat16>(c).check();
+  c.sequence_major = true;  // (grouped heads as the projections lay them out: K's rows 2 heads apart)
+  Emulated<__nv_bfloat16>(c).check();
+  c.packed = true;  // (and side by side at three tiles of rows, over two batches)
+  Emulated<__nv_bfloat16>(c).check();
 }
 
 // A causal mask as a bool mask and as an additive bias of 0 and -inf, rows a multiple of 16 elements: their tiles
@@ -322,13 +326,18 @@ TEST(TensorCoreAttention, CausalMasksTakenATileAtATime) {
 // GPT-2's attention in training: its causal mask an additive bias of 0 and -inf of a batch's own, dropout over whole
 // blocks of keys, three tiles of rows and keys: causal tiles of a bias, the map's words, whole tiles staged with no
 // bound tested, the rows' staged keys of the draw, one barrier a step, dQ summed from three blocks of keys. No tile
-// mixed: the lean build runs, and the general one where it is asked for alone. The operands as GPT-2's attention
-// reads them (the attention_layout pass's): Q, K and V side by side as its one projection writes them (rows 384
-// elements apart), Y sequence-major; for the general build, each of its own, sequence-major.
+// mixed: the lean build runs, and the general one where it is asked for alone. The operands heads first, then as
+// GPT-2's attention reads them (the attention_layout pass's): sequence-major, then Q, K and V side by side as its one
+// projection writes them (rows 384 elements apart), Y sequence-major; for the general build, each of its own,
+// sequence-major.
 TEST(TensorCoreAttention, GptTwosBiasAndDropoutOverSeveralTiles) {
   Case c;
   c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
-  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0, c.sequence_major = c.packed = true;
+  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0;
+  Emulated<__nv_bfloat16>(c).check();
+  c.sequence_major = true;
+  Emulated<__nv_bfloat16>(c).check();
+  c.packed = true;
   Emulated<__nv_bfloat16>(c).check();
   c.packed = false, c.general = true;
   Emulated<__nv_bfloat16>(c).check();
