@@ -47,16 +47,15 @@ struct Barrier {
   uint64_t phase = 0;
 };
 
+constexpr size_t kStackBytes = size_t(256) << 10;
+
 // A block's threads are fibers of the host thread that runs the block: each runs until it waits at a barrier (or
 // ends), then the next one that can go on runs. Switching among fibers costs no system's scheduling, which threads
 // of the host waiting on each other at every barrier did (most of the emulated tests' time went there). Each switch
 // is announced to AddressSanitizer (its interceptor of swapcontext still warns, once, that it supports it in part).
-constexpr size_t kStackBytes = size_t(256) << 10;
-
 struct Fiber {
   ucontext_t context;
   char* stack = nullptr;
-  unsigned index = 0;
   bool done = false;
   const Barrier* waiting = nullptr;        // the barrier it waits at, in `phase`
   uint64_t phase = 0;
@@ -64,8 +63,8 @@ struct Fiber {
   std::deque<std::vector<Copy>> in_flight;  // its committed groups, oldest first
   void* fake_stack = nullptr;               // (AddressSanitizer's, while it is switched out)
 
-  // Thread `i`, about to run the kernel from its start on this fiber's stack.
-  void begin(unsigned i);
+  // About to run the kernel from its start on this fiber's stack.
+  void begin();
 };
 
 struct Scheduler {
@@ -105,11 +104,10 @@ void fiber_main() {
   setcontext(&scheduler.context);
 }
 
-void Fiber::begin(unsigned i) {
+void Fiber::begin() {
 #ifdef EMULATION_ASAN
   ASAN_UNPOISON_MEMORY_REGION(stack, kStackBytes);  // (what the last block's frames left)
 #endif
-  index = i;
   done = false;
   waiting = nullptr;
   issued.clear();
@@ -238,17 +236,18 @@ void testing::emulate(EmulatedIndex grid, unsigned threads, const std::function<
       blockIdx = {bx, by, 0};
       blockDim = {threads, 1, 1};
       gridDim = grid;
-      for (unsigned i = 0; i < threads; ++i) fibers[i].begin(i);
+      for (Fiber& f : fibers) f.begin();
       // Each pass takes the threads in the other order, so that a read missing its barrier finds the bytes unwritten
       // whichever thread writes them.
       for (unsigned left = threads, pass = 0; left; ++pass) {
         bool ran = false;
         for (unsigned k = 0; k < threads; ++k) {
-          Fiber& f = fibers[pass % 2 ? threads - 1 - k : k];
+          const unsigned i = pass % 2 ? threads - 1 - k : k;
+          Fiber& f = fibers[i];
           if (f.done || (f.waiting && f.waiting->phase == f.phase)) continue;
           f.waiting = nullptr;
           scheduler.current = &f;
-          threadIdx = {f.index, 0, 0};
+          threadIdx = {i, 0, 0};
           void* fake_stack = nullptr;
           start_switch(&fake_stack, f.stack, kStackBytes);
           swapcontext(&scheduler.context, &f.context);
