@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cpu_features.h"
 
@@ -44,6 +45,7 @@ const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, 
   memory::desc dst({batch, m, n}, out, memory::format_tag::abc);
   memory::desc bias_desc({1, 1, n}, memory::data_type::bf16, memory::format_tag::abc);
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // (run's, one a thread: calls may come from two at once)
   if (alpha != 1) attr.set_output_scales(0, {alpha});
   if (accumulate) {
     dnnl::post_ops ops;
@@ -62,20 +64,49 @@ const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, 
   return cache.emplace(key, Primitive{pd, dnnl::matmul(pd)}).first->second;
 }
 
+// A primitive with this thread's memory objects for its operands, pointed at each call's.
+struct Bound {
+  const Primitive* p;
+  memory src, weights, dst, bias, scratchpad;
+};
+
+// The primitive of `key` bound on this thread (found without a lock once it was: attention's tiles call a few
+// shapes thousands of times a step from both threads).
+Bound& bound(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
+             const Bf16Operand& b, float alpha, bool bias, bool accumulate, memory::data_type out) {
+  thread_local std::map<Key, Bound> mine;
+  auto it = mine.find(key);
+  if (it != mine.end()) return it->second;
+  const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias, accumulate, out);
+  const dnnl::matmul::primitive_desc& d = p.desc;
+  Bound r{&p, memory(d.src_desc(), engine(), nullptr), memory(d.weights_desc(), engine(), nullptr),
+          memory(d.dst_desc(), engine(), nullptr), bias ? memory(d.bias_desc(), engine(), nullptr) : memory(),
+          memory(d.scratchpad_desc(), engine(), nullptr)};
+  return mine.emplace(key, std::move(r)).first->second;
+}
+
 // gemm_bf16 into C of `out`'s type.
 void run(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, void* c,
          memory::data_type out, float alpha, const BFloat16* bias, bool accumulate) {
   if (batch == 0 || m == 0 || n == 0) return;
   Key key{batch, m, n, k, a.ld, a.stride, b.ld, b.stride, a.trans, b.trans, alpha, bias != nullptr, accumulate, out};
-  const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate, out);
-  const dnnl::matmul::primitive_desc& desc = p.desc;
+  Bound& x = bound(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate, out);
   thread_local dnnl::stream stream(engine());
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(desc.src_desc(), engine(), const_cast<BFloat16*>(a.data))},
-      {DNNL_ARG_WEIGHTS, memory(desc.weights_desc(), engine(), const_cast<BFloat16*>(b.data))},
-      {DNNL_ARG_DST, memory(desc.dst_desc(), engine(), c)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(desc.bias_desc(), engine(), const_cast<BFloat16*>(bias)));
-  p.matmul.execute(stream, args);
+  thread_local std::vector<char> scratchpad;
+  const size_t scratch_bytes = x.scratchpad.get_desc().get_size();
+  if (scratchpad.size() < scratch_bytes) scratchpad.resize(scratch_bytes);
+  x.src.set_data_handle(const_cast<BFloat16*>(a.data));
+  x.weights.set_data_handle(const_cast<BFloat16*>(b.data));
+  x.dst.set_data_handle(c);
+  x.scratchpad.set_data_handle(scratchpad.data());
+  std::vector<dnnl_exec_arg_t> args{{DNNL_ARG_SRC, x.src.get()}, {DNNL_ARG_WEIGHTS, x.weights.get()},
+                                    {DNNL_ARG_DST, x.dst.get()}, {DNNL_ARG_SCRATCHPAD, x.scratchpad.get()}};
+  if (bias) {
+    x.bias.set_data_handle(const_cast<BFloat16*>(bias));
+    args.push_back({DNNL_ARG_BIAS, x.bias.get()});
+  }
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(x.p->matmul.get(), stream.get(), int(args.size()), args.data()),
+                          "oneDNN's bf16 matmul failed");
   stream.wait();
 }
 
