@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 
+#include "bf16_tensors.h"
 #include "core/cpu_features.h"
 #include "test_graphs.h"
 
@@ -18,26 +19,8 @@ namespace {
 
 constexpr int64_t kRows = 600, kInner = 48, kClasses = 8192;  // 256 rows a block: three blocks
 
-Tensor random_bf16_exact(const std::vector<int64_t>& dims, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> d(0, scale);
-  Tensor t(DType::kFloat32, dims);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = float(BFloat16(d(rng)));
-  return t;
-}
-
-Tensor as(DType dtype, const Tensor& t) {
-  if (dtype == DType::kFloat32 || t.dtype() != DType::kFloat32) return t;
-  Tensor r(DType::kBFloat16, t.dims());
-  for (int64_t i = 0; i < t.numel(); ++i) r.data<BFloat16>()[i] = BFloat16(t.data<float>()[i]);
-  return r;
-}
-
-std::vector<float> floats(const Tensor& t) {
-  std::vector<float> r(size_t(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i)
-    r[size_t(i)] = t.dtype() == DType::kBFloat16 ? float(t.data<BFloat16>()[i]) : t.data<float>()[i];
-  return r;
-}
+using bf16_tensors::as;
+using bf16_tensors::floats;
 
 // The node `op` of com.onnxtrain on `inputs` (float32 ones given in `dtype` where `low` marks them), its outputs.
 std::vector<Tensor> run(const std::string& op, DType dtype, const std::vector<Tensor>& inputs,
@@ -86,8 +69,8 @@ std::pair<Tensor, Tensor> rounded_reference(const Tensor& x, const Tensor& w, co
 
 void check() {
   std::mt19937 rng(3);
-  Tensor x = random_bf16_exact({2, kRows / 2, kInner}, rng, 1), w = random_bf16_exact({kClasses, kInner}, rng, 0.2f),
-         b = random_bf16_exact({kClasses}, rng, 0.2f), target(DType::kInt64, {kRows});
+  Tensor x = bf16_tensors::random_exact({2, kRows / 2, kInner}, rng, 1), w = bf16_tensors::random_exact({kClasses, kInner}, rng, 0.2f),
+         b = bf16_tensors::random_exact({kClasses}, rng, 0.2f), target(DType::kInt64, {kRows});
   for (int64_t i = 0; i < kRows; ++i) target.data<int64_t>()[i] = i % 9 == 4 ? -100 : (i * 977) % kClasses;
   const std::vector<bool> low{true, true, true, false};
   auto want = run("LinearCrossEntropy", DType::kFloat32, {x, w, b, target}, low, 2);

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "kernels/counter_random.h"
+#include "kernels/cpu/dropout_draws.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -22,6 +24,24 @@ TEST(DropoutDraw, ARunDrawnABlockAtATimeIsTheDrawOfEachElement) {
         EXPECT_EQ(buffer[k], dropout_keeps(7, start + uint64_t(k), threshold)) << start << " + " << k;
     }
   }
+}
+
+// The host's draw (sixteen places at a time with AVX-512), on this CPU and on one without AVX-512.
+TEST(DropoutDraw, TheHostsDrawIsTheDrawOfEachElement) {
+  for (bool avx512 : {true, false}) {
+    cpu::restrict_features(avx512, avx512);
+    for (double ratio : {0.1, 0.5, 0.9})
+      for (uint64_t start : {0ull, 5ull, 16ull, 56ull, 64ull, 1000ull, (1ull << 33) - 5})
+        for (int64_t n : {1, 15, 16, 17, 64, 300}) {
+          bool buffer[300];
+          const uint32_t threshold = dropout_threshold(ratio);
+          dropout_keeps_draw(11, start, n, threshold, buffer);
+          for (int64_t k = 0; k < n; ++k)
+            ASSERT_EQ(buffer[k], dropout_keeps(11, start + uint64_t(k), threshold))
+                << cpu::features().str() << ": " << start << " + " << k << " of " << n;
+        }
+  }
+  cpu::restrict_features(true, true);
 }
 
 // Over n draws, the fraction kept and the fraction of pairs (i, i + lag) both kept, within 5 standard deviations of

@@ -116,14 +116,16 @@ std::vector<Tensor> run_onnxtrain_node(const std::string& op, const std::vector<
   g.opsets["com.onnxtrain"] = 1;
   std::vector<ir::Value*> in, out;
   for (size_t i = 0; i < inputs.size(); ++i)
-    in.push_back(add_input(g, "x" + std::to_string(i), inputs[i].dtype(), const_shape(inputs[i].dims())));
+    in.push_back(inputs[i].defined()
+                     ? add_input(g, "x" + std::to_string(i), inputs[i].dtype(), const_shape(inputs[i].dims()))
+                     : nullptr);
   for (size_t i = 0; i < wanted.size(); ++i) out.push_back(wanted[i] ? g.add_value("y" + std::to_string(i)) : nullptr);
   ir::Node* n = g.add_node(op, in, out, std::move(attrs));
   n->domain = "com.onnxtrain";
   n->opset = 1;
   ops::bind_graph(g);
   std::vector<const Tensor*> ptrs;
-  for (auto& t : inputs) ptrs.push_back(&t);
+  for (auto& t : inputs) ptrs.push_back(t.defined() ? &t : nullptr);
   return kernels::run_node(*n, ptrs);
 }
 

@@ -26,7 +26,7 @@ std::unique_ptr<ir::Graph> mlp_with_loss();
 // mlp_with_loss() as a model file holds it (its parameters w1, b1, w2 initializers), serialized.
 std::string mlp_model_bytes();
 // One com.onnxtrain node `op` run on `inputs` (graph inputs of their dtypes and shapes) with the outputs `wanted`
-// marks (the others omitted): its output slots.
+// marks (the others omitted), an undefined input omitted too: its output slots.
 std::vector<Tensor> run_onnxtrain_node(const std::string& op, const std::vector<Tensor>& inputs,
                                        const std::vector<bool>& wanted, ir::Attributes attrs = {});
 // A float tensor filled with a deterministic pattern.

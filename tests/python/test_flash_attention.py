@@ -85,16 +85,20 @@ def test_a_fully_masked_row_of_minus_infinity_is_nan_as_softmax_makes_it():
     assert np.isnan(y[0, 0]).all() and not np.isnan(y[0, 1:]).any()
 
 
-def test_bfloat16_is_the_float32_result_rounded():
+def test_bfloat16_is_the_float32_result_within_its_rounding():
+    """Within a few bf16 units of the float32 result (where the CPU multiplies bf16 natively the probabilities are
+    rounded to bf16 for their product, else it is the float32 result rounded: bf16_flash_attention_test.cpp checks
+    both paths)."""
     rng = np.random.default_rng(3)
     q, k, v = (torch.from_numpy(rng.standard_normal(s).astype(np.float32)).to(torch.bfloat16)
-                for s in [(2, 3, 50, 16), (2, 3, 50, 16), (2, 3, 50, 16)])
+               for s in [(2, 3, 50, 16), (2, 3, 50, 16), (2, 3, 50, 16)])
     causal = np.triu(np.ones((50, 50), bool), 1)
     low = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.25, causal, -np.inf, TensorProto.BFLOAT16))
     wide = onnxtrain.Session.from_bytes(flash_model(np.float32, 0.25, causal, -np.inf))
     got = torch.from_dlpack(low.run({"q": q, "k": k, "v": v})["y"])
     want = torch.tensor(wide.run({"q": q.float().numpy(), "k": k.float().numpy(), "v": v.float().numpy()})["y"])
-    assert got.dtype == torch.bfloat16 and torch.equal(got, want.to(torch.bfloat16))
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() <= 2 ** -6 * want.abs().max()
 
 
 def attention_with_dropout(keep_mask_output, heads_split=False):

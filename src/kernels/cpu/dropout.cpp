@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "kernels/counter_random.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/dropout_draws.h"
 #include "kernels/kernel.h"
 #include "kernels/dropout_mode.h"
 
@@ -28,7 +29,7 @@ void masked(const In* x, const Out* r, Out* y, int64_t n, const DropoutCall& d, 
     bool keep[256];
     for (; b < e; b += 256) {
       const int64_t w = std::min<int64_t>(256, e - b);
-      dropout_keeps_run(seed, uint64_t(b), w, threshold, keep);
+      dropout_keeps_draw(seed, uint64_t(b), w, threshold, keep);
       for (int64_t k = 0; k < w; ++k) {
         const Out v = keep[k] ? Out(acc_t<M>(M(acc_t<M>(M(x[b + k])) * scale))) : Out(0.f);
         y[b + k] = r ? Out(acc_t<Out>(r[b + k]) + acc_t<Out>(v)) : v;
