@@ -210,8 +210,7 @@ class Bands {
 
 // Rows [r0, r0 + mr) of a pair's output and their log-sum-exps (q, kv: its operands' rows, consecutive).
 void forward_tile(const Params& p, const AttentionGeometry& g, const Bands& bands, int64_t pair, int64_t r0,
-                  const BFloat16* q,
-                  KeysValues kv, BFloat16* y, float* lse, Tiles& t) {
+                  const BFloat16* q, KeysValues kv, BFloat16* y, float* lse, Tiles& t) {
   const int64_t mr = std::min(kRows, g.tq - r0);
   const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
   const BFloat16* bi = p.bias ? p.bias + g.offset(g.bias_strides, pair) : nullptr;
@@ -237,8 +236,7 @@ void forward_tile(const Params& p, const AttentionGeometry& g, const Bands& band
 // dQ, and the pair's share of dK and dV, summed in float32 into t.dk and t.dv ((tk, d) and (tk, dv)); kv: the
 // pair's K and V rows, consecutive.
 void backward_pair(const Params& p, const AttentionGeometry& g, const Bands& bands, int64_t pair, const BFloat16* dy,
-                   const BFloat16* q,
-                   KeysValues kv, const BFloat16* y, const float* lse, BFloat16* dq, Tiles& t) {
+                   const BFloat16* q, KeysValues kv, const BFloat16* y, const float* lse, BFloat16* dq, Tiles& t) {
   const float* li = lse + pair * g.tq;
   const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
   const BFloat16* bi = p.bias ? p.bias + g.offset(g.bias_strides, pair) : nullptr;
