@@ -61,6 +61,28 @@ TEST(VectorMath, ExpIsTheSameOnEveryPath) {
       ADD_FAILURE() << "exp(" << x[i] << "): " << wide[i] << " against " << narrow[i];
 }
 
+// GELU's tanh form, its gradient and both at once: the AVX-512 path's values are the AVX2 path's, bit for bit, and
+// both at once are the two apart (with dx written over dy and y over x).
+TEST(VectorMath, TanhGeluIsTheSameOnEveryPathAndAtOnce) {
+  const auto x = sweep(-12.f, 12.f, 20000), dy = sweep(-2.f, 3.f, 20000);
+  const size_t n = x.size();
+  std::vector<float> y[2], dx[2], both_dx[2], both_y[2];
+  for (int wide = 0; wide < 2; ++wide) {
+    cpu::restrict_features(wide, wide);
+    y[wide].resize(n), dx[wide].resize(n);
+    kernels::gelu_tanh_f32(x.data(), y[wide].data(), int64_t(n));
+    kernels::gelu_tanh_grad_f32(dy.data(), x.data(), dx[wide].data(), int64_t(n));
+    both_dx[wide] = dy, both_y[wide] = x;
+    kernels::gelu_tanh_and_grad_f32(both_dx[wide].data(), both_y[wide].data(), both_dx[wide].data(),
+                                    both_y[wide].data(), int64_t(n));
+  }
+  cpu::restrict_features(true, true);
+  for (const auto* v : {&y, &dx, &both_dx, &both_y})
+    EXPECT_EQ(std::memcmp((*v)[0].data(), (*v)[1].data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(both_y[1].data(), y[1].data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(both_dx[1].data(), dx[1].data(), n * sizeof(float)), 0);
+}
+
 TEST(VectorMath, ErfAndGeluMatchLibm) {
   auto x = sweep(-7.f, 7.f, 200000);
   std::vector<float> e(x.size()), g(x.size());

@@ -108,19 +108,6 @@ void gelu_grad(const UnaryAttrs& a, KernelCtx& c) {
   });
 }
 
-// The tanh form's gradient and GELU of n elements by the functions Gelu and GeluGrad run apart, a block of GELU at a
-// time into a buffer first (y may be x's buffer, which the gradient reads).
-void gelu_tanh_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n) {
-  constexpr int64_t kBlock = 256;
-  float part[kBlock];
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t m = std::min(kBlock, n - b);
-    gelu_tanh_f32(x + b, part, m);
-    gelu_tanh_grad_f32(dy + b, x + b, dx + b, m);
-    std::copy(part, part + m, y + b);
-  }
-}
-
 // com.onnxtrain.GeluAndGrad(dy, x) = (GeluGrad(dy, x), Gelu(x)), bit for bit as the two apart.
 void gelu_and_grad(const UnaryAttrs& a, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1);

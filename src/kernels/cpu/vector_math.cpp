@@ -321,8 +321,39 @@ void gelu_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int
   });
 }
 
+// gelu_tanh_t8, gelu_from8 and the tanh form's gradient sixteen lanes at a time: the same operations lane by lane,
+// so the same values.
+ONNXTRAIN_AVX512 static __m512 gelu_tanh_t16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.f), x2 = _mm512_mul_ps(x, x);
+  const __m512 cubic = _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_set1_ps(kGeluC), x2, one));
+  const __m512 z = _mm512_mul_ps(_mm512_set1_ps(2 * kGeluK), cubic);
+  return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.f), _mm512_add_ps(exp16(z), one)));
+}
+ONNXTRAIN_AVX512 static __m512 gelu_from16(__m512 x, __m512 t) {
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.f), t));
+}
+ONNXTRAIN_AVX512 static __m512 gelu_tanh_grad16(__m512 dy, __m512 x, __m512 t) {
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.f);
+  const __m512 inner = _mm512_mul_ps(_mm512_set1_ps(kGeluK),
+                                     _mm512_fmadd_ps(_mm512_set1_ps(3 * kGeluC), _mm512_mul_ps(x, x), one));
+  const __m512 slope = _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_mul_ps(_mm512_fnmadd_ps(t, t, one), inner));
+  return _mm512_mul_ps(dy, _mm512_fmadd_ps(half, _mm512_add_ps(one, t), slope));
+}
+
+// dx = dy GELU'(x) where dx is given, y = GELU(x) where y is (tanh form, t computed once), sixteen at a time (a
+// masked tail); each vector read before it is written (dx may be dy, y x).
+ONNXTRAIN_AVX512 static void gelu_tanh_avx512(const float* dy, const float* x, float* dx, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(k, x + i), t = gelu_tanh_t16(xv);
+    if (dx) _mm512_mask_storeu_ps(dx + i, k, gelu_tanh_grad16(_mm512_maskz_loadu_ps(k, dy + i), xv, t));
+    if (y) _mm512_mask_storeu_ps(y + i, k, gelu_from16(xv, t));
+  }
+}
+
 // d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
 void gelu_tanh_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
+  if (cpu::features().avx512) return gelu_tanh_avx512(dy, x, dx, nullptr, n);
   map_n<2, 1>({dy, x}, {dx}, n, [](const __m256* a, __m256* b) {
     const __m256 x = a[1], t = gelu_tanh_t8(x), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
     __m256 inner = _mm256_mul_ps(_mm256_set1_ps(kGeluK),
@@ -333,7 +364,24 @@ void gelu_tanh_grad_f32(const float* dy, const float* x, float* dx, int64_t n) {
 }
 
 void erf_f32(const float* x, float* y, int64_t n) { map8<erf8>(x, y, n); }
-void gelu_tanh_f32(const float* x, float* y, int64_t n) { map8<gelu_tanh8>(x, y, n); }
+void gelu_tanh_f32(const float* x, float* y, int64_t n) {
+  if (cpu::features().avx512) return gelu_tanh_avx512(nullptr, x, nullptr, y, n);
+  map8<gelu_tanh8>(x, y, n);
+}
+
+// Both at once: with AVX-512, t once for both; else a block of GELU at a time into a buffer first (y may be x's
+// buffer, which the gradient reads).
+void gelu_tanh_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n) {
+  if (cpu::features().avx512) return gelu_tanh_avx512(dy, x, dx, y, n);
+  constexpr int64_t kBlock = 256;
+  float part[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    gelu_tanh_f32(x + b, part, m);
+    gelu_tanh_grad_f32(dy + b, x + b, dx + b, m);
+    std::copy(part, part + m, y + b);
+  }
+}
 void gelu_f32(const float* x, float* y, int64_t n) { map8<gelu8>(x, y, n); }
 
 }  // namespace onnxtrain::kernels

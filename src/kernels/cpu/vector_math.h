@@ -19,6 +19,8 @@ void gelu_f32(const float* x, float* y, int64_t n);  // 0.5 x (1 + erf(x / sqrt 
 // GELU's tanh form, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (GPT-2's gelu_new), and its gradient dy GELU'(x).
 void gelu_tanh_f32(const float* x, float* y, int64_t n);
 void gelu_tanh_grad_f32(const float* dy, const float* x, float* dx, int64_t n);
+// Both at once, bit for bit as the two above: dx = dy * GELU'(x), y = GELU(x); dx may be dy, y x.
+void gelu_tanh_and_grad_f32(const float* dy, const float* x, float* dx, float* y, int64_t n);
 // GELU's gradient: dy * (Phi(x) + x phi(x)), Phi and phi the standard normal's CDF and density.
 void gelu_grad_f32(const float* dy, const float* x, float* dx, int64_t n);
 // Both at once, bit for bit as the two above: dx = dy * GELU'(x), y = GELU(x) (erf computed once); dx may be dy.
