@@ -69,8 +69,9 @@ std::pair<Tensor, Tensor> rounded_reference(const Tensor& x, const Tensor& w, co
 
 void check() {
   std::mt19937 rng(3);
-  Tensor x = bf16_tensors::random_exact({2, kRows / 2, kInner}, rng, 1), w = bf16_tensors::random_exact({kClasses, kInner}, rng, 0.2f),
-         b = bf16_tensors::random_exact({kClasses}, rng, 0.2f), target(DType::kInt64, {kRows});
+  using bf16_tensors::random_exact;
+  Tensor x = random_exact({2, kRows / 2, kInner}, rng, 1), w = random_exact({kClasses, kInner}, rng, 0.2f),
+         b = random_exact({kClasses}, rng, 0.2f), target(DType::kInt64, {kRows});
   for (int64_t i = 0; i < kRows; ++i) target.data<int64_t>()[i] = i % 9 == 4 ? -100 : (i * 977) % kClasses;
   const std::vector<bool> low{true, true, true, false};
   auto want = run("LinearCrossEntropy", DType::kFloat32, {x, w, b, target}, low, 2);

@@ -30,6 +30,15 @@ ONNXTRAIN_AVX512 inline void store_bf16(BFloat16* y, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(bf16_bits(v)));
 }
 
+// v's values rounded to bf16, as float32.
+ONNXTRAIN_AVX512 inline __m512 round_bf16(__m512 v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
+
+// Sixteen bools (bytes of 0 or 1) as a mask.
+ONNXTRAIN_AVX512 inline __mmask16 mask_of(const bool* b) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  return _mm512_test_epi32_mask(_mm512_cvtepu8_epi32(bytes), _mm512_set1_epi32(1));
+}
+
 // exp(x) to a few float32 units: x = n ln 2 + r, exp(r) by its Taylor polynomial, times 2^n (scalef: exact, also
 // where the result is denormal); 0 below exp's range, +inf above it, NaN for NaN.
 ONNXTRAIN_AVX512 inline __m512 exp16(__m512 x) {

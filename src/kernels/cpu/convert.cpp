@@ -24,7 +24,7 @@ ONNXTRAIN_AVX512 void from_f32_avx512(const float* x, BFloat16* y, int64_t n) {
 ONNXTRAIN_AVX512 void round_bf16_avx512(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(x + i, _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(_mm512_loadu_ps(x + i)), 16)));
+    _mm512_storeu_ps(x + i, round_bf16(_mm512_loadu_ps(x + i)));
   for (; i < n; ++i) x[i] = float(BFloat16(x[i]));
 }
 

@@ -97,11 +97,7 @@ ONNXTRAIN_AVX512 float exp_round(float* s, float shift, const bool* keep, float 
     sum = _mm512_add_ps(sum, e);
     if (keep_p) _mm512_storeu_ps(s + j, e);
     __m512 o = e;
-    if (keep) {
-      const __mmask16 k = _mm512_test_epi32_mask(
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + j))), _mm512_set1_epi32(1));
-      o = _mm512_maskz_mul_ps(k, e, ks);
-    }
+    if (keep) o = _mm512_maskz_mul_ps(mask_of(keep + j), e, ks);
     store_bf16(out + j, o);
   }
   float total = _mm512_reduce_add_ps(sum);
@@ -122,11 +118,7 @@ ONNXTRAIN_AVX512 void score_gradient_round(const float* p, const float* dp, floa
   int64_t j = 0;
   for (; j + 16 <= w; j += 16) {
     __m512 g = _mm512_loadu_ps(dp + j);
-    if (keep) {
-      const __mmask16 k = _mm512_test_epi32_mask(
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keep + j))), _mm512_set1_epi32(1));
-      g = _mm512_maskz_mul_ps(k, g, ks);
-    }
+    if (keep) g = _mm512_maskz_mul_ps(mask_of(keep + j), g, ks);
     store_bf16(out + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p + j), _mm512_sub_ps(g, dd)), sc));
   }
   for (; j < w; ++j) {
