@@ -5,7 +5,6 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -99,13 +98,13 @@ void run(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, c
   x.weights.set_data_handle(const_cast<BFloat16*>(b.data));
   x.dst.set_data_handle(c);
   x.scratchpad.set_data_handle(scratchpad.data());
-  std::vector<dnnl_exec_arg_t> args{{DNNL_ARG_SRC, x.src.get()}, {DNNL_ARG_WEIGHTS, x.weights.get()},
-                                    {DNNL_ARG_DST, x.dst.get()}, {DNNL_ARG_SCRATCHPAD, x.scratchpad.get()}};
-  if (bias) {
-    x.bias.set_data_handle(const_cast<BFloat16*>(bias));
-    args.push_back({DNNL_ARG_BIAS, x.bias.get()});
-  }
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(x.p->matmul.get(), stream.get(), int(args.size()), args.data()),
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, x.src.get()},
+                             {DNNL_ARG_WEIGHTS, x.weights.get()},
+                             {DNNL_ARG_DST, x.dst.get()},
+                             {DNNL_ARG_SCRATCHPAD, x.scratchpad.get()},
+                             {DNNL_ARG_BIAS, x.bias.get(true)}};  // (null without a bias: not passed)
+  if (bias) x.bias.set_data_handle(const_cast<BFloat16*>(bias));
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(x.p->matmul.get(), stream.get(), bias ? 5 : 4, args),
                           "oneDNN's bf16 matmul failed");
   stream.wait();
 }
