@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "kernels/attention_geometry.h"
 #include "kernels/counter_random.h"
@@ -144,6 +147,34 @@ AttentionBand band_of(const Params<T, E>& p, const bool* pair_cond, const E* pai
   }
   return b;
 }
+
+// The band of keys each tile of `rows` query rows reads, of every pair: worked out once for the pairs that share a
+// mask and a bias (the heads of a batch under a broadcast mask), not once for each (a band is a scan of its rows' mask
+// or bias).
+template <typename T, typename E>
+class Bands {
+ public:
+  Bands(const Params<T, E>& p, const AttentionGeometry& g, int64_t rows) : rows_(rows), of_(size_t(g.pairs)) {
+    std::map<std::pair<int64_t, int64_t>, size_t> seen;  // (the mask's offset, the bias's) -> bands_
+    for (int64_t pair = 0; pair < g.pairs; ++pair) {
+      const int64_t c = p.cond ? g.offset(g.cond_strides, pair) : -1, b = p.bias ? g.offset(g.bias_strides, pair) : -1;
+      auto [it, fresh] = seen.emplace(std::make_pair(c, b), bands_.size());
+      of_[size_t(pair)] = it->second;
+      if (!fresh) continue;
+      std::vector<AttentionBand>& tiles = bands_.emplace_back();
+      for (int64_t r0 = 0; r0 < g.tq; r0 += rows)
+        tiles.push_back(band_of(p, p.cond ? p.cond + c : nullptr, p.bias ? p.bias + b : nullptr, r0,
+                                std::min(r0 + rows, g.tq), g.tk));
+    }
+  }
+  // The band of the tile of `pair`'s rows that starts at r0.
+  const AttentionBand& at(int64_t pair, int64_t r0) const { return bands_[of_[size_t(pair)]][size_t(r0 / rows_)]; }
+
+ private:
+  int64_t rows_;
+  std::vector<size_t> of_;
+  std::vector<std::vector<AttentionBand>> bands_;
+};
 
 // The scaled scores s (mr, w) of rows [r0, r0 + mr) and keys [j0, j0 + w) of one pair, their product made: biased
 // and masked.

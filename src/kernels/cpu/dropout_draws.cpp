@@ -27,10 +27,10 @@ ONNXTRAIN_AVX512 void draw_avx512(uint64_t seed, uint64_t i0, int64_t n, uint32_
   const __mmask16 upper = 0xff00;
   const __m512i bound = _mm512_set1_epi32(int32_t(threshold)), low16 = _mm512_set1_epi32(0xffff);
   uint32_t key = 0;
-  for (; k + 16 <= n; k += 16) {
+  for (const int64_t first = k; k + 16 <= n; k += 16) {
     const uint64_t i = i0 + uint64_t(k);
     const uint32_t place = uint32_t(i % kDropoutBlock);
-    if (place == 0 || k < 16) key = dropout_key(seed, i / kDropoutBlock);  // (a key a block)
+    if (place == 0 || k == first) key = dropout_key(seed, i / kDropoutBlock);  // (a key a block)
     const __m512i places = _mm512_add_epi32(lanes, _mm512_set1_epi32(int32_t(place)));
     const __m512i golden = _mm512_mullo_epi32(places, _mm512_set1_epi32(int32_t(0x9E3779B9u)));
     const __m512i draw = mix32x16(_mm512_xor_si512(_mm512_set1_epi32(int32_t(key)), golden));

@@ -35,8 +35,8 @@ void scores(const Params<T>& p, const AttentionGeometry& g, const T* q, const T*
 }
 
 template <typename T>
-void forward_tile(const Params<T>& p, const AttentionGeometry& g, int64_t pair, int64_t r0, const T* q, const T* k,
-                  const T* v, T* y, T* lse, T* s) {
+void forward_tile(const Params<T>& p, const AttentionGeometry& g, const attention::Bands<T, T>& bands, int64_t pair,
+                  int64_t r0, const T* q, const T* k, const T* v, T* y, T* lse, T* s) {
   const int64_t mr = std::min(kRows, g.tq - r0), kv = g.kv_of(pair), ldy = g.y.row;
   const T *qi = q + g.q.at(pair), *ki = k + g.k.at(kv), *vi = v + g.v.at(kv);
   const bool* ci = p.cond ? p.cond + g.offset(g.cond_strides, pair) : nullptr;
@@ -47,7 +47,7 @@ void forward_tile(const Params<T>& p, const AttentionGeometry& g, int64_t pair, 
   std::fill(m, m + mr, -std::numeric_limits<T>::infinity());
   std::fill(l, l + mr, T(0));
   for (int64_t r = 0; r < mr; ++r) std::fill(yi + r * ldy, yi + r * ldy + g.dv, T(0));
-  AttentionBand band = attention::band_of(p, ci, bi, r0, r0 + mr, g.tk);
+  const AttentionBand& band = bands.at(pair, r0);
   for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
     const int64_t w = std::min(kKeys, band.hi - j0);
     scores(p, g, qi, ki, ci, bi, r0, mr, j0, w, s);
@@ -63,6 +63,7 @@ void flash_attention(KernelCtx& c) {
   dispatch<kWideFloats>(c.in(0).dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Params<T> p = attention::params<T>(c, g, 3);
+    const attention::Bands<T, T> bands(p, g, kRows);
     const T* q = c.in(0).data<T>();
     const T *k = g.packed ? q + g.k_offset : c.in(1).data<T>(), *v = g.packed ? q + g.v_offset : c.in(2).data<T>();
     T* y = c.out(0).data<T>();
@@ -71,7 +72,8 @@ void flash_attention(KernelCtx& c) {
     const int64_t tiles = (g.tq + kRows - 1) / kRows;
     parallel_for(g.pairs * tiles, kRows * g.tk * (g.d + g.dv) * 2, [&](int64_t b, int64_t e) {
       std::vector<T> s(size_t(kRows * kKeys));
-      for (int64_t u = b; u < e; ++u) forward_tile(p, g, u / tiles, u % tiles * kRows, q, k, v, y, lse, s.data());
+      for (int64_t u = b; u < e; ++u)
+        forward_tile(p, g, bands, u / tiles, u % tiles * kRows, q, k, v, y, lse, s.data());
     });
   });
 }
@@ -85,8 +87,9 @@ struct GradTiles {
 
 // dQ, and the pair's share of dK and dV (accumulated: heads sharing K and V run on one thread).
 template <typename T>
-void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair, const T* dy, const T* q, const T* k,
-                   const T* v, const T* y, const T* lse, T* dq, T* dk, T* dv, GradTiles<T>& t) {
+void backward_pair(const Params<T>& p, const AttentionGeometry& g, const attention::Bands<T, T>& bands, int64_t pair,
+                   const T* dy, const T* q, const T* k, const T* v, const T* y, const T* lse, T* dq, T* dk, T* dv,
+                   GradTiles<T>& t) {
   const int64_t kv = g.kv_of(pair), ldq = g.q.row, ldk = g.k.row, ldv = g.v.row, ldy = g.y.row;
   const T *dyi = dy + g.y.at(pair), *qi = q + g.q.at(pair), *yi = y + g.y.at(pair);
   const T *ki = k + g.k.at(kv), *vi = v + g.v.at(kv), *li = lse + pair * g.tq;
@@ -102,7 +105,7 @@ void backward_pair(const Params<T>& p, const AttentionGeometry& g, int64_t pair,
   for (int64_t r = 0; r < g.tq; ++r) std::fill(dqi + r * ldq, dqi + r * ldq + g.d, T(0));
   for (int64_t r0 = 0; r0 < g.tq; r0 += kRows) {
     const int64_t mr = std::min(kRows, g.tq - r0);
-    AttentionBand band = attention::band_of(p, ci, bi, r0, r0 + mr, g.tk);
+    const AttentionBand& band = bands.at(pair, r0);
     for (int64_t j0 = band.lo; j0 < band.hi; j0 += kKeys) {
       const int64_t w = std::min(kKeys, band.hi - j0);
       T *pp = t.p.data(), *pd = p.dropout ? t.pd.data() : pp, *ds = t.ds.data();
@@ -129,6 +132,7 @@ void flash_attention_grad(KernelCtx& c) {
     using T = typename decltype(tag)::type;
     if (c.in(5).dtype() != c.in(1).dtype()) c.fail("LSE must have Q's dtype (float32 for lower precisions)");
     const Params<T> p = attention::params<T>(c, g, 6);
+    const attention::Bands<T, T> bands(p, g, kRows);
     const T *dy = c.in(0).data<T>(), *q = c.in(1).data<T>(), *y = c.in(4).data<T>(), *lse = c.in(5).data<T>();
     const T *k = g.packed ? q + g.k_offset : c.in(2).data<T>(), *v = g.packed ? q + g.v_offset : c.in(3).data<T>();
     T* dq = c.out(0).data<T>();  // (packed: dX, dK's and dV's columns in it)
@@ -143,7 +147,7 @@ void flash_attention_grad(KernelCtx& c) {
           std::fill_n(dk + g.k.at(kv, j), g.d, T(0));
           std::fill_n(dv + g.v.at(kv, j), g.dv, T(0));
         }
-        for (int64_t pair : heads[size_t(kv)]) backward_pair(p, g, pair, dy, q, k, v, y, lse, dq, dk, dv, t);
+        for (int64_t pair : heads[size_t(kv)]) backward_pair(p, g, bands, pair, dy, q, k, v, y, lse, dq, dk, dv, t);
       }
     });
   });

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "kernels/cpu/avx512_lanes.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/strided_copy.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -19,6 +19,7 @@ namespace {
 // Larger tiles than the float32 kernel's: a product here is one oneDNN call, whose fixed cost is a few microseconds.
 constexpr int64_t kRows = 128, kKeys = 512;
 using Params = attention::Params<float, BFloat16>;
+using Bands = attention::Bands<float, BFloat16>;
 
 // A bfloat16 operand read as op() reads it: rows `ld` apart, transposed when `trans`.
 Bf16Operand operand(const BFloat16* data, int64_t ld, bool trans = false) { return {data, ld, 0, trans}; }
@@ -29,7 +30,7 @@ Bf16Operand operand(const BFloat16* data, int64_t ld, bool trans = false) { retu
 const BFloat16* dense_rows(const BFloat16* first, int64_t n, int64_t cols, int64_t ld, std::vector<BFloat16>& buf) {
   if (ld == cols) return first;
   if (buf.size() < size_t(n * cols)) buf.resize(size_t(n * cols));
-  for (int64_t r = 0; r < n; ++r) std::copy_n(first + r * ld, cols, buf.data() + r * cols);
+  strided_copy(buf.data(), first, {n, cols}, {ld, 1});
   return buf.data();
 }
 
@@ -175,31 +176,6 @@ void online_softmax(const Params& p, const AttentionGeometry& g, int64_t pair, c
   }
 }
 
-// The band of keys each tile of rows reads, of every pair: worked out once for the pairs that share a mask and a bias
-// (the heads of a batch under a broadcast mask), not once for each (a band is a scan of its rows' mask or bias).
-class Bands {
- public:
-  Bands(const Params& p, const AttentionGeometry& g) : of_(size_t(g.pairs)) {
-    std::map<std::pair<int64_t, int64_t>, size_t> seen;  // (the mask's offset, the bias's) -> bands_
-    for (int64_t pair = 0; pair < g.pairs; ++pair) {
-      const int64_t c = p.cond ? g.offset(g.cond_strides, pair) : -1, b = p.bias ? g.offset(g.bias_strides, pair) : -1;
-      auto [it, fresh] = seen.emplace(std::make_pair(c, b), bands_.size());
-      of_[size_t(pair)] = it->second;
-      if (!fresh) continue;
-      std::vector<AttentionBand>& tiles = bands_.emplace_back();
-      for (int64_t r0 = 0; r0 < g.tq; r0 += kRows)
-        tiles.push_back(attention::band_of(p, p.cond ? p.cond + c : nullptr, p.bias ? p.bias + b : nullptr, r0,
-                                           std::min(r0 + kRows, g.tq), g.tk));
-    }
-  }
-  // The band of rows [r0, r0 + kRows) of `pair`.
-  const AttentionBand& at(int64_t pair, int64_t r0) const { return bands_[of_[size_t(pair)]][size_t(r0 / kRows)]; }
-
- private:
-  std::vector<size_t> of_;
-  std::vector<std::vector<AttentionBand>> bands_;
-};
-
 // Rows [r0, r0 + mr) of a pair's output and their log-sum-exps (q, kv: its operands' rows, consecutive).
 void forward_tile(const Params& p, const AttentionGeometry& g, const Bands& bands, int64_t pair, int64_t r0,
                   const BFloat16* q, KeysValues kv, BFloat16* y, float* lse, Tiles& t) {
@@ -288,7 +264,7 @@ void flash_attention_bf16(KernelCtx& c, const AttentionGeometry& g) {
   BFloat16* y = c.out(0).data<BFloat16>();
   std::vector<float> lse_scratch;
   float* lse = c.wants(1) ? c.out(1).data<float>() : (lse_scratch.resize(size_t(g.pairs * g.tq)), lse_scratch.data());
-  const Bands bands(p, g);
+  const Bands bands(p, g, kRows);
   parallel_for(g.pairs, g.tq * g.tk * (g.d + g.dv) * 2, [&](int64_t b, int64_t e) {
     Tiles& t = tiles();
     for (int64_t pair = b; pair < e; ++pair) {
@@ -312,7 +288,7 @@ void flash_attention_grad_bf16(KernelCtx& c, const AttentionGeometry& g) {
   std::vector<std::vector<int64_t>> heads(size_t(g.kv_count));  // the pairs reading each K and V
   for (int64_t i = 0; i < g.pairs; ++i) heads[size_t(g.kv_of(i))].push_back(i);
   const int64_t per_kv = std::max<int64_t>(1, g.pairs / std::max<int64_t>(1, g.kv_count));
-  const Bands bands(p, g);
+  const Bands bands(p, g, kRows);
   parallel_for(g.kv_count, per_kv * g.tq * g.tk * (g.d + g.dv) * 4, [&](int64_t b, int64_t e) {
     Tiles& t = tiles();
     for (int64_t kv = b; kv < e; ++kv) {
