@@ -3,10 +3,13 @@
 // where the CPU has AVX512_BF16, and on the float32 path a CPU without it takes (forced).
 #include <gtest/gtest.h>
 
+#include <dnnl.hpp>
+
 #include <cmath>
 #include <random>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/run_node.h"
 #include "ops/bind.h"
 #include "test_graphs.h"
@@ -99,6 +102,20 @@ TEST(Bf16MatMul, MatchesFloat32RoundedWithoutAvx512Bf16) {
   cpu::restrict_features(false, false);
   for (const Case& k : cases()) check(k);
   cpu::restrict_features(true, true);
+}
+
+// A run whose shapes vary (rows here) keeps no more primitives than oneDNN's cache would (each holds its compiled
+// kernel), and a product whose primitive was let go computes as before when made again.
+TEST(Bf16MatMul, KeepsNoMorePrimitivesThanOneDnnsCache) {
+  if (!kernels::gemm_bf16_native()) GTEST_SKIP() << "no AVX512_BF16 on " << cpu::features().str();
+  const int capacity = dnnl::get_primitive_cache_capacity();
+  dnnl::set_primitive_cache_capacity(3);
+  for (int round = 0; round < 2; ++round)
+    for (int64_t rows = 1001; rows <= 1010; ++rows) {
+      check({"", "MatMul", {{rows, 32}, {32, 24}}, {}});
+      EXPECT_LE(kernels::gemm_bf16_primitives(), 3u) << rows << " rows";
+    }
+  dnnl::set_primitive_cache_capacity(capacity);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #include "kernels/cpu/gemm_bf16.h"
 
 #include <dnnl.hpp>
+#include <algorithm>
+#include <list>
 #include <map>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -28,19 +29,14 @@ memory::desc operand_desc(int64_t batch, int64_t rows, int64_t cols, const Bf16O
   return memory::desc({batch, rows, cols}, memory::data_type::bf16, strides);
 }
 
-struct Primitive {
-  dnnl::matmul::primitive_desc desc;
+// A primitive with this thread's memory objects for its operands, pointed at each call's.
+struct Bound {
   dnnl::matmul matmul;
+  memory src, weights, dst, bias, scratchpad;
 };
 
-// Primitives by shape, made once (a step runs the same shapes again and again).
-const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
-                           const Bf16Operand& b, float alpha, bool bias, bool accumulate, memory::data_type out) {
-  static std::mutex mu;
-  static std::map<Key, Primitive> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+Bound make(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, float alpha,
+           bool bias, bool accumulate, memory::data_type out) {
   memory::desc dst({batch, m, n}, out, memory::format_tag::abc);
   memory::desc bias_desc({1, 1, n}, memory::data_type::bf16, memory::format_tag::abc);
   dnnl::primitive_attr attr;
@@ -60,36 +56,49 @@ const Primitive& primitive(const Key& key, int64_t batch, int64_t m, int64_t n, 
   // two threads, any m on sixteen): those take the next implementation (AVX512_BF16), at a cost too small to see.
   while (n > 48 && n < 64 && std::string(pd.impl_info_str()).find("amx") != std::string::npos && pd.next_impl()) {
   }
-  return cache.emplace(key, Primitive{pd, dnnl::matmul(pd)}).first->second;
+  return {dnnl::matmul(pd), memory(pd.src_desc(), engine(), nullptr), memory(pd.weights_desc(), engine(), nullptr),
+          memory(pd.dst_desc(), engine(), nullptr), bias ? memory(pd.bias_desc(), engine(), nullptr) : memory(),
+          memory(pd.scratchpad_desc(), engine(), nullptr)};
 }
 
-// A primitive with this thread's memory objects for its operands, pointed at each call's.
-struct Bound {
-  const Primitive* p;
-  memory src, weights, dst, bias, scratchpad;
+// This thread's primitives by shape (a step runs the same shapes again and again; attention's tiles call a few
+// thousands of times a step from both threads, found here without a lock), the most recently used first and at
+// most as many as oneDNN's primitive cache holds (ONEDNN_PRIMITIVE_CACHE_CAPACITY, 1024 by default): each holds
+// its compiled kernel, and a run whose lengths vary (a batch padded to its longest sequence) makes new shapes every
+// step. One evicted here and made again is found in oneDNN's cache, shared by the threads, while that still holds it.
+class Primitives {
+ public:
+  template <class Make>
+  Bound& get(const Key& key, Make&& make) {
+    auto it = where_.find(key);
+    if (it != where_.end()) {
+      used_.splice(used_.begin(), used_, it->second);
+      return it->second->second;
+    }
+    const size_t capacity = size_t(std::max(1, dnnl::get_primitive_cache_capacity()));
+    while (used_.size() >= capacity) {
+      where_.erase(used_.back().first);
+      used_.pop_back();
+    }
+    used_.emplace_front(key, make());
+    where_.emplace(key, used_.begin());
+    return used_.front().second;
+  }
+  size_t size() const { return used_.size(); }
+
+ private:
+  std::list<std::pair<Key, Bound>> used_;
+  std::map<Key, std::list<std::pair<Key, Bound>>::iterator> where_;
 };
 
-// The primitive of `key` bound on this thread (found without a lock once it was: attention's tiles call a few
-// shapes thousands of times a step from both threads).
-Bound& bound(const Key& key, int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
-             const Bf16Operand& b, float alpha, bool bias, bool accumulate, memory::data_type out) {
-  thread_local std::map<Key, Bound> mine;
-  auto it = mine.find(key);
-  if (it != mine.end()) return it->second;
-  const Primitive& p = primitive(key, batch, m, n, k, a, b, alpha, bias, accumulate, out);
-  const dnnl::matmul::primitive_desc& d = p.desc;
-  Bound r{&p, memory(d.src_desc(), engine(), nullptr), memory(d.weights_desc(), engine(), nullptr),
-          memory(d.dst_desc(), engine(), nullptr), bias ? memory(d.bias_desc(), engine(), nullptr) : memory(),
-          memory(d.scratchpad_desc(), engine(), nullptr)};
-  return mine.emplace(key, std::move(r)).first->second;
-}
+thread_local Primitives primitives;
 
 // gemm_bf16 into C of `out`'s type.
 void run(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, void* c,
          memory::data_type out, float alpha, const BFloat16* bias, bool accumulate) {
   if (batch == 0 || m == 0 || n == 0) return;
   Key key{batch, m, n, k, a.ld, a.stride, b.ld, b.stride, a.trans, b.trans, alpha, bias != nullptr, accumulate, out};
-  Bound& x = bound(key, batch, m, n, k, a, b, alpha, bias != nullptr, accumulate, out);
+  Bound& x = primitives.get(key, [&] { return make(batch, m, n, k, a, b, alpha, bias != nullptr, accumulate, out); });
   thread_local dnnl::stream stream(engine());
   thread_local std::vector<char> scratchpad;
   const size_t scratch_bytes = x.scratchpad.get_desc().get_size();
@@ -104,7 +113,7 @@ void run(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, c
                              {DNNL_ARG_SCRATCHPAD, x.scratchpad.get()},
                              {DNNL_ARG_BIAS, x.bias.get(true)}};  // (null without a bias: not passed)
   if (bias) x.bias.set_data_handle(const_cast<BFloat16*>(bias));
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(x.p->matmul.get(), stream.get(), bias ? 5 : 4, args),
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(x.matmul.get(), stream.get(), bias ? 5 : 4, args),
                           "oneDNN's bf16 matmul failed");
   stream.wait();
 }
@@ -112,6 +121,8 @@ void run(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, c
 }  // namespace
 
 bool gemm_bf16_native() { return cpu::features().avx512_bf16; }
+
+size_t gemm_bf16_primitives() { return primitives.size(); }
 
 void gemm_bf16(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a, const Bf16Operand& b, BFloat16* c,
                float alpha, const BFloat16* bias, bool accumulate) {

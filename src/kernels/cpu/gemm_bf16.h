@@ -1,6 +1,7 @@
 // bfloat16 GEMM with float32 accumulation through oneDNN's matmul (AVX512_BF16 dot products where the CPU has
 // them: cpu::features().avx512_bf16; kernels take the float32 path through in_float32 elsewhere).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "onnxtrain/dtype.h"
@@ -9,6 +10,9 @@ namespace onnxtrain::kernels {
 
 // Whether the bf16 GEMM runs natively on this CPU (else bf16 matrix products compute in float32).
 bool gemm_bf16_native();
+
+// How many primitives this thread keeps (at most oneDNN's primitive cache capacity: ONEDNN_PRIMITIVE_CACHE_CAPACITY).
+size_t gemm_bf16_primitives();
 
 // One operand: `batch` matrices of (rows, cols) as op() reads them, each at `stride` elements after the previous
 // (0: the same matrix for every batch), rows `ld` apart as stored, read transposed when `trans`.
