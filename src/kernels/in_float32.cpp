@@ -55,14 +55,11 @@ Dim total_scratch(const ScratchFn& own, const ops::Op& op, ops::InferCtx& s) {
   return total;
 }
 
-}  // namespace
-
-KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)()) {
+// def, with float32 copies of its 16-bit values for the nodes `as_is` does not hold.
+template <typename AsIs>
+KernelDef with_copies(KernelDef def, ConvertFn convert, AsIs as_is) {
   KernelFn fn = def.fn;
   ScratchFn own = def.scratch;
-  auto as_is = [bf16_native](ops::InferCtx& s) {
-    return !any_low(s) || (bf16_native && !any_half(s) && bf16_native());
-  };
   def.fn = [fn, own, as_is, convert](const ops::Op& op, KernelCtx& c) {
     if (as_is(*c.shapes)) return fn(op, c);
     ScratchCarver copies{c};
@@ -103,6 +100,20 @@ KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)()) {
     return total_scratch(own, op, s);
   };
   return def;
+}
+
+}  // namespace
+
+KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)()) {
+  auto as_is = [bf16_native](ops::InferCtx& s) {
+    return !any_low(s) || (bf16_native && !any_half(s) && bf16_native());
+  };
+  return with_copies(std::move(def), convert, as_is);
+}
+
+KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*takes_as_is)(ops::InferCtx&)) {
+  auto as_is = [takes_as_is](ops::InferCtx& s) { return !any_low(s) || takes_as_is(s); };
+  return with_copies(std::move(def), convert, as_is);
 }
 
 }  // namespace onnxtrain::kernels

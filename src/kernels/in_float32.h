@@ -14,5 +14,7 @@ using ConvertFn = void (*)(DType from, DType to, const void* x, void* y, int64_t
 
 // `bf16_native` (optional): when it holds (on this machine), def's kernel takes bfloat16 nodes itself, without copies.
 KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*bf16_native)() = nullptr);
+// `takes_as_is`: the nodes def's kernel takes as they are, without copies (16-bit values and all).
+KernelDef in_float32(KernelDef def, ConvertFn convert, bool (*takes_as_is)(ops::InferCtx&));
 
 }  // namespace onnxtrain::kernels

@@ -25,4 +25,8 @@ void convert(DType from, DType to, const void* x, void* y, int64_t n) {
 
 KernelDef in_float32(KernelDef def, bool (*bf16_native)()) { return in_float32(std::move(def), convert, bf16_native); }
 
+KernelDef in_float32(KernelDef def, bool (*takes_as_is)(ops::InferCtx&)) {
+  return in_float32(std::move(def), convert, takes_as_is);
+}
+
 }  // namespace onnxtrain::kernels

@@ -5,5 +5,6 @@
 namespace onnxtrain::kernels {
 
 KernelDef in_float32(KernelDef def, bool (*bf16_native)() = nullptr);
+KernelDef in_float32(KernelDef def, bool (*takes_as_is)(ops::InferCtx&));
 
 }  // namespace onnxtrain::kernels

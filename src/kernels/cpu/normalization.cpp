@@ -9,6 +9,7 @@
 #include "kernels/cpu/broadcast.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/in_float32.h"
+#include "kernels/cpu/norm_gradient_rows.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 
@@ -142,10 +143,8 @@ void instance_norm(const ops::NormAttrs& at, KernelCtx& c) {
   });
 }
 
-// com.onnxtrain.LayerNormalizationGrad: rows of x (rows, n) with their mean and rstd; scale (n). Per row
-// dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy scale and xhat = (x - mean) rstd, plus input 5 (base)
-// where given (add_base); per column dscale = sum over rows of dy xhat, dbias = sum of dy, accumulated in double (in
-// the scratch, by column blocks).
+// com.onnxtrain.LayerNormalizationGrad: rows of x (rows, n) with their mean and rstd; scale (n); dY of x's type or,
+// for a float32 x, bfloat16 (autocast's); base (input 5) added to dX where given (norm_gradient_rows.h).
 void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1);
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
@@ -154,66 +153,18 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   if (c.in(2).numel() != n || dy.numel() != x.numel() || c.in(3).numel() != rows || c.in(4).numel() != rows)
     c.fail("dy " + dims_str(dy.dims()) + ", x " + dims_str(x.dims()) + ", scale " + dims_str(c.in(2).dims()) +
            " and the statistics " + dims_str(c.in(3).dims()) + " do not fit together");
-  double* sums = c.scratch_as<double>(0, size_t(2 * n));  // (2, n): dscale, dbias
-  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T *d = dy.data<T>(), *xp = x.data<T>(), *w = c.in(2).data<T>(), *mean = c.in(3).data<T>(),
-            *rstd = c.in(4).data<T>();
-    if (c.wants(0)) {
-      T* dx = c.out(0).data<T>();
-      const T* base = c.has(5) ? c.in(5).data<T>() : nullptr;
-      if (base && c.in(5).numel() != x.numel()) c.fail("base " + dims_str(c.in(5).dims()) + " must be x's shape");
-      parallel_for(rows, n * 8, [&](int64_t rb, int64_t re) {
-        std::vector<T> row(base ? size_t(n) : 0);
-        for (int64_t r = rb; r < re; ++r) {
-          const T *dr = d + r * n, *xr = xp + r * n;
-          const T m = mean[r], rs = rstd[r];
-          double s1 = 0, s2 = 0;
-          if constexpr (std::is_same_v<T, float>) {  // the products a chunk at a time, summed in vector lanes
-            alignas(32) float g[256], p[256];
-            for (int64_t j0 = 0; j0 < n; j0 += 256) {
-              int64_t len = std::min<int64_t>(256, n - j0);
-              for (int64_t k = 0; k < len; ++k) {
-                g[k] = dr[j0 + k] * w[j0 + k];
-                p[k] = g[k] * ((xr[j0 + k] - m) * rs);
-              }
-              s1 += sum_f32(g, len);
-              s2 += sum_f32(p, len);
-            }
-          } else {
-            for (int64_t j = 0; j < n; ++j) {
-              T g = dr[j] * w[j];
-              s1 += double(g);
-              s2 += double(g * ((xr[j] - m) * rs));
-            }
-          }
-          const T m1 = T(s1 / double(n)), m2 = T(s2 / double(n));
-          T* o = base ? row.data() : dx + r * n;
-          for (int64_t j = 0; j < n; ++j) {
-            T xhat = (xr[j] - m) * rs;
-            o[j] = rs * (dr[j] * w[j] - m1 - xhat * m2);
-          }
-          if (base) add_base(base + r * n, o, dx + r * n, n);
-        }
-      });
-    }
-    if (!c.wants(1) && !c.wants(2)) return;
-    std::fill(sums, sums + 2 * n, 0.0);
-    parallel_for(n, rows * 4, [&](int64_t jb, int64_t je) {  // columns split over threads, rows walked in order
-      for (int64_t r = 0; r < rows; ++r) {
-        const T *dr = d + r * n, *xr = xp + r * n;
-        const T m = mean[r], rs = rstd[r];
-        for (int64_t j = jb; j < je; ++j) {
-          sums[j] += double(dr[j] * ((xr[j] - m) * rs));
-          sums[n + j] += double(dr[j]);
-        }
-      }
-    });
-    for (int64_t j = 0; j < n; ++j) {
-      if (c.wants(1)) c.out(1).data<T>()[j] = T(sums[j]);
-      if (c.wants(2)) c.out(2).data<T>()[j] = T(sums[n + j]);
-    }
-  });
+  if (c.has(5) && c.in(5).numel() != x.numel()) c.fail("base " + dims_str(c.in(5).dims()) + " must be x's shape");
+  auto run = [&](auto t, auto d) {
+    using T = typename decltype(t)::type;
+    using D = typename decltype(d)::type;
+    norm_gradient::Rows<T, D> r;
+    r.rows = rows, r.n = n, r.dy = dy.data<D>(), r.x = x.data<T>(), r.scale = c.in(2).data<T>();
+    r.mean = c.in(3).data<T>(), r.rstd = c.in(4).data<T>(), r.base = c.has(5) ? c.in(5).data<T>() : nullptr;
+    r.dx = c.wants(0) ? c.out(0).data<T>() : nullptr;
+    r.dscale = c.wants(1) ? c.out(1).data<T>() : nullptr, r.dbias = c.wants(2) ? c.out(2).data<T>() : nullptr;
+    norm_gradient::run(r, c.scratch_as<T>(0, size_t(norm_gradient::partials(rows, n))));
+  };
+  norm_gradient::dispatch(dy.dtype(), x.dtype(), c, run);
 }
 
 const bool kRegistered = register_kernels(
@@ -222,8 +173,8 @@ const bool kRegistered = register_kernels(
               in_float32({"com.onnxtrain", "LayerNormalization", kernel(layer_norm)}),  // (Y of attribute `to`)
               in_float32({"", "BatchNormalization", kernel(batch_norm)}),
               in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
-              in_float32({"com.onnxtrain", "LayerNormalizationGrad", kernel(layer_norm_grad),
-                          [](const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(16); }}),
+              in_float32({"com.onnxtrain", "LayerNormalizationGrad", kernel(layer_norm_grad), norm_gradient::scratch},
+                         norm_gradient::takes_as_is),
           });
 
 }  // namespace

@@ -1,12 +1,14 @@
 // com.onnxtrain.RMSNormalization and its gradient over rows of n elements (the dims from the axis on): statistics
 // accumulated in double; bfloat16 and float16 through float32 copies (in_float32), so that a bf16 model's norm
-// keeps float32 statistics as PyTorch's does.
+// keeps float32 statistics as PyTorch's does (but for autocast's bf16 dY into a float32 norm's gradient: read as it
+// is).
 #include <cmath>
 #include <vector>
 
 #include "core/parallel.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/in_float32.h"
+#include "kernels/cpu/norm_gradient_rows.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 #include "ops/normalization.h"
@@ -67,52 +69,32 @@ void rms_norm(const ops::NormAttrs& at, KernelCtx& c) {
   });
 }
 
-// dX = rstd (dY scale - xhat mean(dY scale xhat)), xhat = X rstd, plus input 4 (base) where given (add_base); dscale =
-// sum over rows of dY xhat (in double, in the scratch, columns split over threads).
+// com.onnxtrain.RMSNormalizationGrad: dY of X's type or, for a float32 X, bfloat16 (autocast's); base (input 4) added
+// to dX where given (norm_gradient_rows.h).
 void rms_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor &dy = c.in(0), &x = c.in(1), &scale = c.in(2), &rstd = c.in(3);
-  Rows r = rows_of(at, c, x, scale);
-  if (dy.numel() != x.numel() || rstd.numel() != r.rows)
+  Rows shape = rows_of(at, c, x, scale);
+  if (dy.numel() != x.numel() || rstd.numel() != shape.rows)
     c.fail("dY " + dims_str(dy.dims()) + ", X " + dims_str(x.dims()) + " and the statistic " +
            dims_str(rstd.dims()) + " do not fit together");
-  dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T *d = dy.data<T>(), *xp = x.data<T>(), *w = scale.data<T>(), *rs = rstd.data<T>();
-    if (c.wants(0)) {
-      T* dx = c.out(0).data<T>();
-      const T* base = c.has(4) ? c.in(4).data<T>() : nullptr;
-      if (base && c.in(4).numel() != x.numel()) c.fail("base " + dims_str(c.in(4).dims()) + " must be X's shape");
-      parallel_for(r.rows, r.n * 8, [&](int64_t rb, int64_t re) {
-        std::vector<T> row(base ? size_t(r.n) : 0);  // (dX before base is added: dX's place may be base's)
-        for (int64_t i = rb; i < re; ++i) {
-          const T *dr = d + i * r.n, *xr = xp + i * r.n;
-          T* o = base ? row.data() : dx + i * r.n;
-          for (int64_t j = 0; j < r.n; ++j) o[j] = dr[j] * w[j];  // g, then dX in its place
-          const T k = T(dot(o, xr, r.n) / double(r.n) * double(rs[i]) * double(rs[i]));  // mean(g xhat) / rstd
-          for (int64_t j = 0; j < r.n; ++j) o[j] = rs[i] * (o[j] - xr[j] * k);
-          if (base) add_base(base + i * r.n, o, dx + i * r.n, r.n);
-        }
-      });
-    }
-    if (!c.wants(1)) return;
-    double* sums = c.scratch_as<double>(0, size_t(r.n));
-    std::fill(sums, sums + r.n, 0.0);
-    parallel_for(r.n, r.rows * 4, [&](int64_t jb, int64_t je) {  // columns split over threads, rows walked in order
-      for (int64_t i = 0; i < r.rows; ++i) {
-        const T *dr = d + i * r.n, *xr = xp + i * r.n;
-        for (int64_t j = jb; j < je; ++j) sums[j] += double(dr[j] * (xr[j] * rs[i]));
-      }
-    });
-    T* dw = c.out(1).data<T>();
-    for (int64_t j = 0; j < r.n; ++j) dw[j] = T(sums[j]);
-  });
+  if (c.has(4) && c.in(4).numel() != x.numel()) c.fail("base " + dims_str(c.in(4).dims()) + " must be X's shape");
+  auto run = [&](auto t, auto d) {
+    using T = typename decltype(t)::type;
+    using D = typename decltype(d)::type;
+    norm_gradient::Rows<T, D> r;
+    r.rows = shape.rows, r.n = shape.n, r.dy = dy.data<D>(), r.x = x.data<T>(), r.scale = scale.data<T>();
+    r.rstd = rstd.data<T>(), r.base = c.has(4) ? c.in(4).data<T>() : nullptr;
+    r.dx = c.wants(0) ? c.out(0).data<T>() : nullptr, r.dscale = c.wants(1) ? c.out(1).data<T>() : nullptr;
+    norm_gradient::run(r, c.scratch_as<T>(0, size_t(norm_gradient::partials(shape.rows, shape.n))));
+  };
+  norm_gradient::dispatch(dy.dtype(), x.dtype(), c, run);
 }
 
 const bool kRegistered = register_kernels(
     kCpu, {
               in_float32({"com.onnxtrain", "RMSNormalization", kernel(rms_norm)}),
-              in_float32({"com.onnxtrain", "RMSNormalizationGrad", kernel(rms_norm_grad),
-                          [](const ops::Op&, ops::InferCtx& s) { return shape_numel(s.shape(2)) * Dim(8); }}),
+              in_float32({"com.onnxtrain", "RMSNormalizationGrad", kernel(rms_norm_grad), norm_gradient::scratch},
+                         norm_gradient::takes_as_is),
           });
 
 }  // namespace
