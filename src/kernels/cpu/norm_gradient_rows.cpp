@@ -40,8 +40,6 @@ void row_in_order(const Rows<T, D>& r, int64_t i, const Partials<T>& p) {
   }
 }
 
-constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-
 template <typename D>
 ONNXTRAIN_AVX512 __m512 load16(const D* p, __mmask16 k) {
   if constexpr (std::is_same_v<D, float>) return _mm512_maskz_loadu_ps(k, p);
@@ -82,8 +80,8 @@ ONNXTRAIN_AVX512 void row_avx512(const Rows<float, D>& r, int64_t i, const Parti
     const __mmask16 k = mask(j);
     const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m), rs);
     const __m512 g = _mm512_mul_ps(load16(d + j, k), _mm512_maskz_loadu_ps(k, r.scale + j));
-    // (rounded before base is added, as an Add after it would: the product's own rounding is never contracted)
-    __m512 v = _mm512_mul_round_ps(rs, _mm512_fnmadd_ps(xhat, m2, _mm512_sub_ps(g, m1)), kNearest);
+    // (rounded before base is added, as an Add after it would: built with -ffp-contract=off)
+    __m512 v = _mm512_mul_ps(rs, _mm512_fnmadd_ps(xhat, m2, _mm512_sub_ps(g, m1)));
     if (base) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, base + j), v);
     _mm512_mask_storeu_ps(o + j, k, v);
   }

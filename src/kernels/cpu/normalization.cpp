@@ -10,6 +10,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/norm_gradient_rows.h"
+#include "kernels/cpu/norm_output_rows.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 
@@ -33,6 +34,14 @@ ChannelView channel_view(const KernelCtx& c, size_t params) {
   return v;
 }
 
+// x's n values repeated from its first `count` (a scale or bias broadcast over the normalized dims), in `keep`.
+template <typename T>
+const T* repeated(const T* x, int64_t count, int64_t n, std::vector<T>& keep) {
+  keep.resize(size_t(n));
+  for (int64_t j = 0; j < n; ++j) keep[size_t(j)] = x[j % count];
+  return keep.data();
+}
+
 void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
   const Tensor& x = c.in(0);
   int64_t a = at.axis < 0 ? at.axis + x.rank() : at.axis;
@@ -43,13 +52,15 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
     if (c.has(i) && !broadcasts_as_suffix(c.in(i).dims(), norm))
       c.fail(std::string(i == 1 ? "scale " : "bias ") + dims_str(c.in(i).dims()) +
              " does not broadcast over the normalized dims " + dims_str(norm));
-  int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 0;
+  const int64_t nw = c.in(1).numel(), nb = c.has(2) ? c.in(2).numel() : 0;
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = x.data<T>();
     const T* w = c.in(1).data<T>();
     const T* b = c.has(2) ? c.in(2).data<T>() : nullptr;
-    T* y = c.out(0).data<T>();
+    std::vector<T> ws, bs;  // scale and bias broadcast over the normalized dims, repeated to n values
+    if (nw != n) w = repeated(w, nw, n, ws);
+    if (b && nb != n) b = repeated(b, nb, n, bs);
     T* mean_out = c.wants(1) ? c.out(1).data<T>() : nullptr;
     T* rstd_out = c.wants(2) ? c.out(2).data<T>() : nullptr;
     parallel_for(rows, n * 4, [&](int64_t rb, int64_t re) {
@@ -66,14 +77,14 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
         }
         double rstd = 1.0 / std::sqrt(var + double(at.epsilon));
         T m = T(mean), rs = T(rstd);
-        T* yr = y + r * n;
-        if (nw == n && (!b || nb == n)) {  // scale and bias over the normalized dims (the usual case)
+        if constexpr (std::is_same_v<T, float>) {
+          if (c.out(0).dtype() == DType::kBFloat16)  // (of attribute `to`, taken as it is)
+            norm_output_row(row, m, rs, w, b, c.out(0).data<BFloat16>() + r * n, n);
+          else
+            norm_output_row(row, m, rs, w, b, c.out(0).data<float>() + r * n, n);
+        } else {
+          T* yr = c.out(0).data<T>() + r * n;
           for (int64_t j = 0; j < n; ++j) yr[j] = (row[j] - m) * rs * w[j] + (b ? b[j] : T(0));
-        } else {  // broadcast over them
-          for (int64_t j = 0; j < n; ++j) {
-            T v = (row[j] - m) * rs * w[j % nw];
-            yr[j] = b ? v + b[j % nb] : v;
-          }
         }
         if (mean_out) mean_out[r] = m;
         if (rstd_out) rstd_out[r] = rs;
@@ -170,7 +181,8 @@ void layer_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
 const bool kRegistered = register_kernels(
     kCpu, {
               in_float32({"", "LayerNormalization", kernel(layer_norm)}),
-              in_float32({"com.onnxtrain", "LayerNormalization", kernel(layer_norm)}),  // (Y of attribute `to`)
+              in_float32({"com.onnxtrain", "LayerNormalization", kernel(layer_norm)},  // (Y of attribute `to`)
+                         float32_with_a_bf16_output),
               in_float32({"", "BatchNormalization", kernel(batch_norm)}),
               in_float32({"", "InstanceNormalization", kernel(instance_norm)}),
               in_float32({"com.onnxtrain", "LayerNormalizationGrad", kernel(layer_norm_grad), norm_gradient::scratch},

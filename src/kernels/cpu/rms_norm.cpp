@@ -9,6 +9,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/in_float32.h"
 #include "kernels/cpu/norm_gradient_rows.h"
+#include "kernels/cpu/norm_output_rows.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/kernel.h"
 #include "ops/normalization.h"
@@ -55,14 +56,20 @@ void rms_norm(const ops::NormAttrs& at, KernelCtx& c) {
   dispatch<kWideFloats>(x.dtype(), c.node.where(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T *xp = x.data<T>(), *w = scale.data<T>();
-    T* y = c.out(0).data<T>();
     T* rstd_out = c.wants(1) ? c.out(1).data<T>() : nullptr;
     parallel_for(r.rows, r.n * 4, [&](int64_t rb, int64_t re) {
       for (int64_t i = rb; i < re; ++i) {
         const T* row = xp + i * r.n;
         const T rs = T(1.0 / std::sqrt(dot(row, row, r.n) / double(r.n) + double(at.epsilon)));
-        T* yr = y + i * r.n;
-        for (int64_t j = 0; j < r.n; ++j) yr[j] = row[j] * rs * w[j];
+        if constexpr (std::is_same_v<T, float>) {
+          if (c.out(0).dtype() == DType::kBFloat16)  // (of attribute `to`, taken as it is)
+            norm_output_row(row, 0.f, rs, w, nullptr, c.out(0).data<BFloat16>() + i * r.n, r.n);
+          else
+            norm_output_row(row, 0.f, rs, w, nullptr, c.out(0).data<float>() + i * r.n, r.n);
+        } else {
+          T* yr = c.out(0).data<T>() + i * r.n;
+          for (int64_t j = 0; j < r.n; ++j) yr[j] = row[j] * rs * w[j];
+        }
         if (rstd_out) rstd_out[i] = rs;
       }
     });
@@ -92,7 +99,7 @@ void rms_norm_grad(const ops::NormAttrs& at, KernelCtx& c) {
 
 const bool kRegistered = register_kernels(
     kCpu, {
-              in_float32({"com.onnxtrain", "RMSNormalization", kernel(rms_norm)}),
+              in_float32({"com.onnxtrain", "RMSNormalization", kernel(rms_norm)}, float32_with_a_bf16_output),
               in_float32({"com.onnxtrain", "RMSNormalizationGrad", kernel(rms_norm_grad), norm_gradient::scratch},
                          norm_gradient::takes_as_is),
           });
