@@ -61,11 +61,4 @@ double row_sum(const T* x, int64_t n) {
   return sum;
 }
 
-// out[i] = base[i] + x[i], x already stored (rounded as an Add of the two values would be, not fused into the product
-// that made x); out may be base (the norm gradients' base: dX written in its place).
-template <typename T>
-void add_base(const T* base, const T* x, T* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = base[i] + x[i];
-}
-
 }  // namespace onnxtrain::kernels
