@@ -147,6 +147,27 @@ void clip(const ops::ClipAttrs& a, KernelCtx& c) {
   });
 }
 
+// Whether a Mul by one factor of exactly 1 writes in its operand's place: x * 1 is x (a gradient formed in forward
+// scaled by the loss's gradient of 1, say), bit for bit, so there is nothing to write.
+bool in_place_by_one(const KernelCtx& c) {
+  const Tensor &x = c.in(0), &f = c.in(1);
+  if (c.out(0).raw() != x.raw() || f.numel() != 1 || c.out(0).dims() != x.dims() || f.dtype() != x.dtype())
+    return false;
+  bool one = false;
+  dispatch<kNumeric>(f.dtype(), c.node.where(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    one = f.data<T>()[0] == T(1);
+  });
+  return one;
+}
+
+KernelFn multiply() {
+  KernelFn mul = binary<kNumeric>([](auto, auto a, auto b) { return wrapping_mul(a, b); });
+  return [mul](const ops::Op& op, KernelCtx& c) {
+    if (!in_place_by_one(c)) mul(op, c);
+  };
+}
+
 auto nan_first_max = [](auto a, auto b) { return (std::isnan(double(a)) || a >= b) ? a : b; };
 auto nan_first_min = [](auto a, auto b) { return (std::isnan(double(a)) || a <= b) ? a : b; };
 
@@ -154,7 +175,7 @@ const bool kRegistered = register_kernels(
     kCpu, {
               {"", "Add", binary<kNumeric>([](auto, auto a, auto b) { return wrapping_add(a, b); })},
               {"", "Sub", binary<kNumeric>([](auto, auto a, auto b) { return wrapping_sub(a, b); })},
-              {"", "Mul", binary<kNumeric>([](auto, auto a, auto b) { return wrapping_mul(a, b); })},
+              {"", "Mul", multiply()},
               {"", "Div", binary<kNumeric>([](auto, auto a, auto b) { return divide(a, b); })},
               {"", "Mod", binary<kNumeric>([](const BinaryAttrs& at, auto a, auto b) { return mod(at.fmod, a, b); })},
               {"", "PRelu", binary<kNumeric>([](auto, auto x, auto slope) { return x < 0 ? slope * x : x; })},
