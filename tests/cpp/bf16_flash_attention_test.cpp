@@ -2,9 +2,9 @@
 // results on the same values. Where the CPU multiplies bfloat16 natively (flash_attention_bf16.h) the probabilities
 // and the scores' gradients are rounded to bf16 for the products: Y, dQ, dK and dV within a few bf16 units of
 // float32's, the float32 log-sum-exps to 1e-5. On the float32 copies a CPU without AVX512_BF16 takes (forced),
-// every output is float32's rounded, bit for bit. Cases: grouped-query heads under a causal mask with dropout over
-// tiles of rows and keys; an additive causal bias with a padded key; more keys than one tile holds, unmasked, with
-// dropout (the last two on the fused row passes where the CPU has AVX512_BF16).
+// every output is float32's rounded, bit for bit. Cases, each on the fused row passes where the CPU has
+// AVX512_BF16: grouped-query heads under a causal mask with dropout over tiles of rows and keys; an additive causal
+// bias with a padded key; more keys than one tile holds, unmasked, with dropout; a causal mask of a finite fill.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,7 +44,7 @@ struct Case {
   std::string name;
   int64_t heads, kv_heads, tq, tk, d, dv;
   bool causal_mask, causal_bias;
-  float dropout;
+  float dropout, fill = -INFINITY;  // (the mask's)
 };
 
 // The forward's inputs (Q, K, V, scale, cond, fill, ratio, training, bias) and dY, in float32.
@@ -59,7 +59,7 @@ std::vector<Tensor> inputs(const Case& k, std::mt19937& rng, Tensor* dy) {
     in[4] = Tensor(DType::kBool, {k.tq, k.tk});
     for (int64_t r = 0; r < k.tq; ++r)
       for (int64_t j = 0; j < k.tk; ++j) in[4].data<bool>()[r * k.tk + j] = j > r + shift;
-    in[5] = scalar(-INFINITY);
+    in[5] = scalar(k.fill);
   }
   if (k.dropout > 0) in[6] = scalar(k.dropout), in[7] = Tensor(DType::kBool, {}), *in[7].data<bool>() = true;
   if (k.causal_bias) {
@@ -100,6 +100,8 @@ void check(bool native) {
       {"grouped heads, causal mask, dropout", 4, 2, 150, 150, 32, 16, true, false, 0.2f},
       {"causal bias, a padded key", 2, 2, 130, 200, 16, 24, false, true, 0},
       {"more keys than a tile, dropout", 3, 1, 70, 600, 16, 8, false, false, 0.3f},
+      // (masked scores that keep a share of the probability: each is the fill, its gradient 0)
+      {"causal mask of a finite fill, dropout", 2, 2, 100, 100, 16, 16, true, false, 0.1f, -2.f},
   };
   for (const Case& k : cases) {
     std::mt19937 rng(7);

@@ -67,22 +67,30 @@ KeysValues keys_values(const AttentionGeometry& g, int64_t kv, const BFloat16* k
   return {dense_rows(k + g.k.at(kv), g.tk, g.d, g.k.row, t.k), dense_rows(v + g.v.at(kv), g.tk, g.dv, g.v.row, t.v)};
 }
 
-// The fused row passes, where nothing masks the scores by cond (a bias, if any, read along its rows) and the CPU
-// has AVX-512 (as every CPU with AVX512_BF16 does). Each makes one pass over a row of scores where the shared steps
+// The fused row passes, where a bias and a mask (cond), if any, are read along their rows and the CPU has AVX-512
+// (as every CPU with AVX512_BF16 does). Each makes one pass over a row of scores where the shared steps
 // (attention_tiles.h) make several: scores are summed, exponentiated and rounded in one.
-bool fused_rows(const Params& p) { return !p.cond && (!p.bias || p.bias_col == 1); }
+bool fused_rows(const Params& p) { return (!p.cond || p.col_stride == 1) && (!p.bias || p.bias_col == 1); }
 
-// s[j] += bias[j] (none when null) for j < w; the largest s[j].
-ONNXTRAIN_AVX512 float add_bias_max(float* s, const BFloat16* bias, int64_t w) {
+// s[j] = cond[j] ? fill : s[j] + bias[j] (no mask or bias where null) for j < w, as attention::bias_and_mask; the
+// largest s[j].
+ONNXTRAIN_AVX512 float add_bias_max(float* s, const BFloat16* bias, const bool* cond, float fill, int64_t w) {
   __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512 f = _mm512_set1_ps(fill);
   int64_t j = 0;
   for (; j + 16 <= w; j += 16) {
     __m512 x = _mm512_loadu_ps(s + j);
-    if (bias) _mm512_storeu_ps(s + j, x = _mm512_add_ps(x, load_bf16(bias + j)));
+    if (bias) x = _mm512_add_ps(x, load_bf16(bias + j));
+    if (cond) x = _mm512_mask_mov_ps(x, mask_of(cond + j), f);
+    if (bias || cond) _mm512_storeu_ps(s + j, x);
     m = _mm512_max_ps(m, x);
   }
   float top = _mm512_reduce_max_ps(m);
-  for (; j < w; ++j) top = std::max(top, s[j] += bias ? float(bias[j]) : 0.f);
+  for (; j < w; ++j) {
+    if (bias) s[j] += float(bias[j]);
+    if (cond && cond[j]) s[j] = fill;
+    top = std::max(top, s[j]);
+  }
   return top;
 }
 
@@ -112,19 +120,22 @@ ONNXTRAIN_AVX512 float exp_round(float* s, float shift, const bool* keep, float 
 }
 
 // out[j] = P (dP - d) scale in bfloat16 for j < w: the scores' gradient from the probabilities p and dp, the
-// gradient of the dropped ones (dP times keep_scale where keep[j], 0 where not, when keep is not null).
+// gradient of the dropped ones (dP times keep_scale where keep[j], 0 where not, when keep is not null); 0 where
+// cond[j] (a masked score is the fill, whatever the score was).
 ONNXTRAIN_AVX512 void score_gradient_round(const float* p, const float* dp, float d, float scale, const bool* keep,
-                                           float keep_scale, BFloat16* out, int64_t w) {
+                                           float keep_scale, const bool* cond, BFloat16* out, int64_t w) {
   const __m512 dd = _mm512_set1_ps(d), sc = _mm512_set1_ps(scale), ks = _mm512_set1_ps(keep_scale);
   int64_t j = 0;
   for (; j + 16 <= w; j += 16) {
     __m512 g = _mm512_loadu_ps(dp + j);
     if (keep) g = _mm512_maskz_mul_ps(mask_of(keep + j), g, ks);
-    store_bf16(out + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p + j), _mm512_sub_ps(g, dd)), sc));
+    __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p + j), _mm512_sub_ps(g, dd)), sc);
+    if (cond) v = _mm512_maskz_mov_ps(__mmask16(~mask_of(cond + j)), v);
+    store_bf16(out + j, v);
   }
   for (; j < w; ++j) {
     const float g = keep ? (keep[j] ? dp[j] * keep_scale : 0.f) : dp[j];
-    out[j] = BFloat16(p[j] * (g - d) * scale);
+    out[j] = BFloat16(cond && cond[j] ? 0.f : p[j] * (g - d) * scale);
   }
 }
 
@@ -150,18 +161,24 @@ void scores(const Params& p, const AttentionGeometry& g, const BFloat16* q, cons
   if (!fused_rows(p)) attention::bias_and_mask(p, pair_cond, pair_bias, r0, mr, j0, w, s);
 }
 
-// The bias of row r and keys [j0, ...) of a pair, or null.
+// The bias and the mask of row r and keys [j0, ...) of a pair, or null.
 const BFloat16* bias_row(const Params& p, const BFloat16* pair_bias, int64_t r, int64_t j0) {
   return pair_bias ? pair_bias + r * p.bias_row + j0 : nullptr;
 }
+const bool* cond_row(const Params& p, const bool* pair_cond, int64_t r, int64_t j0) {
+  return pair_cond ? pair_cond + r * p.row_stride + j0 : nullptr;
+}
 
 // The fused rows' online softmax (attention::online_softmax's), their probabilities in t.s16.
-void online_softmax(const Params& p, const AttentionGeometry& g, int64_t pair, const BFloat16* pair_bias, int64_t r0,
-                    int64_t mr, int64_t j0, int64_t w, float* s, float* m, float* l, float* y, Tiles& t) {
+void online_softmax(const Params& p, const AttentionGeometry& g, int64_t pair, const bool* pair_cond,
+                    const BFloat16* pair_bias, int64_t r0, int64_t mr, int64_t j0, int64_t w, float* s, float* m,
+                    float* l, float* y, Tiles& t) {
   for (int64_t r = 0; r < mr; ++r) {
     float* row = s + r * w;
     BFloat16* out = t.s16.data() + r * w;
-    const float mn = std::max(m[r], add_bias_max(row, bias_row(p, pair_bias, r0 + r, j0), w));
+    const float top =
+        add_bias_max(row, bias_row(p, pair_bias, r0 + r, j0), cond_row(p, pair_cond, r0 + r, j0), p.fill, w);
+    const float mn = std::max(m[r], top);
     if (mn == -std::numeric_limits<float>::infinity()) {  // every score so far is -inf: nothing to add yet
       std::fill_n(out, w, BFloat16(0.f));
       continue;
@@ -190,7 +207,7 @@ void forward_tile(const Params& p, const AttentionGeometry& g, const Bands& band
     const int64_t w = std::min(kKeys, band.hi - j0);
     scores(p, g, q, kv.k, ci, bi, r0, mr, j0, w, s);
     if (fused_rows(p)) {
-      online_softmax(p, g, pair, bi, r0, mr, j0, w, s, m, l, ya, t);
+      online_softmax(p, g, pair, ci, bi, r0, mr, j0, w, s, m, l, ya, t);
     } else {
       attention::online_softmax(p, g, pair, r0, mr, j0, w, s, m, l, ya, g.dv, t.keep.get());
       from_f32(s, t.s16.data(), mr * w);
@@ -224,7 +241,7 @@ void backward_pair(const Params& p, const AttentionGeometry& g, const Bands& ban
         for (int64_t r = 0; r < mr; ++r) {
           float* row = pp + r * w;
           bool* keep = p.dropout ? t.keep.get() + r * w : nullptr;
-          add_bias_max(row, bias_row(p, bi, r0 + r, j0), w);
+          add_bias_max(row, bias_row(p, bi, r0 + r, j0), cond_row(p, ci, r0 + r, j0), p.fill, w);
           if (keep) attention::dropout_row(p, uint64_t(pair * g.tq + r0 + r), g.tk, j0, w, keep);
           exp_round(row, li[r0 + r], keep, p.keep_scale, true, x16 + r * w, w);
         }
@@ -239,7 +256,8 @@ void backward_pair(const Params& p, const AttentionGeometry& g, const Bands& ban
       if (fused_rows(p)) {
         for (int64_t r = 0; r < mr; ++r) {
           const bool* keep = p.dropout ? t.keep.get() + r * w : nullptr;
-          score_gradient_round(pp + r * w, ds + r * w, dots[r0 + r], p.scale, keep, p.keep_scale, x16 + r * w, w);
+          score_gradient_round(pp + r * w, ds + r * w, dots[r0 + r], p.scale, keep, p.keep_scale,
+                               cond_row(p, ci, r0 + r, j0), x16 + r * w, w);
         }
       } else {
         attention::score_gradients(p, ci, r0, mr, j0, w, pp, dots + r0, t.keep.get(), ds);
