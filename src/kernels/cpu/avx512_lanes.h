@@ -30,6 +30,18 @@ ONNXTRAIN_AVX512 inline void store_bf16(BFloat16* y, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(bf16_bits(v)));
 }
 
+// The lanes of the first min(left, 16) elements (a row's last vector, under a mask).
+inline __mmask16 first_lanes(int64_t left) { return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1); }
+
+// The loads and stores above, of the lanes of k alone (nothing read or written beyond them; the others load 0).
+ONNXTRAIN_AVX512 inline __m512 load_bf16(const BFloat16* x, __mmask16 k) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(__mmask32(k), x)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+ONNXTRAIN_AVX512 inline void store_bf16(BFloat16* y, __m512 v, __mmask16 k) {
+  _mm512_mask_storeu_epi16(y, __mmask32(k), _mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_bits(v))));
+}
+
 // v's values rounded to bf16, as float32.
 ONNXTRAIN_AVX512 inline __m512 round_bf16(__m512 v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
 

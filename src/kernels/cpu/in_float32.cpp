@@ -1,6 +1,7 @@
 #include "kernels/cpu/in_float32.h"
 
 #include "kernels/cpu/convert.h"
+#include "ops/op.h"
 
 namespace onnxtrain::kernels {
 namespace {
@@ -27,6 +28,15 @@ KernelDef in_float32(KernelDef def, bool (*bf16_native)()) { return in_float32(s
 
 KernelDef in_float32(KernelDef def, bool (*takes_as_is)(ops::InferCtx&)) {
   return in_float32(std::move(def), convert, takes_as_is);
+}
+
+bool float32_but_one_bf16(ops::InferCtx& s, int input, int output) {
+  auto want = [](size_t i, int bf16) { return int(i) == bf16 ? DType::kBFloat16 : DType::kFloat32; };
+  for (size_t i = 0; i < s.num_inputs(); ++i)
+    if (s.has(i) && s.dtype(i) != want(i, input)) return false;
+  for (size_t i = 0; i < s.outputs().size(); ++i)
+    if (s.outputs()[i].dtype != want(i, output)) return false;
+  return true;
 }
 
 }  // namespace onnxtrain::kernels

@@ -6,6 +6,7 @@
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 #include "kernels/cpu/avx512_lanes.h"
+#include "kernels/cpu/in_float32.h"
 
 namespace onnxtrain::kernels::norm_gradient {
 namespace {
@@ -42,9 +43,10 @@ void row_in_order(const Rows<T, D>& r, int64_t i, const Partials<T>& p) {
 
 template <typename D>
 ONNXTRAIN_AVX512 __m512 load16(const D* p, __mmask16 k) {
-  if constexpr (std::is_same_v<D, float>) return _mm512_maskz_loadu_ps(k, p);
-  const __m512i w = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(__mmask32(k), p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  if constexpr (std::is_same_v<D, float>)
+    return _mm512_maskz_loadu_ps(k, p);
+  else
+    return load_bf16(p, k);
 }
 
 // One float32 row, sixteen elements at a time (a row's last ones under a mask): the row's sums in float32 lanes
@@ -54,12 +56,11 @@ ONNXTRAIN_AVX512 void row_avx512(const Rows<float, D>& r, int64_t i, const Parti
   const D* d = r.dy + i * r.n;
   const float* x = r.x + i * r.n;
   const __m512 m = _mm512_set1_ps(r.mean ? r.mean[i] : 0.f), rs = _mm512_set1_ps(r.rstd[i]);
-  auto mask = [&](int64_t j) { return r.n - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (r.n - j)) - 1); };
   double s1 = 0, s2 = 0;
   for (int64_t j0 = 0; j0 < r.n; j0 += 256) {
     __m512 a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
     for (int64_t j = j0; j < std::min(r.n, j0 + 256); j += 16) {
-      const __mmask16 k = mask(j);
+      const __mmask16 k = first_lanes(r.n - j);
       const __m512 dj = load16(d + j, k), xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m), rs);
       const __m512 g = _mm512_mul_ps(dj, _mm512_maskz_loadu_ps(k, r.scale + j));
       a1 = _mm512_add_ps(a1, g);
@@ -77,7 +78,7 @@ ONNXTRAIN_AVX512 void row_avx512(const Rows<float, D>& r, int64_t i, const Parti
   const float* base = r.base ? r.base + i * r.n : nullptr;
   float* o = r.dx + i * r.n;
   for (int64_t j = 0; j < r.n; j += 16) {
-    const __mmask16 k = mask(j);
+    const __mmask16 k = first_lanes(r.n - j);
     const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m), rs);
     const __m512 g = _mm512_mul_ps(load16(d + j, k), _mm512_maskz_loadu_ps(k, r.scale + j));
     // (rounded before base is added, as an Add after it would: built with -ffp-contract=off)
@@ -94,14 +95,7 @@ Dim scratch(const ops::Op&, ops::InferCtx& s) {  // (blocks of rows) x 2n >= cei
   return (Dim::ceil_div(shape_numel(s.shape(1)), Dim(kBlockRows)) + n) * Dim(2 * int64_t(dtype_size(s.dtype(1))));
 }
 
-bool takes_as_is(ops::InferCtx& s) {
-  if (s.dtype(0) != DType::kBFloat16) return false;
-  for (size_t i = 1; i < s.num_inputs(); ++i)
-    if (s.has(i) && s.dtype(i) != DType::kFloat32) return false;
-  for (auto& o : s.outputs())
-    if (o.dtype != DType::kFloat32) return false;
-  return true;
-}
+bool takes_as_is(ops::InferCtx& s) { return float32_but_one_bf16(s, 0, -1); }
 
 template <typename T, typename D>
 void run(const Rows<T, D>& r, T* partials) {

@@ -78,10 +78,7 @@ void layer_norm(const ops::NormAttrs& at, KernelCtx& c) {
         double rstd = 1.0 / std::sqrt(var + double(at.epsilon));
         T m = T(mean), rs = T(rstd);
         if constexpr (std::is_same_v<T, float>) {
-          if (c.out(0).dtype() == DType::kBFloat16)  // (of attribute `to`, taken as it is)
-            norm_output_row(row, m, rs, w, b, c.out(0).data<BFloat16>() + r * n, n);
-          else
-            norm_output_row(row, m, rs, w, b, c.out(0).data<float>() + r * n, n);
+          norm_output_row(row, m, rs, w, b, c.out(0), r, n);  // (bf16 of attribute `to`, taken as it is)
         } else {
           T* yr = c.out(0).data<T>() + r * n;
           for (int64_t j = 0; j < n; ++j) yr[j] = (row[j] - m) * rs * w[j] + (b ? b[j] : T(0));

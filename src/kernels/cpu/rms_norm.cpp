@@ -62,10 +62,7 @@ void rms_norm(const ops::NormAttrs& at, KernelCtx& c) {
         const T* row = xp + i * r.n;
         const T rs = T(1.0 / std::sqrt(dot(row, row, r.n) / double(r.n) + double(at.epsilon)));
         if constexpr (std::is_same_v<T, float>) {
-          if (c.out(0).dtype() == DType::kBFloat16)  // (of attribute `to`, taken as it is)
-            norm_output_row(row, 0.f, rs, w, nullptr, c.out(0).data<BFloat16>() + i * r.n, r.n);
-          else
-            norm_output_row(row, 0.f, rs, w, nullptr, c.out(0).data<float>() + i * r.n, r.n);
+          norm_output_row(row, 0.f, rs, w, nullptr, c.out(0), i, r.n);  // (bf16 of attribute `to`, taken as it is)
         } else {
           T* yr = c.out(0).data<T>() + i * r.n;
           for (int64_t j = 0; j < r.n; ++j) yr[j] = row[j] * rs * w[j];

@@ -167,7 +167,7 @@ ONNXTRAIN_AVX512 static void exp_f32_avx512(const float* x, float* y, int64_t n)
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
   if (i == n) return;
-  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
+  const __mmask16 tail = first_lanes(n - i);
   _mm512_mask_storeu_ps(y + i, tail, exp16(_mm512_maskz_loadu_ps(tail, x + i)));
 }
 
@@ -344,7 +344,7 @@ ONNXTRAIN_AVX512 static __m512 gelu_tanh_grad16(__m512 dy, __m512 x, __m512 t) {
 // masked tail); each vector read before it is written (dx may be dy, y x).
 ONNXTRAIN_AVX512 static void gelu_tanh_avx512(const float* dy, const float* x, float* dx, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __mmask16 k = first_lanes(n - i);
     const __m512 xv = _mm512_maskz_loadu_ps(k, x + i), t = gelu_tanh_t16(xv);
     if (dx) _mm512_mask_storeu_ps(dx + i, k, gelu_tanh_grad16(_mm512_maskz_loadu_ps(k, dy + i), xv, t));
     if (y) _mm512_mask_storeu_ps(y + i, k, gelu_from16(xv, t));
