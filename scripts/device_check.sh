@@ -13,11 +13,11 @@
 # where set, names the models),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck (compute-sanitizer over the GPU
-# tests' nodes and an MLP's training steps; racecheck and synccheck over the tensor-core attention), ncu (Nsight
-# Compute over one forward and backward of the tensor-core attention at GPT-2's shape: throughput, occupancy, stalls
-# and their reasons, issue slots and instructions executed, shared memory's bank conflicts). The packages are
-# unpacked under /opt/deb; the build (library, C++ tests, CLI, Python extension) goes to /tmp/gb, and a second call on
-# the same machine rebuilds nothing.
+# tests' nodes and an MLP's training steps; racecheck and synccheck over the tiled attentions), ncu (Nsight
+# Compute over one forward and backward of the tiled attention at GPT-2's shape, --dtype fp32 in ATTENTION_ARGS for the
+# float32 one: throughput, occupancy, stalls and their reasons, issue slots and instructions executed, shared
+# memory's bank conflicts). The packages are unpacked under /opt/deb; the build (library, C++ tests, CLI, Python
+# extension) goes to /tmp/gb, and a second call on the same machine rebuilds nothing.
 set -uo pipefail
 debs=$1
 out=$2
@@ -124,17 +124,17 @@ check_memcheck() {
   step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/gb/onnxtrain_tests \
     --gtest_filter='Cuda.AnMlpTrainsAsOnTheCpu:Cuda.DropoutDrawsTheCpusMask:Cuda.FlashAttention*:Cuda.TrainingGraph*:'\
 'Cuda.TheLlama*:Cuda.ProductsThroughCublasLt*:Cuda.TheFusedHeadComputes*:Cuda.TensorCoreAttention*:'\
-'Cuda.ElementIndexing*:Cuda.NodesCompute*'
-  # the tensor-core attention's pipelined staging: shared memory read and written without a barrier between
+'Cuda.TiledAttention*:Cuda.Float32Attention*:Cuda.ElementIndexing*:Cuda.NodesCompute*'
+  # the tiled attentions' staging: shared memory read and written between barriers
   for tool in racecheck synccheck; do
     step "$tool" 90 compute-sanitizer --tool "$tool" --error-exitcode 9 /tmp/gb/onnxtrain_tests \
-      --gtest_filter='Cuda.TensorCoreAttention*'
+      --gtest_filter='Cuda.TensorCoreAttention*:Cuda.TiledAttention*:Cuda.Float32Attention*'
   done
 }
 check_ncu() {  # (the forward and backward kernels: the first call's skipped, the second's profiled; ATTENTION_ARGS
   # as the bench's)
   # shellcheck disable=SC2086  # (the options as words)
-  step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name 'regex:mma_attention::(forward|grad)<' \
+  step ncu_attention 150 ncu --kernel-name-base demangled --kernel-name 'regex:mma_attention::(forward|grad)(<|_f32)' \
     --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis_Tables --print-details all \

@@ -155,19 +155,21 @@ Dim attention_scratch(DType t, bool masked, bool grad) {
   return scratch_bytes(cuda_device(0), *n);
 }
 
-// The tensor-core kernels' map of a mask's tiles: a byte per 16 rows by 16 keys of every pair (10 x 9 tiles of each
-// of batch x 12 pairs here, a row of 9 padded to 12) and a word after it, for 16-bit operands with a mask; after the
-// backward's float per row and, for 16-bit operands, its float32 sums of dQ (a float per element of Q).
+// The tiled kernels' map of a mask's tiles: a byte per 16 rows by 16 keys of every pair (10 x 9 tiles of each of
+// batch x 12 pairs here, a row of 9 padded to 12) and a word after it, for 16-bit and float32 operands with a mask;
+// after the backward's float per row and, for 16-bit operands, its float32 sums of dQ (a float per element of Q; the
+// float32 kernels sum into dQ itself).
 TEST(CudaScratch, AttentionDeclaresTheMapOfItsMasksTilesAndTheSumsOfDQ) {
   const Bindings at{{"batch", 2}};
   EXPECT_EQ(attention_scratch(DType::kBFloat16, true, false).eval(at), 2 * 12 * 10 * 12 + 4);
-  EXPECT_EQ(attention_scratch(DType::kFloat32, true, false).eval(at), 0);
+  EXPECT_EQ(attention_scratch(DType::kFloat32, true, false).eval(at), 2 * 12 * 10 * 12 + 4);
   EXPECT_EQ(attention_scratch(DType::kBFloat16, false, false).eval(at), 0);
   auto span = [](int64_t bytes) { return (bytes + 63) / 64 * 64; };
   const int64_t rows = 2 * 12 * 150 * 4, sums = 2 * 12 * 150 * 64 * 4;
   EXPECT_EQ(attention_scratch(DType::kFloat16, true, true).eval(at), span(rows) + span(sums) + 2 * 12 * 10 * 12 + 4);
   EXPECT_EQ(attention_scratch(DType::kFloat16, false, true).eval(at), span(rows) + sums);
-  EXPECT_EQ(attention_scratch(DType::kFloat32, true, true).eval(at), rows);
+  EXPECT_EQ(attention_scratch(DType::kFloat32, true, true).eval(at), span(rows) + 2 * 12 * 10 * 12 + 4);
+  EXPECT_EQ(attention_scratch(DType::kFloat32, false, true).eval(at), rows);
 }
 
 }  // namespace

@@ -458,59 +458,77 @@ TEST(Cuda, FlashAttentionComputesAsOnTheCpu) {
   }
 }
 
-// The tensor-core kernels of 16-bit operands (attention_mma.cuh) over several tiles of rows and keys, both head
-// sizes and grouped-query heads. (ONNXTRAIN_CUDA_ATTENTION=simple runs the warp-per-row kernels instead.)
-TEST(Cuda, TensorCoreAttentionComputesAsOnTheCpu) {
+// The tiled kernels over several tiles of rows and keys with grouped-query heads: the tensor-core ones of 16-bit
+// operands (attention_mma.cuh) at both head sizes, the float32 ones (attention_f32.cuh) at heads of 64 (of 128, the
+// warp-per-row kernels). (ONNXTRAIN_CUDA_ATTENTION=simple runs the warp-per-row kernels for all of them.)
+TEST(Cuda, TiledAttentionComputesAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t n = 150;
   Tensor causal(DType::kBool, {n, n});
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) causal.data<bool>()[i * n + j] = j > i;
-  for (DType t : {DType::kFloat16, DType::kBFloat16})
+  for (DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat32})
     for (int64_t d : {64, 128}) {
+      const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
       Tensor q = random_tensor(t, {2, 4, n, d}, 31), k = random_tensor(t, {2, 2, n, d}, 32);
       Tensor v = random_tensor(t, {2, 2, n, d}, 33);
       std::vector<Tensor> in = {q, k, v, scalar(t, 0.125), causal, scalar(t, -INFINITY),
                                 scalar(DType::kFloat32, 0.f), scalar(DType::kBool, false)};
       const ir::Attributes attrs = {{"kv_groups", int64_t(2)}};
-      expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, 2e-2, 2);
+      expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, tol, 2);
       auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
       std::vector<Tensor> grad_in = {random_tensor(t, {2, 4, n, d}, 34), q, k, v, fwd.at("o0"), fwd.at("o1")};
       grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
-      expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, 3);
+      expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, tol, 3);
     }
 }
 
-// The tensor-core kernels' two builds (attention_builds.cuh), each launch running both: under GPT-2's causal bias of
-// 0 and -inf of a batch's own (no tile of the map mixed: the lean build applies) and a random bias (the general
-// one), with dropout over whole blocks of keys (128); GPT-2's operands sequence-major (B, T, H, d) as its projections
-// write them (the attention_layout pass's), and packed side by side in one X, the random bias's as (B, H, T, d).
-TEST(Cuda, TensorCoreAttentionsLeanAndGeneralBuildsComputeAsOnTheCpu) {
-  SKIP_WITHOUT_GPU();
+// Attention of operands of dtype t under GPT-2's causal bias of 0 and -inf of a batch's own and under a random bias,
+// with dropout over whole blocks of keys (128); GPT-2's operands sequence-major (B, T, H, d) as its projections write
+// them (the attention_layout pass's), and packed side by side in one X, the random bias's as (B, H, T, d).
+void attention_under_biases_as_on_the_cpu(DType t) {
   const int64_t n = 128, d = 64;
-  const DType t = DType::kBFloat16;
   for (int form : {0, 1, 2}) {  // GPT-2's sequence-major operands, then packed side by side in X; the random bias's
     const bool random = form == 2, packed = form == 1;
     const std::vector<int64_t> dims = random ? std::vector<int64_t>{2, 4, n, d} : std::vector<int64_t>{2, n, 4, d};
     ir::Attributes attrs = {{"sequence_major", std::vector<int64_t>(4, !random)}};
     if (packed) attrs["packed_heads"] = int64_t(4);
+    const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
     Tensor bias = random_tensor(t, {2, 1, n, n}, 36);
-    BFloat16* at = bias.data<BFloat16>();
     if (!random)
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < n; ++j) at[(b * n + i) * n + j] = BFloat16(j > i ? -INFINITY : 0.f);
+          for (int64_t j = 0; j < n; ++j) {
+            const float x = j > i ? -INFINITY : 0.f;
+            if (t == DType::kFloat32)
+              bias.data<float>()[(b * n + i) * n + j] = x;
+            else
+              bias.data<BFloat16>()[(b * n + i) * n + j] = BFloat16(x);
+          }
     Tensor q = random_tensor(t, packed ? std::vector<int64_t>{2, n, 12 * d} : dims, 37);
     Tensor k = packed ? Tensor() : random_tensor(t, dims, 38), v = packed ? Tensor() : random_tensor(t, dims, 39);
     std::vector<Tensor> in = {q, k, v, scalar(t, 0.125), Tensor(), Tensor(), scalar(DType::kFloat32, 0.1),
                               scalar(DType::kBool, true), bias};
-    expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, 2e-2, 2);
+    expect_like_cpu("com.onnxtrain.FlashAttention", in, attrs, tol, 2);
     auto fwd = run_one(kCpu, "com.onnxtrain.FlashAttention", in, attrs, 2);
     std::vector<Tensor> grad_in = {random_tensor(t, {2, n, 4, d}, 40), q, k, v, fwd.at("o0"), fwd.at("o1")};
     if (random) grad_in[0] = random_tensor(t, dims, 40);
     grad_in.insert(grad_in.end(), in.begin() + 3, in.end());
-    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, 2e-2, packed ? 1 : 3);
+    expect_like_cpu("com.onnxtrain.FlashAttentionGrad", grad_in, attrs, tol, packed ? 1 : 3);
   }
+}
+
+// The tensor-core kernels' two builds (attention_builds.cuh), each launch running both: under GPT-2's bias no tile of
+// the map is mixed (the lean build applies), under a random bias the general one does.
+TEST(Cuda, TensorCoreAttentionsLeanAndGeneralBuildsComputeAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  attention_under_biases_as_on_the_cpu(DType::kBFloat16);
+}
+
+// The float32 kernels (attention_f32.cuh) the same way: the map's votes read a float32 bias 4 elements at a time.
+TEST(Cuda, Float32AttentionUnderBiasesComputesAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  attention_under_biases_as_on_the_cpu(DType::kFloat32);
 }
 
 TEST(Cuda, DropoutDrawsTheCpusMask) {

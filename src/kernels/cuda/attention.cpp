@@ -1,7 +1,8 @@
 // The CUDA kernels of com.onnxtrain.FlashAttention and FlashAttentionGrad (ops/flash_attention.cpp) on attention.cu's
 // launchers: the geometry checked as on the CPU (kernels/attention_geometry.h); scale and fill stay on the device,
-// the dropout ratio and training mode are read on the host (the op's host inputs). The scratch holds the tensor-core
-// kernels' map of the tiles a mask or a bias changes (Attention::kinds), and the backward's rows' D before it.
+// the dropout ratio and training mode are read on the host (the op's host inputs). The scratch holds the tiled
+// kernels' map of the tiles a mask or a bias changes (Attention::kinds), and the backward's rows' D (and dQ's sums)
+// before it.
 #include <algorithm>
 #include <vector>
 
@@ -111,7 +112,7 @@ Sizes sizes_of(ops::InferCtx& s, size_t q) {
 }
 
 // A byte per 16 rows by 16 keys of every pair's scores (Attention::kinds; a row's padded to a multiple of 4) and a
-// word after them (Attention::mixed), for 16-bit operands with a mask or a bias (the tensor-core kernels'); q, cond,
+// word after them (Attention::mixed), for operands the tiled kernels take with a mask or a bias (mapped); q, cond,
 // bias: the inputs of Q, the mask and the bias.
 Dim kinds_bytes(ops::InferCtx& s, size_t q, size_t cond, size_t bias) {
   if (!mapped(s.dtype(q), s.has(cond) || s.has(bias)) || s.shape(q).size() < 2) return Dim(0);
@@ -143,7 +144,8 @@ void flash_attention_grad(KernelCtx& c) {
   Attention a = describe(c, 1, 6);
   ScratchCarver scratch{c};
   float* row_dots = scratch.take<float>(a.pairs * a.tq);
-  float* dq_sums = summed_dq(c.in(1).dtype(), a.d, a.dv) ? scratch.take<float>(a.pairs * a.tq * a.d) : nullptr;
+  float* dq_sums =
+      summed_dq(c.in(1).dtype(), a.d, a.dv, a.packed) ? scratch.take<float>(a.pairs * a.tq * a.d) : nullptr;
   map_in(c, scratch.at, a, c.in(1).dtype());
   if (c.in(0).dims() != c.in(4).dims() || c.in(4).numel() != a.pairs * a.tq * a.dv ||
       c.in(0).dtype() != c.in(1).dtype())
@@ -160,12 +162,13 @@ void flash_attention_grad(KernelCtx& c) {
 
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) { return kinds_bytes(s, 0, 4, 8); }
 // FlashAttentionGrad's: a float per query row (input 5, the LSE, holds one), a float per element of Q where the
-// tensor-core kernels sum dQ (summed_dq; a head size known only at run time counts as one they take), then the map.
+// tiled kernels sum dQ in scratch (summed_dq; a head size known only at run time counts as one they take), then the
+// map.
 Dim backward_scratch(const ops::Op&, ops::InferCtx& s) {
   const Sizes z = sizes_of(s, 1);
   const bool packed = s.node().attr_int("packed_heads", 0) > 0;  // (else dQ's sums a float an element of Q)
   Dim r = shape_numel(s.shape(5)) * Dim(4);
-  if (summed_dq(s.dtype(1), z.d, z.dv))
+  if (summed_dq(s.dtype(1), z.d, z.dv, packed))
     r = scratch_span(r) + (packed ? z.pairs * z.tq * Dim(z.d) : shape_numel(s.shape(1))) * Dim(4);
   const Dim kinds = kinds_bytes(s, 1, 7, 11);
   return kinds.is_const() && kinds.value() == 0 ? r : scratch_span(r) + kinds;

@@ -2,13 +2,15 @@
 // a warp per query row runs an online softmax over the keys, so no (tq, tk) buffer exists; the backward recomputes
 // each probability from the row's log-sum-exp, a warp per query row for dQ and a warp per key for dK and dV (heads
 // sharing K and V, grouped-query attention, summed in that warp: no atomics). Dropout draws the CPU's counter-based
-// mask. Each lane holds head elements lane, lane + 32, ...: the kernels of float32 operands and of heads over 128
-// elements; 16-bit operands take attention_mma.cuh's tensor-core kernels.
+// mask. Each lane holds head elements lane, lane + 32, ...: the kernels of heads too large for the tiled ones, which
+// take 16-bit operands with heads of up to 128 elements (attention_mma.cuh's tensor-core kernels) and float32 ones
+// with heads of up to 64 (attention_f32.cuh).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_f32.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -194,14 +196,22 @@ bool attention_env_is(const char* mode) {
   return v && std::strcmp(v, mode) == 0;
 }
 
-// The tensor-core kernels' head size (attention_mma.cuh) for 16-bit operands with heads of at most 128 elements;
-// 0 for the warp-per-row kernels: float32 operands, larger heads, or all of them with ONNXTRAIN_CUDA_ATTENTION=simple.
-int mma_head(DType t, const Attention& a) {
+bool simple_kernels() {
   static const bool simple = attention_env_is("simple");
+  return simple;
+}
+
+// The tensor-core kernels' head size (attention_mma.cuh) for 16-bit operands with heads of at most 128 elements;
+// 0 for the others: float32 operands, larger heads, or all of them with ONNXTRAIN_CUDA_ATTENTION=simple.
+int mma_head(DType t, const Attention& a) {
   const int64_t head = std::max(a.d, a.dv);
-  if (simple || (t != DType::kFloat16 && t != DType::kBFloat16)) return 0;
+  if (simple_kernels() || (t != DType::kFloat16 && t != DType::kBFloat16)) return 0;
   return head <= 64 ? 64 : head <= 128 ? 128 : 0;
 }
+
+// Whether float32 operands take the tiled kernels (attention_f32.cuh): heads of at most 64 elements, unless
+// ONNXTRAIN_CUDA_ATTENTION=simple.
+bool f32_tiles(const Attention& a) { return !simple_kernels() && std::max(a.d, a.dv) <= tc::kF32Head; }
 
 // The tensor-core kernels' map of the tiles a mask or a bias changes (attention_tile_kind.cuh), into a.kinds.
 template <typename T>
@@ -238,6 +248,14 @@ void flash_attention(DType t, const Attention& a, const void* q, const void* k, 
   bool ok = with_float_type(t, [&](auto x) {
     using T = decltype(x);
     const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
+    if constexpr (std::is_same_v<T, float>)
+      if (f32_tiles(a)) {
+        map_tile_kinds<T>(a, "FlashAttention", stream);
+        const int64_t blocks = to_blocks(a.tq, tc::kTile, "FlashAttention") * a.pairs;
+        tc::forward_f32<<<to_blocks(blocks, 1, "FlashAttention"), tc::kBlock, 0, stream>>>(a, qt, kt, vt,
+                                                                                         static_cast<T*>(y), lse);
+        return;
+      }
     if constexpr (!std::is_same_v<T, float>)
       if (head) {
         map_tile_kinds<T>(a, "FlashAttention", stream);
@@ -265,31 +283,41 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
     using T = decltype(x);
     const T *dyt = static_cast<const T*>(dy), *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k),
             *vt = static_cast<const T*>(v);
-    if constexpr (!std::is_same_v<T, float>)
-      if (head) {
-        const char* name = "FlashAttentionGrad";
-        map_tile_kinds<T>(a, name, stream);
-        if (!dq_sums) launch_error(std::string(name) + ": no scratch for dQ's sums (summed_dq)");
-        return with_head(head, [&]<int D>() {
-          if (rows) {
-            tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
-                a, dyt, static_cast<const T*>(y), row_dots);
-            check(cudaMemsetAsync(dq_sums, 0, size_t(rows * a.d) * sizeof(float), stream), name);
-          }
-          if (keys) {  // (no rows: dK and dV zeros)
+    bool tiled = head != 0;  // (the tiled kernels sum dQ in float32 by atomics, then cast the sums into dQ)
+    if constexpr (std::is_same_v<T, float>) tiled = f32_tiles(a);
+    if (tiled) {
+      const char* name = "FlashAttentionGrad";
+      map_tile_kinds<T>(a, name, stream);
+      float* sums = dq_sums;
+      if constexpr (std::is_same_v<T, float>)
+        if (!a.packed) sums = static_cast<float*>(dq);  // (dQ lies as its sums: summed in place)
+      if (!sums) launch_error(std::string(name) + ": no scratch for dQ's sums (summed_dq)");
+      if (rows) {
+        tc::row_dots<T><<<to_blocks(rows, tc::kBlock / 32, name), tc::kBlock, 0, stream>>>(
+            a, dyt, static_cast<const T*>(y), row_dots);
+        check(cudaMemsetAsync(sums, 0, size_t(rows * a.d) * sizeof(float), stream), name);
+      }
+      if (keys) {  // (no rows: dK and dV zeros)
+        if constexpr (std::is_same_v<T, float>) {
+          const int64_t blocks = to_blocks(a.tk, tc::kF32Keys, name) * a.kv_count;
+          tc::grad_f32<<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(a, dyt, qt, kt, vt, lse, row_dots, sums,
+                                                                             static_cast<T*>(dk), static_cast<T*>(dv));
+        } else {
+          with_head(head, [&]<int D>() {
             const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
             tc::with_builds(a, general_build(), [&]<bool kLean>(const Attention& b) {
               tc::grad<T, D, kLean><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
                   b, dyt, qt, kt, vt, lse, row_dots, dq_sums, static_cast<T*>(dk), static_cast<T*>(dv));
             });
-          }
-          if (a.packed)  // (no keys: dQ zeros)
-            cast_rows<T><<<to_blocks(rows * a.d, kThreads, name), kThreads, 0, stream>>>(a, dq_sums,
-                                                                                      static_cast<T*>(dq));
-          else
-            cast(DType::kFloat32, t, dq_sums, dq, rows * a.d, stream);
-        });
+          });
+        }
       }
+      if (a.packed)  // (no keys: dQ zeros)
+        cast_rows<T><<<to_blocks(rows * a.d, kThreads, name), kThreads, 0, stream>>>(a, sums, static_cast<T*>(dq));
+      else if (sums != dq)
+        cast(DType::kFloat32, t, sums, dq, rows * a.d, stream);
+      return;
+    }
     if (rows)
       dq_kernel<<<to_blocks(rows, kWarps, "FlashAttentionGrad"), kThreads, 0, stream>>>(
           a, dyt, qt, kt, vt, static_cast<const T*>(y), lse, row_dots, static_cast<T*>(dq));

@@ -1,11 +1,12 @@
-// What a tile of a pair's scores takes from the mask and the additive bias, for the tensor-core attention kernels
-// (attention_mma.cuh): nothing, as every score of a causal mask's upper tiles is -inf (skipped); nothing either where
-// neither changes any score, as a causal mask's lower tiles (the kernels then read neither per score); -inf above the
-// diagonal of each of its 16 x 16 tiles and nothing on and under it, as a causal mask's diagonal tiles (causal: the
-// kernels compare a score's place in its tile, and read neither); else the mask and the bias at each score. A warp
-// votes on a tile, a row read 16 bytes at a time (16 mask or 8 bias elements) where its rows lie whole and aligned,
-// else an element at a time, a kind for each 16 keys: once a call, for tiles of 16 rows by 16 keys, into a map
-// (Attention::kinds) the kernels read a byte a tile of from then on (a warp's rows by a group of keys).
+// What a tile of a pair's scores takes from the mask and the additive bias, for the tiled attention kernels (the
+// tensor-core ones of attention_mma.cuh, the float32 ones of attention_f32.cuh): nothing, as every score of a causal
+// mask's upper tiles is -inf (skipped); nothing either where neither changes any score, as a causal mask's lower tiles
+// (the kernels then read neither per score); -inf above the diagonal of each of its 16 x 16 tiles and nothing on and
+// under it, as a causal mask's diagonal tiles (causal: the kernels compare a score's place in its tile, and read
+// neither); else the mask and the bias at each score. A warp votes on a tile, a row read 16 bytes at a time (16 mask
+// elements, or 8 or 4 of a bias) where its rows lie whole and aligned, else an element at a time, a kind for each 16
+// keys: once a call, for tiles of 16 rows by 16 keys, into a map (Attention::kinds) the kernels read a byte a tile of
+// from then on (a warp's rows by a group of keys).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -58,8 +59,9 @@ __device__ __forceinline__ uint64_t causal_bytes(int rl, int j) {
 // Nonzero exactly where some byte of x is 0 (the lowest zero byte's top bit survives in x - 0x01010101 and ~x).
 __device__ __forceinline__ uint32_t zero_byte(uint32_t x) { return (x - 0x01010101u) & ~x & 0x80808080u; }
 
-// Elements j .. j + W - 1 of row r, from one 16-byte read: the mask's (W = 16, j a tile's first key) or the bias's
-// (W = 8, j a tile's first key or its ninth); rl, jl: r's and j's place in their 16 x 16 tile.
+// Elements j .. j + W - 1 of row r, from one 16-byte read: the mask's (W = 16, j a tile's first key) or the bias's (W =
+// 8 of a 16-bit bias, 4 of a float32 one; j a multiple of W in the tile); rl, jl: r's and j's place in their 16 x 16
+// tile.
 template <typename T, int W>
 __device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPair<T>& p, int64_t r, int64_t j,
                                           int rl, int jl, float fill, TileVote& v) {
@@ -71,10 +73,10 @@ __device__ __forceinline__ void vote_wide(const Attention& a, const AttentionPai
     v.departs |= lo != causal_bytes(rl, 0) || hi != causal_bytes(rl, 8);  // (bools: bytes of 0 and 1)
   } else {
     const uint4 w = *reinterpret_cast<const uint4*>(p.bias + r * a.bias_row + j);
-    T e[8];
+    T e[W];
     memcpy(static_cast<void*>(e), &w, 16);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v.biased(to_float(e[k]), jl + k > rl);
+    for (int k = 0; k < W; ++k) v.biased(to_float(e[k]), jl + k > rl);
   }
 }
 
@@ -111,13 +113,14 @@ __device__ __forceinline__ void vote_rows(const Attention& a, const AttentionPai
 template <typename T, int R, int C>
 __device__ __forceinline__ GroupVotes votes(const Attention& a, const AttentionPair<T>& p, int64_t r0, int64_t j0,
                                             float fill, int first, int stride) {
-  static_assert(C % kKindKeys == 0 && sizeof(T) == 2, "a tile's rows as 16-byte reads of a 16-bit bias or of bools");
+  static_assert(C % kKindKeys == 0 && (sizeof(T) == 2 || sizeof(T) == 4), "a tile's rows as 16-byte reads");
+  constexpr int kBiasWide = 16 / int(sizeof(T));  // a bias's elements a 16-byte read
   auto aligned = [](const void* m) { return reinterpret_cast<uintptr_t>(m) % 16 == 0; };
   GroupVotes v;
   if (a.cond && !a.bias && a.cond_col == 1 && a.cond_row % 16 == 0 && aligned(p.cond)) {
     vote_rows<16, T, R, C>(a, p, r0, j0, fill, first, stride, v);
-  } else if (a.bias && !a.cond && a.bias_col == 1 && a.bias_row % 8 == 0 && aligned(p.bias)) {
-    vote_rows<8, T, R, C>(a, p, r0, j0, fill, first, stride, v);
+  } else if (a.bias && !a.cond && a.bias_col == 1 && a.bias_row % kBiasWide == 0 && aligned(p.bias)) {
+    vote_rows<kBiasWide, T, R, C>(a, p, r0, j0, fill, first, stride, v);
   } else {
     for (int i = first; i < R * C; i += stride) {
       const int64_t r = r0 + i / C, j = j0 + i % C;

@@ -270,11 +270,14 @@ struct Attention {
 // index is read by as many pairs, evenly spaced from kv * kv_pair_mult in increasing order: heads read by a pair each,
 // grouped-query heads (a run of pairs each), K and V broadcast over a batch dim (pairs a batch apart); else kv_pairs 0.
 void space_kv_pairs(Attention& a);
-// The map's tiles: 16 rows by 16 keys. Whether operands of dtype t with a mask or a bias (`masked`)
-// have one: 16-bit ones (the tensor-core kernels'). Its bytes: a slice's tiles times the slices, and the same with
+// The map's tiles: 16 rows by 16 keys. Whether operands of dtype t with a mask or a bias (`masked`) have one: those
+// the tiled kernels take (16-bit and float32 ones; float32 heads over 64 take the warp-per-row kernels, which read
+// no map). Its bytes: a slice's tiles times the slices, and the same with
 // the word after it (size_kinds, setting a.kind_rows and a.kind_columns first); place_map puts both at `at`.
 constexpr int64_t kKindRows = 16, kKindKeys = 16;
-inline bool mapped(DType t, bool masked) { return masked && (t == DType::kFloat16 || t == DType::kBFloat16); }
+inline bool mapped(DType t, bool masked) {
+  return masked && (t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat32);
+}
 ONNXTRAIN_HOST_DEVICE int64_t kind_slices(const Attention& a) {
   int64_t n = 1;
   for (int d = 0; d < a.slices.rank; ++d) n *= a.slices.dims[d];
@@ -293,11 +296,16 @@ inline void place_map(Attention& a, uint8_t* at) {
 }
 void flash_attention(DType t, const Attention& a, const void* q, const void* k, const void* v, void* y, float* lse,
                      cudaStream_t stream);
-inline bool summed_dq(DType t, int64_t d, int64_t dv) {
+// Whether the backward sums dQ in float32 scratch: the tiled kernels sum it over their blocks of keys by atomics, the
+// tensor-core ones' (16-bit operands, heads up to 128) in scratch lying as dQ, cast into it after; the float32 ones'
+// (heads up to 64) in dQ itself, but where Q, K and V lie side by side (packed: then in rows of their own, copied into
+// dX's after).
+inline bool summed_dq(DType t, int64_t d, int64_t dv, bool packed) {
+  if (t == DType::kFloat32) return packed && std::max(d, dv) <= 64;
   return (t == DType::kFloat16 || t == DType::kBFloat16) && std::max(d, dv) <= 128;
 }
-// dQ, dK and dV; row_dots: pairs * tq floats of scratch; dq_sums: pairs * tq * d floats of scratch where summed
-// (summed_dq: the tensor-core kernels' operands, which sum dQ over the key tiles in float32, lying as dQ), else null.
+// dQ, dK and dV; row_dots: pairs * tq floats of scratch; dq_sums: pairs * tq * d floats of scratch where summed_dq,
+// else null.
 void flash_attention_grad(DType t, const Attention& a, const void* dy, const void* q, const void* k, const void* v,
                           const void* y, const float* lse, float* row_dots, float* dq_sums, void* dq, void* dk,
                           void* dv, cudaStream_t stream);

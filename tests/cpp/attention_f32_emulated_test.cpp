@@ -1,0 +1,80 @@
+// The float32 FlashAttention kernels (kernels/cuda/attention_f32.cuh) run on the host through the warp emulation,
+// against attention computed in float64 from the same operands (attention_emulated.h): tiles past the rows and the
+// keys, zero-padded heads, operands as (B, H, T, d), sequence-major and side by side in one tensor, grouped-query
+// heads, a causal mask with a finite fill and with -inf (its upper tiles skipped, its lower ones read no mask, its
+// diagonal's 16 x 16 tiles causal), an additive float32 bias (the map's votes 4 elements a read where its rows align,
+// else one at a time), dropout (the CPU's draw; by a row's block key where rows are whole blocks of it), a fully
+// masked row; dQ summed over the key blocks by float atomics. Cuda.FlashAttentionComputesAsOnTheCpu checks the same
+// kernels on a GPU.
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
+#define ONNXTRAIN_MMA_ATTENTION emulated_f32_attention
+#include "attention_emulated.h"
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+// A finite fill: the masked scores keep a share of the probability (in Y and dV), and no gradient (dQ, dK).
+TEST(Float32Attention, TilesPastTheRowsAndKeysWithACausalFill) {
+  Case c;
+  Emulated<float>(c).check();
+  c.fill = -0.5f;
+  Emulated<float>(c).check();
+}
+
+TEST(Float32Attention, PaddedHeadsGroupedQueriesBiasAndDropout) {
+  Case c;
+  c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
+  c.bias = true, c.fill = -INFINITY, c.dropout = 0.25f, c.shift = 5, c.mixed = 1;
+  Emulated<float>(c).check();
+  c.scan_pairs = true;
+  Emulated<float>(c).check();
+  c.sequence_major = true;
+  Emulated<float>(c).check();
+}
+
+// Score rows of whole blocks of dropout's draw (keys a multiple of 64): a row's scores drawn from its block key, the
+// second step of 32 keys of a block from the same key as the first.
+TEST(Float32Attention, DropoutOverWholeBlocksOfKeysDrawsFromARowsKey) {
+  Case c;
+  c.heads = 2, c.groups = 2, c.tq = 100, c.tk = 128, c.fill = -INFINITY, c.dropout = 0.3f;
+  Emulated<float>(c).check();
+}
+
+TEST(Float32Attention, AFullyMaskedRowGivesZeros) {
+  Case c;
+  c.heads = 2, c.groups = 2, c.tq = 20, c.tk = 130, c.d = 64, c.dv = 48;
+  c.causal = false, c.fill = -INFINITY, c.zero_masked_rows = true, c.masked_row = 5;
+  Emulated<float>(c).check();
+}
+
+// A causal mask as a bool mask and as a float32 bias of 0 and -inf (rows of 144 elements: the map's votes read 16
+// bytes at a time; of 147: one element at a time), over several tiles of rows and keys, grouped heads and a map a
+// batch.
+TEST(Float32Attention, CausalMasksAndBiasesTakenATileAtATime) {
+  Case c;
+  c.heads = 4, c.groups = 2, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY, c.mixed = 0;
+  Emulated<float>(c).check();
+  c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
+  Emulated<float>(c).check();
+  c.tk = 147, c.mixed = -1;
+  Emulated<float>(c).check();
+  c.tk = 144, c.batch = 2, c.shift = 64, c.bias = c.causal_bias = true, c.zero_below = false;
+  Emulated<float>(c).check();
+}
+
+// GPT-2's attention in training, as the attention_layout pass lays it out: the causal mask an additive bias of a
+// batch's own, dropout 0.1 over whole blocks of keys, three tiles of rows, six blocks of keys, Q, K and V side by
+// side in one tensor (rows 384 elements apart) and Y sequence-major.
+TEST(Float32Attention, GptTwosBiasAndDropoutOverSeveralTiles) {
+  Case c;
+  c.batch = 2, c.heads = 2, c.tq = c.tk = 192, c.causal = false, c.bias = c.causal_bias = c.zero_below = true;
+  c.fill = -INFINITY, c.dropout = 0.1f, c.shift = 64, c.mixed = 0;
+  Emulated<float>(c).check();
+  c.sequence_major = c.packed = true;
+  Emulated<float>(c).check();
+}
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda
+#endif
