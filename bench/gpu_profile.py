@@ -2,10 +2,12 @@
 the graph's op types with its milliseconds and calls a step (the session's profile, the kernels launched one at a
 time so that a node's time is its kernels': CUDA_LAUNCH_BLOCKING=1), then the device's kernels by time
 (torch.profiler), which name what an op type's time was spent in, then the training graph's Casts by what they read
-and what reads them (autocast's, for a fusion to take them into their neighbours).
+and what reads them (autocast's, for a fusion to take them into their neighbours). --host: the host's time instead,
+each op type's milliseconds and microseconds a call with the kernels queued as in training (not waited for): where
+the host spends a step's time launching it, which the device waits on where it outruns the host.
 
     python bench/gpu_profile.py [--model gpt2|llama] [--config onnxtrain-bf16] [--batch 16] [--seq 1024]
-                                [--steps 2] [--top 30] [--tiny]
+                                [--steps 2] [--top 30] [--tiny] [--host]
 
 --tiny runs a two-layer model anywhere (the CPU too: its op types' times are the CPU's, not a figure of record).
 """
@@ -17,7 +19,8 @@ import os
 import sys
 import tempfile
 
-os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")  # (before CUDA starts: torch is imported below)
+if "--host" not in sys.argv:  # (before CUDA starts: torch is imported below)
+    os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from real_size import VOCAB, build, parse, train_step  # noqa: E402
 
@@ -61,6 +64,7 @@ def main():
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--host", action="store_true", help="the host's time per op type, the kernels queued")
     args = p.parse_args()
     if not args.config.startswith("onnxtrain"):
         p.error("--config: an onnxtrain configuration (bench/real_size.py's grammar)")
@@ -90,11 +94,13 @@ def main():
             total = ops.setdefault(op, [0.0, 0])
             total[0] += ms / args.steps
             total[1] += calls / args.steps
-    print(f"{args.model} {args.config}, batch {args.batch}x{args.seq} on {device}: op types a step "
-          f"({'kernels one at a time' if device == 'cuda' else 'the CPU'}), {sum(v[0] for v in ops.values()):.1f} ms")
-    print(f"{'op type':32}{'ms':>10}{'calls':>8}")
+    how = "the host's time, kernels queued" if args.host else "kernels one at a time" if device == "cuda" else "the CPU"
+    nodes = sum(v[1] for v in ops.values())
+    print(f"{args.model} {args.config}, batch {args.batch}x{args.seq} on {device}: op types a step ({how}), "
+          f"{sum(v[0] for v in ops.values()):.1f} ms over {nodes:.0f} nodes")
+    print(f"{'op type':32}{'ms':>10}{'calls':>8}{'us a call':>11}")
     for op, (ms, calls) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:args.top]:
-        print(f"{op:32}{ms:10.2f}{calls:8.0f}")
+        print(f"{op:32}{ms:10.2f}{calls:8.0f}{1e3 * ms / max(calls, 1):11.1f}")
     key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
     print(f"\nthe {'device' if device == 'cuda' else 'CPU'}'s work by time over {args.steps} steps (torch.profiler)")
     print(prof.key_averages().table(sort_by=key, row_limit=args.top, max_name_column_width=90))

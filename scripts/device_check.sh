@@ -10,7 +10,8 @@
 # the configurations), headline (bench/gpu.py --headline: onnxtrain-bf16, then twice eager-bf16's batch under the
 # memory fraction where eager-bf16 just fits its own), attention (bench/gpu_attention.py; ATTENTION_ARGS, where set,
 # its options), profile (bench/gpu_profile.py: where a GPT-2 and a Llama bf16 step's time goes; PROFILE_MODELS,
-# where set, names the models),
+# where set, names the models), host (bench/gpu_profile.py --host: the host's time a GPT-2 bf16 step by op type, the
+# kernels queued as in training; not among the defaults),
 # example (the example trained on the GPU in float32 and bf16 autocast, and in PyTorch eager for comparison),
 # conformance (the ONNX node suites on the GPU against the CPU kernels), memcheck (compute-sanitizer over the GPU
 # tests' nodes and an MLP's training steps; racecheck and synccheck over the tiled attentions), ncu (Nsight
@@ -100,6 +101,10 @@ check_attention() {
   # shellcheck disable=SC2086  # (the options as words)
   step attention 150 "$py" bench/gpu_attention.py --steps 10 ${ATTENTION_ARGS:-} &&
     tail -6 "$out/attention.log" >>"$out/summary.txt"
+}
+check_host() {
+  step host_gpt2 120 "$py" bench/gpu_profile.py --host --top 25 && sed -n '/op types a step/,/^$/p' \
+    "$out/host_gpt2.log" >>"$out/summary.txt"
 }
 check_profile() {
   local m

@@ -22,6 +22,7 @@ TEST(Float32Attention, TilesPastTheRowsAndKeysWithACausalFill) {
   Emulated<float>(c).check();
 }
 
+// Heads of 40 and 20 elements (rows staged 16 bytes at a time), then of 30 and 18 (an element at a time).
 TEST(Float32Attention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Case c;
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
@@ -30,6 +31,8 @@ TEST(Float32Attention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   c.scan_pairs = true;
   Emulated<float>(c).check();
   c.sequence_major = true;
+  Emulated<float>(c).check();
+  c.d = 30, c.dv = 18;
   Emulated<float>(c).check();
 }
 

@@ -19,10 +19,20 @@ constexpr int kF32Keys = 32;           // the forward's keys a step; the backwar
 constexpr int kF32Row = kF32Head + 4;  // a staged row's floats: 16-byte aligned, consecutive rows 4 banks apart
 
 // Rows r0 .. r0 + R - 1 of a (rows, cols) float32 matrix whose rows lie ld apart into s[r][c] for c < kF32Head,
-// zeros outside it; consecutive threads take consecutive elements of a row.
+// zeros outside it: 16 bytes a read where the rows allow (cols and ld multiples of 4, m 16-byte aligned), else an
+// element at a time; consecutive threads take consecutive elements of a row.
 template <int R>
 __device__ __forceinline__ void stage_f32(float (*s)[kF32Row], const float* m, int64_t r0, int64_t rows, int64_t cols,
                                           int64_t ld) {
+  if (cols % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(m) % 16 == 0) {
+    for (int i = int(threadIdx.x); i < R * kF32Head / 4; i += kBlock) {
+      const int r = i / (kF32Head / 4), c = i % (kF32Head / 4) * 4;
+      const bool in = r0 + r < rows && c < cols;
+      *reinterpret_cast<float4*>(&s[r][c]) =
+          in ? *reinterpret_cast<const float4*>(m + (r0 + r) * ld + c) : float4{0.f, 0.f, 0.f, 0.f};
+    }
+    return;
+  }
   for (int i = int(threadIdx.x); i < R * kF32Head; i += kBlock) {
     const int r = i / kF32Head, c = i % kF32Head;
     s[r][c] = r0 + r < rows && c < cols ? m[(r0 + r) * ld + c] : 0.f;
