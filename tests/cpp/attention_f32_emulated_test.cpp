@@ -1,11 +1,12 @@
 // The float32 FlashAttention kernels (kernels/cuda/attention_f32.cuh) run on the host through the warp emulation,
 // against attention computed in float64 from the same operands (attention_emulated.h): tiles past the rows and the
-// keys, zero-padded heads, operands as (B, H, T, d), sequence-major and side by side in one tensor, grouped-query
-// heads, a causal mask with a finite fill and with -inf (its upper tiles skipped, its lower ones read no mask, its
-// diagonal's 16 x 16 tiles causal), an additive float32 bias (the map's votes 4 elements a read where its rows align,
-// else one at a time), dropout (the CPU's draw; by a row's block key where rows are whole blocks of it), a fully
-// masked row; dQ summed over the key blocks by float atomics. Cuda.FlashAttentionComputesAsOnTheCpu checks the same
-// kernels on a GPU.
+// keys, zero-padded heads (rows staged 16 bytes at a time and an element at a time), operands as (B, H, T, d),
+// sequence-major and side by side in one tensor, grouped-query heads, a causal mask with a finite fill and with -inf
+// (its upper tiles skipped, its lower ones read no mask, its diagonal's 16 x 16 tiles causal), an additive float32
+// bias, dropout (the CPU's draw; by a row's block key where rows are whole blocks of it), a fully masked row; dQ
+// summed over the key blocks by float atomics. And the map's votes on a float32 bias alone, 4 elements a read where
+// its rows align. Cuda.TiledAttentionComputesAsOnTheCpu and Cuda.Float32AttentionUnderBiasesComputesAsOnTheCpu check
+// the same kernels on a GPU.
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_f32_attention
@@ -51,9 +52,8 @@ TEST(Float32Attention, AFullyMaskedRowGivesZeros) {
   Emulated<float>(c).check();
 }
 
-// A causal mask as a bool mask and as a float32 bias of 0 and -inf (rows of 144 elements: the map's votes read 16
-// bytes at a time; of 147: one element at a time), over several tiles of rows and keys, grouped heads and a map a
-// batch.
+// A causal mask as a bool mask and as a float32 bias of 0 and -inf (rows of 144 elements and of 147), over several
+// tiles of rows and keys, grouped heads and a map a batch.
 TEST(Float32Attention, CausalMasksAndBiasesTakenATileAtATime) {
   Case c;
   c.heads = 4, c.groups = 2, c.tq = 144, c.tk = 144, c.d = 32, c.dv = 32, c.fill = -INFINITY, c.mixed = 0;
@@ -76,6 +76,32 @@ TEST(Float32Attention, GptTwosBiasAndDropoutOverSeveralTiles) {
   Emulated<float>(c).check();
   c.sequence_major = c.packed = true;
   Emulated<float>(c).check();
+}
+
+// The map of a float32 causal bias of 0 and -inf alone (no mask): its 16 x 16 tiles dead right of the diagonal, plain
+// left of it and causal on it, its rows read 4 elements at a time (rows of 144) and an element at a time (147).
+TEST(Float32Attention, TheMapReadsAFloat32BiasFourElementsAtATime) {
+  for (int64_t row : {144, 147}) {
+    const int64_t n = 144;
+    std::vector<float> bias(size_t(n * row), 0.f);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = r + 1; j < n; ++j) bias[size_t(r * row + j)] = -INFINITY;
+    Attention a;
+    a.pairs = 1, a.tq = a.tk = n, a.d = a.dv = 64, a.kv_count = 1;
+    a.batch.rank = 1, a.batch.dims[0] = 1;
+    a.bias = bias.data(), a.bias_row = row, a.bias_col = 1;
+    std::vector<uint8_t> kinds(size_t(size_kinds(a)), 0xff);
+    place_map(a, kinds.data());
+    *a.mixed = 0;
+    testing::emulate(unsigned(tc::tile_kinds_blocks(a)), tc::kBlock, [&] { tc::tile_kinds<float>(a); });
+    EXPECT_EQ(*a.mixed, 0u) << row;
+    for (int64_t r0 = 0; r0 < n; r0 += 16)
+      for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const tc::TileKind want =
+            j0 > r0 ? tc::TileKind::kDead : j0 < r0 ? tc::TileKind::kPlain : tc::TileKind::kCausal;
+        EXPECT_EQ((tc::kind_of<16, 16>(a, 0, r0, j0)), want) << row << " " << r0 << " " << j0;
+      }
+  }
 }
 
 }  // namespace

@@ -307,7 +307,7 @@ void flash_attention_grad(DType t, const Attention& a, const void* dy, const voi
             const int64_t blocks = to_blocks(a.tk, tc::kTile, name) * a.kv_count;
             tc::with_builds(a, general_build(), [&]<bool kLean>(const Attention& b) {
               tc::grad<T, D, kLean><<<to_blocks(blocks, 1, name), tc::kBlock, 0, stream>>>(
-                  b, dyt, qt, kt, vt, lse, row_dots, dq_sums, static_cast<T*>(dk), static_cast<T*>(dv));
+                  b, dyt, qt, kt, vt, lse, row_dots, sums, static_cast<T*>(dk), static_cast<T*>(dv));
             });
           });
         }
