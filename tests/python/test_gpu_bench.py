@@ -1,8 +1,8 @@
 """bench/gpu.py, the GPU benchmark of record, runs end to end (a two-layer GPT-2 of GPT-2's vocabulary, on the GPU
 where there is one, else the CPU): onnxtrain's step peak printed as predicted and as measured, equal. So does
-bench/gpu_attention.py (attention alone; under is_causal, and under dropout and a mask tensor), onnxtrain's graph
-holding the fused attention, and bench/gpu_profile.py (where a step's time goes, or the host's part of it), its op
-types timed and the graph's Casts counted."""
+bench/gpu_attention.py (attention alone; under is_causal, and under dropout and a mask tensor, also in float32),
+onnxtrain's graph holding the fused attention, and bench/gpu_profile.py (where a step's time goes, or the host's
+part of it), its op types timed and the graph's Casts counted."""
 import os
 import subprocess
 import sys
@@ -23,7 +23,8 @@ def test_the_gpu_benchmark_runs_and_prints_the_predicted_peak_as_measured():
     assert float(predicted) > 0 and predicted == measured, out
 
 
-@pytest.mark.parametrize("options", [[], ["--dropout", "0.1", "--mask", "tensor"]])
+@pytest.mark.parametrize("options", [[], ["--dropout", "0.1", "--mask", "tensor"],
+                                     ["--dtype", "fp32", "--dropout", "0.1", "--mask", "tensor"]])
 def test_the_attention_benchmark_runs_on_the_fused_attention(options):
     out = subprocess.run([sys.executable, ATTENTION, "--tiny", "--steps", "1", "--only", "eager,onnxtrain", *options],
                          capture_output=True, text=True, check=True).stdout
