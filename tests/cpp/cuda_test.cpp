@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "onnxtrain/session.h"
 #include "onnxtrain/training_session.h"
+#include "bf16_tensors.h"
 #include "runtime/session_impl.h"
 #include "test_graphs.h"
 
@@ -494,17 +495,12 @@ void attention_under_biases_as_on_the_cpu(DType t) {
     ir::Attributes attrs = {{"sequence_major", std::vector<int64_t>(4, !random)}};
     if (packed) attrs["packed_heads"] = int64_t(4);
     const double tol = t == DType::kFloat32 ? 1e-5 : 2e-2;
-    Tensor bias = random_tensor(t, {2, 1, n, n}, 36);
+    Tensor bias32 = random_tensor(DType::kFloat32, {2, 1, n, n}, 36);
     if (!random)
       for (int64_t b = 0; b < 2; ++b)
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            const float x = j > i ? -INFINITY : 0.f;
-            if (t == DType::kFloat32)
-              bias.data<float>()[(b * n + i) * n + j] = x;
-            else
-              bias.data<BFloat16>()[(b * n + i) * n + j] = BFloat16(x);
-          }
+          for (int64_t j = 0; j < n; ++j) bias32.data<float>()[(b * n + i) * n + j] = j > i ? -INFINITY : 0.f;
+    const Tensor bias = bf16_tensors::as(t, bias32);
     Tensor q = random_tensor(t, packed ? std::vector<int64_t>{2, n, 12 * d} : dims, 37);
     Tensor k = packed ? Tensor() : random_tensor(t, dims, 38), v = packed ? Tensor() : random_tensor(t, dims, 39);
     std::vector<Tensor> in = {q, k, v, scalar(t, 0.125), Tensor(), Tensor(), scalar(DType::kFloat32, 0.1),

@@ -53,15 +53,12 @@ __device__ __forceinline__ void add_scaled(float (&x)[8], float p, float4 u, flo
 // Column e (0 .. 7) of a lane whose first is c: c + e, then c + 28 + e.
 __device__ __forceinline__ int column8(int c, int e) { return c + e + (e < 4 ? 0 : 28); }
 
-// Score (r, j) from its product qk where its 16 x 16 tile of the map is of kind k: -inf past the rows or the keys, in
-// a dead tile or above a causal one's diagonal; qk scaled in a plain or causal one; in a mixed one the fill where
-// masked, else scale qk + bias.
+// Score (r, j) from its product qk where its 16 x 16 tile of the map is of kind k: -inf in a dead tile or above a
+// causal one's diagonal, else the tensor-core kernels' score() (a plain or causal tile reading neither mask nor bias).
 __device__ __forceinline__ float f32_score(const Attention& a, const AttentionPair<float>& p, TileKind k, float qk,
                                            int64_t r, int64_t j, float scale, float fill) {
-  if (r >= a.tq || j >= a.tk || k == TileKind::kDead || (k == TileKind::kCausal && j % kKindKeys > r % kKindRows))
-    return -INFINITY;
-  if (k != TileKind::kMixed) return qk * scale;
-  return masked(a, p.cond, r, j) ? fill : qk * scale + bias_at(a, p.bias, r, j);
+  if (k == TileKind::kDead || (k == TileKind::kCausal && j % kKindKeys > r % kKindRows)) return -INFINITY;
+  return score(a, p, qk, r, j, scale, fill, k != TileKind::kMixed);
 }
 // The kind of the 16 x 16 tile of the map holding rows r0 .. r0 + 15 and keys j0 .. j0 + 15 inside a step's tile of
 // kind `whole`: the step's where it is not mixed.
