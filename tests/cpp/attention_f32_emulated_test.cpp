@@ -11,6 +11,7 @@
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_f32_attention
 #include "attention_emulated.h"
+#include "attention_random_cases.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
@@ -23,7 +24,11 @@ TEST(Float32Attention, TilesPastTheRowsAndKeysWithACausalFill) {
   Emulated<float>(c).check();
 }
 
-// Heads of 40 and 20 elements (rows staged 16 bytes at a time), then of 30 and 18 (an element at a time).
+// Random cases (attention_random_cases.h), heads of up to 64 elements.
+TEST(Float32Attention, RandomCasesComputeAsInFloat64) { check_random_cases<float>(64, false); }
+
+// Heads of 40 and 20 elements (rows staged 16 bytes at a time), then of 30 and 18 (an element at a time), then
+// values' heads larger than the keys' (V's rows staged as wide as V's, not K's).
 TEST(Float32Attention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Case c;
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;
@@ -34,6 +39,8 @@ TEST(Float32Attention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   c.sequence_major = true;
   Emulated<float>(c).check();
   c.d = 30, c.dv = 18;
+  Emulated<float>(c).check();
+  c.d = 8, c.dv = 61;
   Emulated<float>(c).check();
 }
 

@@ -13,6 +13,7 @@
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #define ONNXTRAIN_MMA_ATTENTION emulated_mma_attention
 #include "attention_emulated.h"
+#include "attention_random_cases.h"
 
 #include <string>
 
@@ -37,6 +38,12 @@ tc::TileKind tile_kind(const Attention& a, const AttentionPair<T>& p, int64_t r0
 
 TEST(TensorCoreAttention, TilesPastTheRowsAndKeysWithACausalFill) {
   Emulated<__half>(Case{}).check();
+}
+
+// Random cases (attention_random_cases.h), in both 16-bit dtypes, heads of up to 128 elements, either build.
+TEST(TensorCoreAttention, RandomCasesComputeAsInFloat64) {
+  check_random_cases<__half>(128, true);
+  check_random_cases<__nv_bfloat16>(128, true);
 }
 
 TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {

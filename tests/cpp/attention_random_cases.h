@@ -1,0 +1,74 @@
+// Random cases for the emulated attention kernels (attention_emulated.h): shapes, layouts, masks, biases and dropout
+// drawn together, so that the combinations the named tests leave out get tried too. ONNXTRAIN_ATTENTION_CASES sets
+// how many a test runs (4 by default, CI's; say 200 before a GPU run) and ONNXTRAIN_ATTENTION_SEED the first case's
+// seed (1 by default): a run is repeatable, and a failure names its case and its seed. Included after
+// attention_emulated.h.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+namespace onnxtrain::kernels::cuda {
+namespace {
+
+// A case drawn from `seed`, with heads of up to `max_head` elements; `builds`: the tensor-core kernels' general
+// build alone sometimes (the float32 kernels have one build). Rows and keys are at least 8, so that no case's
+// gradients are all zero (then any rounding would exceed a tolerance relative to them).
+inline Case random_case(uint32_t seed, int64_t max_head, bool builds) {
+  std::mt19937 g(seed);
+  auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
+  auto one_in = [&](int64_t n) { return below(n) == 0; };
+  Case c;
+  c.batch = 1 + below(2), c.heads = 1 + below(4);
+  do c.groups = 1 + below(c.heads);
+  while (c.heads % c.groups);
+  c.tq = 8 + below(143);
+  c.tk = one_in(4) ? c.tq : 8 + below(143);
+  c.d = std::min(max_head, 8 * (1 + below(16)) - (one_in(3) ? below(7) : 0));  // (some not a multiple of 8)
+  c.dv = one_in(2) ? c.d : 1 + below(max_head);
+  c.causal = one_in(2), c.bias = one_in(2);
+  c.causal_bias = c.bias && !c.causal && one_in(2);
+  c.zero_below = c.bias && one_in(3);
+  c.fill = one_in(2) ? -30.f : -INFINITY;
+  c.dropout = one_in(3) ? 0.f : one_in(2) ? 0.1f : 0.3f;
+  if (one_in(5)) c.masked_row = below(c.tq), c.zero_masked_rows = true, c.fill = -INFINITY;
+  if (c.batch == 2 && one_in(4)) c.shift = below(70);
+  c.scan_pairs = one_in(4);
+  c.general = builds && one_in(4);
+  c.sequence_major = one_in(2);
+  if (c.sequence_major && one_in(3)) c.packed = true, c.tk = c.tq, c.dv = c.d;
+  return c;
+}
+
+inline std::string describe(const Case& c) {
+  char s[320];
+  std::snprintf(s, sizeof s,
+                "batch %ld, heads %ld, groups %ld, tq %ld, tk %ld, d %ld, dv %ld, causal %d, bias %d (causal %d, zero "
+                "below %d), fill %g, dropout %g, masked row %ld, shift %ld, scan %d, general %d, sequence-major %d, "
+                "packed %d",
+                long(c.batch), long(c.heads), long(c.groups), long(c.tq), long(c.tk), long(c.d), long(c.dv), c.causal,
+                c.bias, c.causal_bias, c.zero_below, double(c.fill), double(c.dropout), long(c.masked_row),
+                long(c.shift), c.scan_pairs, c.general, c.sequence_major, c.packed);
+  return s;
+}
+
+inline int64_t environment_number(const char* name, int64_t otherwise) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoll(v, nullptr, 10) : otherwise;
+}
+
+// Runs the random cases through Emulated<T>, stopping at the first that fails (named with its seed).
+template <typename T>
+void check_random_cases(int64_t max_head, bool builds) {
+  const int64_t count = environment_number("ONNXTRAIN_ATTENTION_CASES", 4);
+  const auto first = uint32_t(environment_number("ONNXTRAIN_ATTENTION_SEED", 1));
+  for (int64_t i = 0; i < count && !::testing::Test::HasFailure(); ++i) {
+    const Case c = random_case(first + uint32_t(i), max_head, builds);
+    SCOPED_TRACE("seed " + std::to_string(first + uint32_t(i)) + ": " + describe(c));
+    Emulated<T>(c).check();
+  }
+}
+
+}  // namespace
+}  // namespace onnxtrain::kernels::cuda
