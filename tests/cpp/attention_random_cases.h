@@ -1,13 +1,11 @@
-// Random cases for the emulated attention kernels (attention_emulated.h): shapes, layouts, masks, biases and dropout
-// drawn together, so that the combinations the named tests leave out get tried too. ONNXTRAIN_ATTENTION_CASES sets
-// how many a test runs (4 by default, CI's; say 200 before a GPU run) and ONNXTRAIN_ATTENTION_SEED the first case's
-// seed (1 by default): a run is repeatable, and a failure names its case and its seed. Included after
-// attention_emulated.h.
+// Random cases for the emulated attention kernels (attention_emulated.h; random_cases.h): shapes, layouts, masks,
+// biases and dropout drawn together. Included after attention_emulated.h.
 #pragma once
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
+
+#include "random_cases.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
@@ -53,21 +51,14 @@ inline std::string describe(const Case& c) {
   return s;
 }
 
-inline int64_t environment_number(const char* name, int64_t otherwise) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoll(v, nullptr, 10) : otherwise;
-}
-
-// Runs the random cases through Emulated<T>, stopping at the first that fails (named with its seed).
+// Runs random cases through Emulated<T>, 4 unless ONNXTRAIN_RANDOM_CASES says otherwise (random_cases.h).
 template <typename T>
 void check_random_cases(int64_t max_head, bool builds) {
-  const int64_t count = environment_number("ONNXTRAIN_ATTENTION_CASES", 4);
-  const auto first = uint32_t(environment_number("ONNXTRAIN_ATTENTION_SEED", 1));
-  for (int64_t i = 0; i < count && !::testing::Test::HasFailure(); ++i) {
-    const Case c = random_case(first + uint32_t(i), max_head, builds);
-    SCOPED_TRACE("seed " + std::to_string(first + uint32_t(i)) + ": " + describe(c));
+  testing::for_random_seeds(4, [&](uint32_t seed) {
+    const Case c = random_case(seed, max_head, builds);
+    SCOPED_TRACE(describe(c));
     Emulated<T>(c).check();
-  }
+  });
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // float32 X with Y of float32 and of bf16 (norm_output_cast's), dY of float32 and of bf16 as Y's; a row a warp (some
 // of the last block's warps past the rows) and a row a block, rows longer than either's threads, and LayerNorm's rows
 // longer than a thread holds in registers; dscale summed over chunks of rows (LayerNorm's 8 columns a thread too, as
-// a column a thread); dX plus a base written in the base's place.
+// a column a thread); dX plus a base written in the base's place; and random cases of these (random_cases.h).
 #ifdef ONNXTRAIN_WITH_CUDA
 #include "warp_emulation.h"  // first: the CUDA qualifiers for the host compiler
 #include "kernels/cuda/layer_norm_kernels.cuh"
@@ -12,15 +12,21 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
+
+#include "random_cases.h"
 
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-constexpr int64_t kRowCount = 9;
 // Rows whose elements a thread holds in registers all (layer_norm_kernels.cuh's kHeld), and rows past them a warp's
-// and a block's lanes read again.
+// and a block's lanes read again; 9 of each unless a case says otherwise.
 constexpr int kShortRow = 300, kWarpLongRow = 1000, kBlockLongRow = 7000;
+struct Sizes {
+  int64_t rows = 9;
+  int n = kShortRow;
+};
 constexpr float kEpsilon = 1e-5f;
 
 std::vector<float> values(int64_t count, uint32_t seed, float lo, float hi) {
@@ -49,26 +55,27 @@ void expect_near(const std::vector<T>& got, const std::vector<double>& want, dou
 }
 
 // The per-column sums of a norm's dscale (or dbias) kernel's partial sums, as the launch adds them.
-template <int kN, typename Partials>
-std::vector<float> column_sums(Partials&& partials) {
-  const Chunks ch = chunks_of(kRowCount);
-  std::vector<float> partial(size_t(kRowChunks * kN * 2), 1e30f), out(static_cast<size_t>(kN), 1e30f);
-  const dim3 grid = chunk_grid(kN, ch);
+template <typename Partials>
+std::vector<float> column_sums(const Sizes& z, Partials&& partials) {
+  const Chunks ch = chunks_of(z.rows);
+  std::vector<float> partial(size_t(kRowChunks * z.n * 2), 1e30f), out(static_cast<size_t>(z.n), 1e30f);
+  const dim3 grid = chunk_grid(z.n, ch);
   testing::emulate(EmulatedIndex{grid.x, grid.y, 1}, kThreads, [&] { partials(partial.data(), ch); });
-  testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, kN, 1.f, out.data()); });
+  testing::emulate(1, kThreads, [&] { sum_chunks_kernel<float>(partial.data(), ch.count, z.n, 1.f, out.data()); });
   return out;
 }
 
-template <int kN>
 struct Inputs {  // X, the scale, the bias, dY and a base of dX of every check, in float32
-  std::vector<float> x = values(kRowCount * kN, 1, -3, 2), w = values(kN, 2, 0.5f, 1.5f), b = values(kN, 3, -1, 1),
-                     dy = values(kRowCount * kN, 4, -1, 1), base = values(kRowCount * kN, 5, -1, 1);
+  explicit Inputs(const Sizes& z)
+      : x(values(z.rows * z.n, 1, -3, 2)), w(values(z.n, 2, 0.5f, 1.5f)), b(values(z.n, 3, -1, 1)),
+        dy(values(z.rows * z.n, 4, -1, 1)), base(values(z.rows * z.n, 5, -1, 1)) {}
+  std::vector<float> x, w, b, dy, base;
 };
 
-// The blocks of a launch over kRowCount rows, a warp or a block a row.
+// The blocks of a launch over the rows, a warp or a block a row.
 template <typename Rows>
-unsigned blocks() {
-  return unsigned((kRowCount + Rows::kPerBlock - 1) / Rows::kPerBlock);
+unsigned blocks(const Sizes& z) {
+  return unsigned((z.rows + Rows::kPerBlock - 1) / Rows::kPerBlock);
 }
 
 // dX written over a base (in its place) is the base plus dX as written without one, rounded as an Add rounds it.
@@ -76,52 +83,54 @@ void expect_based(const std::vector<float>& dx, const std::vector<float>& based,
   for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(based[i], base[i] + dx[i]) << "dX plus the base at " << i;
 }
 
-template <typename Rows, typename Y, int kN = kShortRow>
-void check_layer_norm() {
-  const Inputs<kN> in;
+template <typename Rows, typename Y>
+void check_layer_norm(const Sizes& z = {}) {
+  const int64_t rows = z.rows;
+  const int n = z.n;
+  const Inputs in(z);
   const std::vector<float> dy32 = [&] {  // dY as the kernel reads it: of Y's dtype
     std::vector<float> r = in.dy;
     for (float& v : r) v = to_float(from_float<Y>(v));
     return r;
   }();
   const std::vector<Y> dy = as<Y>(in.dy);
-  std::vector<Y> y(size_t(kRowCount * kN));
-  std::vector<float> mean(kRowCount), rstd(kRowCount), dx(size_t(kRowCount * kN));
-  testing::emulate(blocks<Rows>(), kThreads, [&] {
+  std::vector<Y> y(size_t(rows * n));
+  std::vector<float> mean(rows), rstd(rows), dx(size_t(rows * n));
+  testing::emulate(blocks<Rows>(z), kThreads, [&] {
     layer_norm_kernel<Rows, float, Y>(in.x.data(), in.w.data(), in.b.data(), y.data(), mean.data(), rstd.data(),
-                                      kRowCount, kN, kN, kN, kEpsilon);
+                                      rows, n, n, n, kEpsilon);
   });
-  testing::emulate(blocks<Rows>(), kThreads, [&] {
+  testing::emulate(blocks<Rows>(z), kThreads, [&] {
     layer_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(), nullptr,
-                                         dx.data(), kRowCount, kN);
+                                         dx.data(), rows, n);
   });
   std::vector<float> dx_base = in.base;
-  testing::emulate(blocks<Rows>(), kThreads, [&] {
+  testing::emulate(blocks<Rows>(z), kThreads, [&] {
     layer_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), mean.data(), rstd.data(),
-                                         dx_base.data(), dx_base.data(), kRowCount, kN);
+                                         dx_base.data(), dx_base.data(), rows, n);
   });
-  const std::vector<float> dw = column_sums<kN>([&](float* partial, const Chunks& ch) {
+  const std::vector<float> dw = column_sums(z, [&](float* partial, const Chunks& ch) {
     layer_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), mean.data(), rstd.data(), partial,
-                                   partial + int64_t(ch.count) * kN, kRowCount, kN, ch.rows);
+                                   partial + int64_t(ch.count) * n, rows, n, ch.rows);
   });
-  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(static_cast<size_t>(kN), 0.0);
-  for (int64_t r = 0; r < kRowCount; ++r) {
-    const float* xr = in.x.data() + r * kN;
+  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(static_cast<size_t>(n), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in.x.data() + r * n;
     double m = 0, v = 0, m1 = 0, m2 = 0;
-    for (int64_t j = 0; j < kN; ++j) m += xr[j] / double(kN);
-    for (int64_t j = 0; j < kN; ++j) v += (xr[j] - m) * (xr[j] - m) / double(kN);
+    for (int64_t j = 0; j < n; ++j) m += xr[j] / double(n);
+    for (int64_t j = 0; j < n; ++j) v += (xr[j] - m) * (xr[j] - m) / double(n);
     const double rs = 1 / std::sqrt(v + kEpsilon);
     EXPECT_NEAR(mean[size_t(r)], m, 1e-5);
     EXPECT_NEAR(rstd[size_t(r)], rs, 1e-5 * rs);
-    for (int64_t j = 0; j < kN; ++j) {
-      const double xhat = (xr[j] - m) * rs, g = dy32[size_t(r * kN + j)] * double(in.w[size_t(j)]);
-      want_y[size_t(r * kN + j)] = xhat * in.w[size_t(j)] + in.b[size_t(j)];
-      m1 += g / double(kN), m2 += g * xhat / double(kN);
-      want_dw[size_t(j)] += dy32[size_t(r * kN + j)] * xhat;
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = (xr[j] - m) * rs, g = dy32[size_t(r * n + j)] * double(in.w[size_t(j)]);
+      want_y[size_t(r * n + j)] = xhat * in.w[size_t(j)] + in.b[size_t(j)];
+      m1 += g / double(n), m2 += g * xhat / double(n);
+      want_dw[size_t(j)] += dy32[size_t(r * n + j)] * xhat;
     }
-    for (int64_t j = 0; j < kN; ++j) {
-      const double xhat = (xr[j] - m) * rs, g = dy32[size_t(r * kN + j)] * double(in.w[size_t(j)]);
-      want_dx[size_t(r * kN + j)] = rs * (g - m1 - xhat * m2);
+    for (int64_t j = 0; j < n; ++j) {
+      const double xhat = (xr[j] - m) * rs, g = dy32[size_t(r * n + j)] * double(in.w[size_t(j)]);
+      want_dx[size_t(r * n + j)] = rs * (g - m1 - xhat * m2);
     }
   }
   expect_near(y, want_y, std::is_same_v<Y, float> ? 1e-5 : 1.0 / 128, "Y");
@@ -130,42 +139,44 @@ void check_layer_norm() {
   expect_near(dw, want_dw, 1e-5, "dscale");
 }
 
-template <typename Rows, typename Y, int kN = kShortRow>
-void check_rms_norm() {
-  const Inputs<kN> in;
+template <typename Rows, typename Y>
+void check_rms_norm(const Sizes& z = {}) {
+  const int64_t rows = z.rows;
+  const int n = z.n;
+  const Inputs in(z);
   const std::vector<Y> dy = as<Y>(in.dy);
-  std::vector<Y> y(size_t(kRowCount * kN));
-  std::vector<float> rstd(kRowCount), dx(size_t(kRowCount * kN));
-  testing::emulate(blocks<Rows>(), kThreads, [&] {
-    rms_norm_kernel<Rows, float, Y>(in.x.data(), in.w.data(), y.data(), rstd.data(), kRowCount, kN, kEpsilon);
+  std::vector<Y> y(size_t(rows * n));
+  std::vector<float> rstd(rows), dx(size_t(rows * n));
+  testing::emulate(blocks<Rows>(z), kThreads, [&] {
+    rms_norm_kernel<Rows, float, Y>(in.x.data(), in.w.data(), y.data(), rstd.data(), rows, n, kEpsilon);
   });
-  testing::emulate(blocks<Rows>(), kThreads, [&] {
+  testing::emulate(blocks<Rows>(z), kThreads, [&] {
     rms_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), nullptr, dx.data(),
-                                       kRowCount, kN);
+                                       rows, n);
   });
   std::vector<float> dx_base = in.base;
-  testing::emulate(blocks<Rows>(), kThreads, [&] {
+  testing::emulate(blocks<Rows>(z), kThreads, [&] {
     rms_norm_dx_kernel<Rows, float, Y>(dy.data(), in.x.data(), in.w.data(), rstd.data(), dx_base.data(),
-                                       dx_base.data(), kRowCount, kN);
+                                       dx_base.data(), rows, n);
   });
-  const std::vector<float> dw = column_sums<kN>([&](float* partial, const Chunks& ch) {
-    rms_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), rstd.data(), partial, kRowCount, kN, ch.rows);
+  const std::vector<float> dw = column_sums(z, [&](float* partial, const Chunks& ch) {
+    rms_norm_dw_kernel<float, Y>(dy.data(), in.x.data(), rstd.data(), partial, rows, n, ch.rows);
   });
-  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(static_cast<size_t>(kN), 0.0);
-  for (int64_t r = 0; r < kRowCount; ++r) {
-    const float* xr = in.x.data() + r * kN;
+  std::vector<double> want_y(y.size()), want_dx(dx.size()), want_dw(static_cast<size_t>(n), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = in.x.data() + r * n;
     double ms = 0, k = 0;
-    for (int64_t j = 0; j < kN; ++j) ms += double(xr[j]) * xr[j] / double(kN);
+    for (int64_t j = 0; j < n; ++j) ms += double(xr[j]) * xr[j] / double(n);
     const double rs = 1 / std::sqrt(ms + kEpsilon);
     EXPECT_NEAR(rstd[size_t(r)], rs, 1e-5 * rs);
-    for (int64_t j = 0; j < kN; ++j) {
-      const double d = to_float(dy[size_t(r * kN + j)]);
-      want_y[size_t(r * kN + j)] = xr[j] * rs * in.w[size_t(j)];
-      k += d * in.w[size_t(j)] * xr[j] / double(kN) * rs * rs;
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = to_float(dy[size_t(r * n + j)]);
+      want_y[size_t(r * n + j)] = xr[j] * rs * in.w[size_t(j)];
+      k += d * in.w[size_t(j)] * xr[j] / double(n) * rs * rs;
       want_dw[size_t(j)] += d * xr[j] * rs;
     }
-    for (int64_t j = 0; j < kN; ++j)
-      want_dx[size_t(r * kN + j)] = rs * (to_float(dy[size_t(r * kN + j)]) * in.w[size_t(j)] - xr[j] * k);
+    for (int64_t j = 0; j < n; ++j)
+      want_dx[size_t(r * n + j)] = rs * (to_float(dy[size_t(r * n + j)]) * in.w[size_t(j)] - xr[j] * k);
   }
   expect_near(y, want_y, std::is_same_v<Y, float> ? 1e-5 : 1.0 / 128, "Y");
   expect_near(dx, want_dx, 1e-5, "dX");
@@ -208,8 +219,8 @@ TEST(NormKernels, LayerNormOfFloat32WithYAndDYOfFloat32OrBf16) {
   check_layer_norm<WarpRows, __nv_bfloat16>();
   check_layer_norm<BlockRows, float>();
   check_layer_norm<BlockRows, __nv_bfloat16>();
-  check_layer_norm<WarpRows, __nv_bfloat16, kWarpLongRow>();
-  check_layer_norm<BlockRows, float, kBlockLongRow>();
+  check_layer_norm<WarpRows, __nv_bfloat16>({9, kWarpLongRow});
+  check_layer_norm<BlockRows, float>({9, kBlockLongRow});
 }
 
 TEST(NormKernels, RMSNormOfFloat32WithYAndDYOfFloat32OrBf16) {
@@ -217,6 +228,30 @@ TEST(NormKernels, RMSNormOfFloat32WithYAndDYOfFloat32OrBf16) {
   check_rms_norm<WarpRows, __nv_bfloat16>();
   check_rms_norm<BlockRows, float>();
   check_rms_norm<BlockRows, __nv_bfloat16>();
+}
+
+// Random cases (random_cases.h): a warp or a block a row over 1 to 40 rows of 4 to 3,000 elements (a block's rows up
+// to 9,000), Y and dY of float32 or bf16; LayerNorm's wide partial sums over rows of a multiple of 8 elements. (Rows
+// of 1 cancel: RMSNorm's dX is then tiny beside dY, and float32's rounding of it exceeds the tolerance.)
+TEST(NormKernels, RandomCasesComputeAsInFloat64) {
+  testing::for_random_seeds(6, [](uint32_t seed) {
+    std::mt19937 g(seed);
+    auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
+    const bool block = below(2), bf16 = below(2), rms = below(2);
+    const Sizes z{1 + below(40), int(4 + (below(3) ? below(block ? 9000 : 3000) : below(64)))};
+    SCOPED_TRACE(std::string(rms ? "RMSNorm" : "LayerNorm") + (block ? ", a block" : ", a warp") + " a row, " +
+                 std::to_string(z.rows) + " rows of " + std::to_string(z.n) + (bf16 ? ", bf16 Y" : ", float32 Y"));
+    auto check = [&]<typename Rows, typename Y>() {
+      rms ? check_rms_norm<Rows, Y>(z) : check_layer_norm<Rows, Y>(z);
+    };
+    if (block)
+      bf16 ? check.template operator()<BlockRows, __nv_bfloat16>() : check.template operator()<BlockRows, float>();
+    else
+      bf16 ? check.template operator()<WarpRows, __nv_bfloat16>() : check.template operator()<WarpRows, float>();
+    const int64_t rows = 1 + below(900);
+    const int n = int(8 * (1 + below(400)));
+    bf16 ? check_wide_dw<__nv_bfloat16>(rows, n) : check_wide_dw<float>(rows, n);
+  });
 }
 
 }  // namespace
