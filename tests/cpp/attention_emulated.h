@@ -6,6 +6,7 @@
 #pragma once
 #include "kernels/cuda/attention_f32.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_warp_rows.cuh"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +33,7 @@ struct Case {
   int mixed = -1;           // whether the map must have a mixed tile (the general build then runs): -1 either
   bool sequence_major = false;  // Q, K, V and Y (and their gradients) as (B, T, H, d)
   bool packed = false;  // Q, K and V side by side in one X (B, T, (H + 2 Hkv) d), dQ, dK and dV in dX (tq = tk, d = dv)
+  bool warp_rows = false;  // the warp-per-row kernels (attention_warp_rows.cuh), heads of any size
 };
 
 template <typename T>
@@ -139,7 +141,17 @@ struct Emulated {
           for (int64_t e = 0; e < c.d; ++e)
             dq[size_t(a.q.at(pair, r) + e)] = from_float<T>(sums[size_t(a.sums.at(pair, r) + e)]);
     };
-    if constexpr (std::is_same_v<T, float>) {  // (attention_f32.cuh's kernels)
+    if (c.warp_rows) {  // (dQ written by its kernel, D beside it)
+      const unsigned rows = unsigned((pairs() * c.tq + tc::kRowWarps - 1) / tc::kRowWarps);
+      const unsigned keys = unsigned((kv_count() * c.tk + tc::kRowWarps - 1) / tc::kRowWarps);
+      testing::emulate(rows, kThreads, [&] { tc::rows_forward(a, q.data(), kp, vp, y.data(), lse.data()); });
+      testing::emulate(rows, kThreads, [&] {
+        tc::rows_dq(a, dy.data(), q.data(), kp, vp, y.data(), lse.data(), dots.data(), dq.data());
+      });
+      testing::emulate(keys, kThreads, [&] {
+        tc::rows_dkv(a, dy.data(), q.data(), kp, vp, lse.data(), dots.data(), dkp, dvp);
+      });
+    } else if constexpr (std::is_same_v<T, float>) {  // (attention_f32.cuh's kernels)
       const unsigned q_blocks = unsigned((c.tq + tc::kTile - 1) / tc::kTile * pairs());
       const unsigned k_blocks = unsigned((c.tk + tc::kF32Keys - 1) / tc::kF32Keys * kv_count());
       testing::emulate(q_blocks, tc::kBlock, [&] { tc::forward_f32(a, q.data(), kp, vp, y.data(), lse.data()); });

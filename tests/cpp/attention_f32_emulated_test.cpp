@@ -44,6 +44,17 @@ TEST(Float32Attention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Emulated<float>(c).check();
 }
 
+// Heads over 64 elements take the warp-per-row kernels (attention_warp_rows.cuh): grouped queries, a bias and
+// dropout, a masked row, then sequence-major and side by side in one X.
+TEST(Float32Attention, HeadsOverSixtyFourTakeTheWarpPerRowKernels) {
+  Case c;
+  c.warp_rows = true, c.heads = 4, c.groups = 2, c.tq = 20, c.tk = 23, c.d = 96, c.dv = 128;
+  c.bias = true, c.dropout = 0.2f, c.masked_row = 7, c.zero_masked_rows = true, c.fill = -INFINITY;
+  Emulated<float>(c).check();
+  c.batch = 2, c.sequence_major = c.packed = true, c.tk = c.tq, c.d = c.dv = 80;
+  Emulated<float>(c).check();
+}
+
 // Score rows of whole blocks of dropout's draw (keys a multiple of 64): a row's scores drawn from its block key, the
 // second step of 32 keys of a block from the same key as the first.
 TEST(Float32Attention, DropoutOverWholeBlocksOfKeysDrawsFromARowsKey) {

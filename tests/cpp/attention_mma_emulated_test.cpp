@@ -46,6 +46,17 @@ TEST(TensorCoreAttention, RandomCasesComputeAsInFloat64) {
   check_random_cases<__nv_bfloat16>(128, true);
 }
 
+// 16-bit operands take the warp-per-row kernels where heads exceed 128 elements (and under
+// ONNXTRAIN_CUDA_ATTENTION=simple): a causal fill and dropout over grouped heads, sequence-major.
+TEST(TensorCoreAttention, HeadsOverOneHundredTwentyEightTakeTheWarpPerRowKernels) {
+  Case c;
+  c.warp_rows = true, c.heads = 4, c.groups = 4, c.tq = 17, c.tk = 30, c.d = 160, c.dv = 256;
+  c.dropout = 0.1f, c.sequence_major = true;
+  Emulated<__half>(c).check();
+  c.d = c.dv = 64;
+  Emulated<__nv_bfloat16>(c).check();
+}
+
 TEST(TensorCoreAttention, PaddedHeadsGroupedQueriesBiasAndDropout) {
   Case c;
   c.batch = 2, c.heads = 3, c.groups = 3, c.tq = 37, c.tk = 37, c.d = 40, c.dv = 20;

@@ -10,8 +10,9 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-// A case drawn from `seed`, with heads of up to `max_head` elements; `builds`: the tensor-core kernels' general
-// build alone sometimes (the float32 kernels have one build). Rows and keys are at least 8, so that no case's
+// A case drawn from `seed`, with heads of up to `max_head` elements (the tiled kernels'; the warp-per-row kernels'
+// cases up to kMaxHead); `builds`: the tensor-core kernels' general build alone sometimes (the float32 kernels have
+// one build). Rows and keys are at least 8, so that no case's
 // gradients are all zero (then any rounding would exceed a tolerance relative to them).
 inline Case random_case(uint32_t seed, int64_t max_head, bool builds) {
   std::mt19937 g(seed);
@@ -36,18 +37,24 @@ inline Case random_case(uint32_t seed, int64_t max_head, bool builds) {
   c.general = builds && one_in(4);
   c.sequence_major = one_in(2);
   if (c.sequence_major && one_in(3)) c.packed = true, c.tk = c.tq, c.dv = c.d;
+  c.warp_rows = one_in(4);  // (with heads past the tiled kernels' half the time; fewer rows, slow to emulate)
+  if (c.warp_rows) c.tq = 8 + c.tq % 33, c.tk = c.packed ? c.tq : 8 + c.tk % 33;
+  if (c.warp_rows && one_in(2)) {
+    c.d = max_head + 1 + below(kMaxHead - max_head);
+    c.dv = c.packed ? c.d : 1 + below(kMaxHead);
+  }
   return c;
 }
 
 inline std::string describe(const Case& c) {
-  char s[320];
+  char s[360];
   std::snprintf(s, sizeof s,
                 "batch %ld, heads %ld, groups %ld, tq %ld, tk %ld, d %ld, dv %ld, causal %d, bias %d (causal %d, zero "
                 "below %d), fill %g, dropout %g, masked row %ld, shift %ld, scan %d, general %d, sequence-major %d, "
-                "packed %d",
+                "packed %d, warp rows %d",
                 long(c.batch), long(c.heads), long(c.groups), long(c.tq), long(c.tk), long(c.d), long(c.dv), c.causal,
                 c.bias, c.causal_bias, c.zero_below, double(c.fill), double(c.dropout), long(c.masked_row),
-                long(c.shift), c.scan_pairs, c.general, c.sequence_major, c.packed);
+                long(c.shift), c.scan_pairs, c.general, c.sequence_major, c.packed, c.warp_rows);
   return s;
 }
 
