@@ -12,8 +12,8 @@ namespace {
 
 // A case drawn from `seed`, with heads of up to `max_head` elements (the tiled kernels'; the warp-per-row kernels'
 // cases up to kMaxHead); `builds`: the tensor-core kernels' general build alone sometimes (the float32 kernels have
-// one build). Rows and keys are at least 8, so that no case's
-// gradients are all zero (then any rounding would exceed a tolerance relative to them).
+// one build). Rows and keys are at least 8, so that no case's gradients are all zero (then any rounding would exceed
+// a tolerance relative to them).
 inline Case random_case(uint32_t seed, int64_t max_head, bool builds) {
   std::mt19937 g(seed);
   auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
@@ -38,7 +38,7 @@ inline Case random_case(uint32_t seed, int64_t max_head, bool builds) {
   c.sequence_major = one_in(2);
   if (c.sequence_major && one_in(3)) c.packed = true, c.tk = c.tq, c.dv = c.d;
   c.warp_rows = one_in(4);  // (with heads past the tiled kernels' half the time; fewer rows, slow to emulate)
-  if (c.warp_rows) c.tq = 8 + c.tq % 33, c.tk = c.packed ? c.tq : 8 + c.tk % 33;
+  if (c.warp_rows) c.tq = 8 + c.tq % 33, c.tk = c.packed ? c.tq : 8 + c.tk % 33, c.masked_row %= c.tq;
   if (c.warp_rows && one_in(2)) {
     c.d = max_head + 1 + below(kMaxHead - max_head);
     c.dv = c.packed ? c.d : 1 + below(kMaxHead);
