@@ -90,6 +90,11 @@ std::vector<Case> cases() {
       {"com.onnxtrain", "Linear", {{2, 7, 16}, {50, 16}}, {}},                  // a tiny LM's head
       {"", "MatMul", {{3, 20, 32}, {32, 63}}, {}},
       {"com.onnxtrain", "FusedMatMul", {{2, 32, 64}, {2, 49, 64}}, tb},
+      // Odd inner lengths, where oneDNN 2.6's AMX kernels on more than one thread stop on an illegal instruction
+      // (63, and from about 1,700 on: attention over an odd number of keys, a weight's gradient over odd tokens).
+      {"", "MatMul", {{33, 63}, {63, 16}}, {}},
+      {"com.onnxtrain", "FusedMatMul", {{94, 63}, {290, 63}}, tb},
+      {"", "MatMul", {{94, 2047}, {2047, 129}}, {}},
   };
 }
 

@@ -63,8 +63,13 @@ Bound make(int64_t batch, int64_t m, int64_t n, int64_t k, const Bf16Operand& a,
   dnnl::matmul::primitive_desc pd(d, attr, engine());
   // oneDNN 2.6's AMX matmul (Debian's; the CPUs with AMX, from Sapphire Rapids on) computes wrong products for
   // 48 < n < 64 when it splits them among threads (measured, every k, layout, batch and output type, m up to 32 on
-  // two threads, any m on sixteen): those take the next implementation (AVX512_BF16), at a cost too small to see.
-  while (n > 48 && n < 64 && std::string(pd.impl_info_str()).find("amx") != std::string::npos && pd.next_impl()) {
+  // two threads, any m on sixteen), and stops the process on an illegal instruction (a tile load: SIGILL) for odd k
+  // on more than one thread (measured, m 1-128 and n 1-512 in either layout: k 63 and every odd k tried from 1,727
+  // to 4,095; none of the odd ones tried between, no even k up to 4,096): those take the next implementation
+  // (AVX512_BF16), at a cost too small to see for the first, and for the second only where a product's inner length
+  // is odd (attention over an odd number of rows or keys, a weight's gradient over an odd number of tokens).
+  auto amx = [&] { return std::string(pd.impl_info_str()).find("amx") != std::string::npos; };
+  while (((n > 48 && n < 64) || k % 2 == 1) && amx() && pd.next_impl()) {
   }
   return {dnnl::matmul(pd), memory(pd.src_desc(), engine(), nullptr), memory(pd.weights_desc(), engine(), nullptr),
           memory(pd.dst_desc(), engine(), nullptr), bias ? memory(pd.bias_desc(), engine(), nullptr) : memory(),
