@@ -4,7 +4,8 @@
 // float32's, the float32 log-sum-exps to 1e-5. On the float32 copies a CPU without AVX512_BF16 takes (forced),
 // every output is float32's rounded, bit for bit. Cases, each on the fused row passes where the CPU has
 // AVX512_BF16: grouped-query heads under a causal mask with dropout over tiles of rows and keys; an additive causal
-// bias with a padded key; more keys than one tile holds, unmasked, with dropout; a causal mask of a finite fill.
+// bias with a padded key; more keys than one tile holds, unmasked, with dropout; a causal mask of a finite fill; and
+// random cases of these, each operand (B, H, T, d) or sequence-major (random_cases.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "bf16_tensors.h"
 #include "core/cpu_features.h"
+#include "random_cases.h"
 #include "test_graphs.h"
 
 namespace onnxtrain {
@@ -45,15 +47,22 @@ struct Case {
   int64_t heads, kv_heads, tq, tk, d, dv;
   bool causal_mask, causal_bias;
   float dropout, fill = -INFINITY;  // (the mask's)
+  std::vector<int64_t> major = {0, 0, 0, 0};  // sequence_major's flags: Q, K, V and Y (and dY) as (B, T, H, d)
+
+  // An operand's dims: (B, H, T, n), or (B, T, H, n) where its flag is set.
+  std::vector<int64_t> dims(size_t operand, int64_t heads, int64_t t, int64_t n) const {
+    return major[operand] ? std::vector<int64_t>{2, t, heads, n} : std::vector<int64_t>{2, heads, t, n};
+  }
+  ir::Attributes attributes() const { return {{"kv_groups", heads / kv_heads}, {"sequence_major", major}}; }
 };
 
 // The forward's inputs (Q, K, V, scale, cond, fill, ratio, training, bias) and dY, in float32.
 std::vector<Tensor> inputs(const Case& k, std::mt19937& rng, Tensor* dy) {
-  std::vector<Tensor> in{bf16_tensors::random_exact({2, k.heads, k.tq, k.d}, rng),
-                         bf16_tensors::random_exact({2, k.kv_heads, k.tk, k.d}, rng),
-                         bf16_tensors::random_exact({2, k.kv_heads, k.tk, k.dv}, rng),
+  std::vector<Tensor> in{bf16_tensors::random_exact(k.dims(0, k.heads, k.tq, k.d), rng),
+                         bf16_tensors::random_exact(k.dims(1, k.kv_heads, k.tk, k.d), rng),
+                         bf16_tensors::random_exact(k.dims(2, k.kv_heads, k.tk, k.dv), rng),
                          scalar(1 / std::sqrt(float(k.d))), {}, {}, {}, {}, {}};
-  *dy = bf16_tensors::random_exact({2, k.heads, k.tq, k.dv}, rng);
+  *dy = bf16_tensors::random_exact(k.dims(3, k.heads, k.tq, k.dv), rng);
   const int64_t shift = k.tk - k.tq;  // (query r sees keys up to r + shift)
   if (k.causal_mask) {
     in[4] = Tensor(DType::kBool, {k.tq, k.tk});
@@ -76,7 +85,7 @@ std::vector<Tensor> inputs(const Case& k, std::mt19937& rng, Tensor* dy) {
 std::vector<Tensor> forward(const Case& k, DType dtype, const std::vector<Tensor>& in) {
   std::vector<Tensor> fed;
   for (size_t i = 0; i < in.size(); ++i) fed.push_back(i < 3 || i == 8 ? as(dtype, in[i]) : in[i]);
-  return test_graphs::run_onnxtrain_node("FlashAttention", fed, {true, true}, {{"kv_groups", k.heads / k.kv_heads}});
+  return test_graphs::run_onnxtrain_node("FlashAttention", fed, {true, true}, k.attributes());
 }
 
 // The gradient in `dtype` of the forward that gave y (bf16-exact, as float32) and lse: dQ, dK, dV.
@@ -84,8 +93,7 @@ std::vector<Tensor> gradient(const Case& k, DType dtype, const std::vector<Tenso
                              const Tensor& y, const Tensor& lse) {
   std::vector<Tensor> fed{as(dtype, dy), as(dtype, in[0]), as(dtype, in[1]), as(dtype, in[2]), as(dtype, y), lse};
   for (size_t i = 3; i < in.size(); ++i) fed.push_back(i == 8 ? as(dtype, in[i]) : in[i]);
-  return test_graphs::run_onnxtrain_node("FlashAttentionGrad", fed, {true, true, true},
-                                         {{"kv_groups", k.heads / k.kv_heads}});
+  return test_graphs::run_onnxtrain_node("FlashAttentionGrad", fed, {true, true, true}, k.attributes());
 }
 
 Tensor as_float32(const Tensor& t) {
@@ -93,6 +101,22 @@ Tensor as_float32(const Tensor& t) {
   std::vector<float> v = floats(t);
   std::copy(v.begin(), v.end(), r.data<float>());
   return r;
+}
+
+void check(const Case& k, bool native) {
+  std::mt19937 rng(7);
+  Tensor dy;
+  const std::vector<Tensor> in = inputs(k, rng, &dy);
+  const std::vector<Tensor> want = forward(k, DType::kFloat32, in), got = forward(k, DType::kBFloat16, in);
+  ASSERT_EQ(got[0].dtype(), DType::kBFloat16);
+  ASSERT_EQ(got[1].dtype(), DType::kFloat32);
+  expect_near(got[0], want[0], native ? 0x1p-6f : 0, k.name + ": Y");
+  expect_near(got[1], want[1], native ? 1e-5f : 0, k.name + ": LSE");
+  const Tensor y = as_float32(got[0]);
+  const std::vector<Tensor> dwant = gradient(k, DType::kFloat32, in, dy, y, got[1]),
+                            dgot = gradient(k, DType::kBFloat16, in, dy, y, got[1]);
+  const char* names[] = {"dQ", "dK", "dV"};
+  for (size_t i = 0; i < 3; ++i) expect_near(dgot[i], dwant[i], native ? 0x1p-6f : 0, k.name + ": " + names[i]);
 }
 
 void check(bool native) {
@@ -103,21 +127,38 @@ void check(bool native) {
       // (masked scores that keep a share of the probability: each is the fill, its gradient 0)
       {"causal mask of a finite fill, dropout", 2, 2, 100, 100, 16, 16, true, false, 0.1f, -2.f},
   };
-  for (const Case& k : cases) {
-    std::mt19937 rng(7);
-    Tensor dy;
-    const std::vector<Tensor> in = inputs(k, rng, &dy);
-    const std::vector<Tensor> want = forward(k, DType::kFloat32, in), got = forward(k, DType::kBFloat16, in);
-    ASSERT_EQ(got[0].dtype(), DType::kBFloat16);
-    ASSERT_EQ(got[1].dtype(), DType::kFloat32);
-    expect_near(got[0], want[0], native ? 0x1p-6f : 0, k.name + ": Y");
-    expect_near(got[1], want[1], native ? 1e-5f : 0, k.name + ": LSE");
-    const Tensor y = as_float32(got[0]);
-    const std::vector<Tensor> dwant = gradient(k, DType::kFloat32, in, dy, y, got[1]),
-                              dgot = gradient(k, DType::kBFloat16, in, dy, y, got[1]);
-    const char* names[] = {"dQ", "dK", "dV"};
-    for (size_t i = 0; i < 3; ++i) expect_near(dgot[i], dwant[i], native ? 0x1p-6f : 0, k.name + ": " + names[i]);
-  }
+  for (const Case& k : cases) check(k, native);
+}
+
+// A case drawn from `seed` (random_cases.h): heads and grouped heads, rows, keys and head sizes, a causal mask (a
+// fill of -inf or a finite one) or a causal bias, dropout, each operand (B, H, T, d) or sequence-major.
+Case random_case(uint32_t seed) {
+  std::mt19937 g(seed);
+  auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
+  Case k{"random case", 1 + below(4), 1, 1 + below(200), 1 + below(300), 1 + below(128), 1 + below(128),
+         below(2) == 0, false, below(3) ? 0.f : 0.1f + 0.1f * float(below(3))};
+  do k.kv_heads = 1 + below(k.heads);
+  while (k.heads % k.kv_heads);
+  k.causal_bias = !k.causal_mask && below(2);
+  if (k.causal_mask && below(2)) k.fill = -1.5f;
+  if (k.causal_mask || k.causal_bias) k.tk = std::max(k.tk, k.tq);  // (no row masked whole: NaN, as Softmax gives)
+  for (int64_t& flag : k.major) flag = below(2);
+  k.name = "heads " + std::to_string(k.heads) + "/" + std::to_string(k.kv_heads) + ", tq " + std::to_string(k.tq) +
+           ", tk " + std::to_string(k.tk) + ", d " + std::to_string(k.d) + ", dv " + std::to_string(k.dv) +
+           (k.causal_mask ? ", causal mask of " + std::to_string(k.fill) : k.causal_bias ? ", causal bias" : "") +
+           ", dropout " + std::to_string(k.dropout) + ", sequence-major " + std::to_string(k.major[0]) +
+           std::to_string(k.major[1]) + std::to_string(k.major[2]) + std::to_string(k.major[3]);
+  return k;
+}
+
+TEST(Bf16FlashAttention, RandomCasesAsFloat32OnThisCpuAndWithoutAvx512Bf16) {
+  testing::for_random_seeds(4, [](uint32_t seed) {
+    const Case k = random_case(seed);
+    if (cpu::features().avx512_bf16) check(k, true);
+    cpu::restrict_features(true, false);
+    check(k, false);
+    cpu::restrict_features(true, true);
+  });
 }
 
 TEST(Bf16FlashAttention, MatchesFloat32WithinBf16RoundingOnThisCpu) {
