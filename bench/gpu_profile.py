@@ -78,8 +78,8 @@ def main():
     bf16 = parse(args.config)["bf16"]
 
     # The capture, the optimizer's state, then a step whose allocator still reserves blocks fresh from the system
-    # (on the CPU, GPT-2 bf16's third step faulted 245 MiB in: its tied embedding's gradient Cast took 240 ms, 10 ms
-    # later on).
+    # (on the CPU, GPT-2 bf16's third step faulted 245 MiB in: its tied embedding's gradient Cast took about 230 ms,
+    # 10 ms later on).
     for _ in range(3):
         train_step(model, opt, ids, device, bf16)
     runners = model.runners()

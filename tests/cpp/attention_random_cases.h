@@ -2,7 +2,6 @@
 // biases and dropout drawn together. Included after attention_emulated.h.
 #pragma once
 #include <cstdio>
-#include <random>
 #include <string>
 
 #include "random_cases.h"
@@ -10,38 +9,35 @@
 namespace onnxtrain::kernels::cuda {
 namespace {
 
-// A case drawn from `seed`, with heads of up to `max_head` elements (the tiled kernels'; the warp-per-row kernels'
+// A case drawn from `d`, with heads of up to `max_head` elements (the tiled kernels'; the warp-per-row kernels'
 // cases up to kMaxHead); `builds`: the tensor-core kernels' general build alone sometimes (the float32 kernels have
 // one build). Rows and keys are at least 8, so that no case's gradients are all zero (then any rounding would exceed
 // a tolerance relative to them).
-inline Case random_case(uint32_t seed, int64_t max_head, bool builds) {
-  std::mt19937 g(seed);
-  auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
-  auto one_in = [&](int64_t n) { return below(n) == 0; };
+inline Case random_case(testing::Draws& d, int64_t max_head, bool builds) {
   Case c;
-  c.batch = 1 + below(2), c.heads = 1 + below(4);
-  do c.groups = 1 + below(c.heads);
+  c.batch = 1 + d.below(2), c.heads = 1 + d.below(4);
+  do c.groups = 1 + d.below(c.heads);
   while (c.heads % c.groups);
-  c.tq = 8 + below(143);
-  c.tk = one_in(4) ? c.tq : 8 + below(143);
-  c.d = std::min(max_head, 8 * (1 + below(16)) - (one_in(3) ? below(7) : 0));  // (some not a multiple of 8)
-  c.dv = one_in(2) ? c.d : 1 + below(max_head);
-  c.causal = one_in(2), c.bias = one_in(2);
-  c.causal_bias = c.bias && !c.causal && one_in(2);
-  c.zero_below = c.bias && one_in(3);
-  c.fill = one_in(2) ? -30.f : -INFINITY;
-  c.dropout = one_in(3) ? 0.f : one_in(2) ? 0.1f : 0.3f;
-  if (one_in(5)) c.masked_row = below(c.tq), c.zero_masked_rows = true, c.fill = -INFINITY;
-  if (c.batch == 2 && one_in(4)) c.shift = below(70);
-  c.scan_pairs = one_in(4);
-  c.general = builds && one_in(4);
-  c.sequence_major = one_in(2);
-  if (c.sequence_major && one_in(3)) c.packed = true, c.tk = c.tq, c.dv = c.d;
-  c.warp_rows = one_in(4);  // (with heads past the tiled kernels' half the time; fewer rows, slow to emulate)
+  c.tq = 8 + d.below(143);
+  c.tk = d.one_in(4) ? c.tq : 8 + d.below(143);
+  c.d = std::min(max_head, 8 * (1 + d.below(16)) - (d.one_in(3) ? d.below(7) : 0));  // (some not a multiple of 8)
+  c.dv = d.one_in(2) ? c.d : 1 + d.below(max_head);
+  c.causal = d.one_in(2), c.bias = d.one_in(2);
+  c.causal_bias = c.bias && !c.causal && d.one_in(2);
+  c.zero_below = c.bias && d.one_in(3);
+  c.fill = d.one_in(2) ? -30.f : -INFINITY;
+  c.dropout = d.one_in(3) ? 0.f : d.one_in(2) ? 0.1f : 0.3f;
+  if (d.one_in(5)) c.masked_row = d.below(c.tq), c.zero_masked_rows = true, c.fill = -INFINITY;
+  if (c.batch == 2 && d.one_in(4)) c.shift = d.below(70);
+  c.scan_pairs = d.one_in(4);
+  c.general = builds && d.one_in(4);
+  c.sequence_major = d.one_in(2);
+  if (c.sequence_major && d.one_in(3)) c.packed = true, c.tk = c.tq, c.dv = c.d;
+  c.warp_rows = d.one_in(4);  // (with heads past the tiled kernels' half the time; fewer rows, slow to emulate)
   if (c.warp_rows) c.tq = 8 + c.tq % 33, c.tk = c.packed ? c.tq : 8 + c.tk % 33, c.masked_row %= c.tq;
-  if (c.warp_rows && one_in(2)) {
-    c.d = max_head + 1 + below(kMaxHead - max_head);
-    c.dv = c.packed ? c.d : 1 + below(kMaxHead);
+  if (c.warp_rows && d.one_in(2)) {
+    c.d = max_head + 1 + d.below(kMaxHead - max_head);
+    c.dv = c.packed ? c.d : 1 + d.below(kMaxHead);
   }
   return c;
 }
@@ -61,8 +57,8 @@ inline std::string describe(const Case& c) {
 // Runs random cases through Emulated<T>, 4 unless ONNXTRAIN_RANDOM_CASES says otherwise (random_cases.h).
 template <typename T>
 void check_random_cases(int64_t max_head, bool builds) {
-  testing::for_random_seeds(4, [&](uint32_t seed) {
-    const Case c = random_case(seed, max_head, builds);
+  testing::for_random_seeds(4, [&](testing::Draws& d) {
+    const Case c = random_case(d, max_head, builds);
     SCOPED_TRACE(describe(c));
     Emulated<T>(c).check();
   });

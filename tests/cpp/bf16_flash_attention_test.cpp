@@ -130,19 +130,17 @@ void check(bool native) {
   for (const Case& k : cases) check(k, native);
 }
 
-// A case drawn from `seed` (random_cases.h): heads and grouped heads, rows, keys and head sizes, a causal mask (a
+// A case drawn from `d` (random_cases.h): heads and grouped heads, rows, keys and head sizes, a causal mask (a
 // fill of -inf or a finite one) or a causal bias, dropout, each operand (B, H, T, d) or sequence-major.
-Case random_case(uint32_t seed) {
-  std::mt19937 g(seed);
-  auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
-  Case k{"random case", 1 + below(4), 1, 1 + below(200), 1 + below(300), 1 + below(128), 1 + below(128),
-         below(2) == 0, false, below(3) ? 0.f : 0.1f + 0.1f * float(below(3))};
-  do k.kv_heads = 1 + below(k.heads);
+Case random_case(testing::Draws& d) {
+  Case k{"random case", 1 + d.below(4), 1, 1 + d.below(200), 1 + d.below(300), 1 + d.below(128), 1 + d.below(128),
+         d.below(2) == 0, false, d.below(3) ? 0.f : 0.1f + 0.1f * float(d.below(3))};
+  do k.kv_heads = 1 + d.below(k.heads);
   while (k.heads % k.kv_heads);
-  k.causal_bias = !k.causal_mask && below(2);
-  if (k.causal_mask && below(2)) k.fill = -1.5f;
+  k.causal_bias = !k.causal_mask && d.below(2);
+  if (k.causal_mask && d.below(2)) k.fill = -1.5f;
   if (k.causal_mask || k.causal_bias) k.tk = std::max(k.tk, k.tq);  // (no row masked whole: NaN, as Softmax gives)
-  for (int64_t& flag : k.major) flag = below(2);
+  for (int64_t& flag : k.major) flag = d.below(2);
   k.name = "heads " + std::to_string(k.heads) + "/" + std::to_string(k.kv_heads) + ", tq " + std::to_string(k.tq) +
            ", tk " + std::to_string(k.tk) + ", d " + std::to_string(k.d) + ", dv " + std::to_string(k.dv) +
            (k.causal_mask ? ", causal mask of " + std::to_string(k.fill) : k.causal_bias ? ", causal bias" : "") +
@@ -152,8 +150,8 @@ Case random_case(uint32_t seed) {
 }
 
 TEST(Bf16FlashAttention, RandomCasesAsFloat32OnThisCpuAndWithoutAvx512Bf16) {
-  testing::for_random_seeds(4, [](uint32_t seed) {
-    const Case k = random_case(seed);
+  testing::for_random_seeds(4, [](testing::Draws& d) {
+    const Case k = random_case(d);
     if (cpu::features().avx512_bf16) check(k, true);
     cpu::restrict_features(true, false);
     check(k, false);

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -136,28 +135,26 @@ TEST(CrossEntropyRows, TheGradientEightColumnsAThreadInTheScoresPlaceOrOneAtATim
 // Random cases (random_cases.h): 1 to 12 rows of 1 to 5,000 classes (GPT-2's 50,257 sometimes), padded to a multiple
 // of 8 or not, targets anywhere and ignored, the gradient's grid of 1 to 4 by 1 to 4 blocks; each pair of dtypes.
 TEST(CrossEntropyRows, RandomCasesComputeAsInFloat64) {
-  testing::for_random_seeds(6, [](uint32_t seed) {
-    std::mt19937 g(seed);
-    auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
+  testing::for_random_seeds(6, [](testing::Draws& d) {
     Case c;
-    c.classes = below(8) ? 1 + below(5000) : 50257;
-    const bool padded = below(2);
+    c.classes = d.below(8) ? 1 + d.below(5000) : 50257;
+    const bool padded = d.below(2);
     c.ld = padded ? (c.classes + 7) / 8 * 8 : c.classes;
-    c.target.resize(size_t(1 + below(12)));
-    for (int64_t& t : c.target) t = below(4) ? below(c.classes) : -100;
-    c.grid_x = unsigned(1 + below(4)), c.grid_y = unsigned(1 + below(4));
+    c.target.resize(size_t(1 + d.below(12)));
+    for (int64_t& t : c.target) t = d.below(4) ? d.below(c.classes) : -100;
+    c.grid_x = unsigned(1 + d.below(4)), c.grid_y = unsigned(1 + d.below(4));
     SCOPED_TRACE(std::to_string(c.target.size()) + " rows of " + std::to_string(c.classes) + " classes, ld " +
                  std::to_string(c.ld) + ", grid " + std::to_string(c.grid_x) + " x " + std::to_string(c.grid_y));
     check_rows<__nv_bfloat16, __nv_bfloat16>(c);
     check_rows<float, __nv_bfloat16>(c);
     check_rows<float, float>(c);
-    check_gradient<__nv_bfloat16, __nv_bfloat16, 1>(c, below(2));
+    check_gradient<__nv_bfloat16, __nv_bfloat16, 1>(c, d.below(2));
     check_gradient<float, __nv_bfloat16, 1>(c, false);
-    check_gradient<float, float, 1>(c, below(2));
+    check_gradient<float, float, 1>(c, d.below(2));
     if (padded) {  // (16 bytes a read)
-      check_gradient<__nv_bfloat16, __nv_bfloat16, 8>(c, below(2));
+      check_gradient<__nv_bfloat16, __nv_bfloat16, 8>(c, d.below(2));
       check_gradient<float, __nv_bfloat16, 8>(c, false);
-      check_gradient<float, float, 8>(c, below(2));
+      check_gradient<float, float, 8>(c, d.below(2));
     }
   });
 }

@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "random_cases.h"
@@ -234,11 +233,9 @@ TEST(NormKernels, RMSNormOfFloat32WithYAndDYOfFloat32OrBf16) {
 // to 9,000), Y and dY of float32 or bf16; LayerNorm's wide partial sums over rows of a multiple of 8 elements. (Rows
 // of 1 cancel: RMSNorm's dX is then tiny beside dY, and float32's rounding of it exceeds the tolerance.)
 TEST(NormKernels, RandomCasesComputeAsInFloat64) {
-  testing::for_random_seeds(6, [](uint32_t seed) {
-    std::mt19937 g(seed);
-    auto below = [&](int64_t n) { return int64_t(g() % uint32_t(n)); };
-    const bool block = below(2), bf16 = below(2), rms = below(2);
-    const Sizes z{1 + below(40), int(4 + (below(3) ? below(block ? 9000 : 3000) : below(64)))};
+  testing::for_random_seeds(6, [](testing::Draws& d) {
+    const bool block = d.below(2), bf16 = d.below(2), rms = d.below(2);
+    const Sizes z{1 + d.below(40), int(4 + (d.below(3) ? d.below(block ? 9000 : 3000) : d.below(64)))};
     SCOPED_TRACE(std::string(rms ? "RMSNorm" : "LayerNorm") + (block ? ", a block" : ", a warp") + " a row, " +
                  std::to_string(z.rows) + " rows of " + std::to_string(z.n) + (bf16 ? ", bf16 Y" : ", float32 Y"));
     auto check = [&]<typename Rows, typename Y>() {
@@ -248,8 +245,8 @@ TEST(NormKernels, RandomCasesComputeAsInFloat64) {
       bf16 ? check.template operator()<BlockRows, __nv_bfloat16>() : check.template operator()<BlockRows, float>();
     else
       bf16 ? check.template operator()<WarpRows, __nv_bfloat16>() : check.template operator()<WarpRows, float>();
-    const int64_t rows = 1 + below(900);
-    const int n = int(8 * (1 + below(400)));
+    const int64_t rows = 1 + d.below(900);
+    const int n = int(8 * (1 + d.below(400)));
     bf16 ? check_wide_dw<__nv_bfloat16>(rows, n) : check_wide_dw<float>(rows, n);
   });
 }

@@ -7,11 +7,20 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <string>
 
 namespace onnxtrain::testing {
 
-// Calls check(seed) for each case's seed, under a trace naming it, until one fails.
+// A case's draws, from its seed.
+struct Draws {
+  explicit Draws(uint32_t seed) : g(seed) {}
+  int64_t below(int64_t n) { return int64_t(g() % uint32_t(n)); }  // 0 .. n - 1
+  bool one_in(int64_t n) { return below(n) == 0; }
+  std::mt19937 g;
+};
+
+// Calls check(draws) with each case's draws, under a trace naming its seed, until one fails.
 template <typename Check>
 void for_random_seeds(int64_t default_count, Check&& check) {
   auto number = [](const char* name, int64_t otherwise) {
@@ -23,7 +32,8 @@ void for_random_seeds(int64_t default_count, Check&& check) {
   for (int64_t i = 0; i < count && !::testing::Test::HasFailure(); ++i) {
     const uint32_t seed = first + uint32_t(i);
     SCOPED_TRACE("random case of seed " + std::to_string(seed));
-    check(seed);
+    Draws draws(seed);
+    check(draws);
   }
 }
 

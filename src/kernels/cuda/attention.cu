@@ -12,7 +12,7 @@
 #include "kernels/cuda/runtime.h"
 
 namespace onnxtrain::kernels::cuda {
-namespace tc = mma_attention;  // the tensor-core kernels
+namespace tc = mma_attention;  // the kernels of attention_tiles.cuh's namespace: tiled and warp-per-row
 namespace {
 
 // dQ's float32 sums (a.sums' rows) cast into dQ's rows in X (packed): an element a thread.
