@@ -6,8 +6,11 @@ registered by the package's `torch_dynamo_backends` entry point.
 
 Dynamic sizes: a graph compiled for symbolic sizes (torch.compile(..., dynamic=True), torch._dynamo.mark_dynamic,
 or PyTorch's automatic dynamic shapes after a size changed) takes each size symbol as an int argument beside the
-tensors; the wrapper reads those from the tensors' shapes instead, so one export serves every size."""
+tensors; the wrapper reads those from the tensors' shapes instead, so one export serves every size. A Python float
+it passes as a tensor (a module's float attribute, under dynamic=True) is a constant of the graph instead, a graph
+a value."""
 
+import copy
 import hashlib
 
 import torch
@@ -81,16 +84,17 @@ def _functions_as_calls(gm):
 
 
 class _Graph(torch.nn.Module):
-    """A captured graph whose size arguments come from its tensor arguments' shapes: it takes the tensors only.
+    """A captured graph whose size arguments come from its tensor arguments' shapes: it takes the tensors only
+    (but those it does not read: `unread` positions).
     Its `dynamic_dims` tell onnxtrain.Module which dims vary: those TorchDynamo made symbolic (parameters and
     sizes it specialized on are exported as constants)."""
 
-    def __init__(self, gm):
+    def __init__(self, gm, unread=()):
         super().__init__()
         self.gm = gm
         examples = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
         self.sources = _size_sources(examples)
-        self.tensor_positions = [i for i, s in enumerate(self.sources) if s is None]
+        self.tensor_positions = [i for i, s in enumerate(self.sources) if s is None and i not in unread]
         self.dynamic_dims = [[d for d, size in enumerate(getattr(examples[i], "shape", ()))
                               if isinstance(size, torch.SymInt)] for i in self.tensor_positions]
 
@@ -104,16 +108,56 @@ class _Graph(torch.nn.Module):
         return self.gm(*args)
 
 
+def _float_positions(gm):
+    """The arguments that are Python floats TorchDynamo passes as 0-d tensors read by .item() alone (a module's
+    float attribute, as nn.RMSNorm's eps, under dynamic=True)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [i for i, n in enumerate(placeholders)
+            if n.users and all(u.op == "call_method" and u.target == "item" for u in n.users)
+            and isinstance(n.meta.get("example_value"), torch.Tensor) and n.meta["example_value"].dim() == 0]
+
+
+def _with_floats(gm, values):
+    """A copy of `gm` whose float arguments (position -> value) are those constants: torch.export guards on a
+    float it reads through .item() where an op branches on it (nn.RMSNorm's eps under autocast), and cannot
+    capture it then. The arguments stay, read by nothing."""
+    gm = copy.deepcopy(gm)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, value in values.items():
+        for item in list(placeholders[i].users):
+            for user in list(item.users):
+                user.args = torch.fx.node.map_arg(user.args, lambda n, item=item: value if n is item else n)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n, item=item: value if n is item else n)
+            gm.graph.erase_node(item)
+    gm.recompile()
+    return gm
+
+
 def backend(gm, example_inputs, options=None):
-    """The torch.compile backend: `gm` and its example inputs from TorchDynamo; returns the callable it runs."""
+    """The torch.compile backend: `gm` and its example inputs from TorchDynamo; returns the callable it runs. Its
+    float arguments (_float_positions) are taken as constants, a graph for each set of their values, as
+    TorchDynamo compiles again for a float it specializes on."""
     options = Options(**(options or {}))
     _functions_as_calls(gm)
-    module = Module(_Graph(gm), options)
-    positions = module.module.tensor_positions
+    floats = _float_positions(gm)
+    modules = {}
+
+    def module_for(args):
+        values = tuple(float(args[i].item()) for i in floats)
+        if values not in modules:
+            graph = _Graph(_with_floats(gm, dict(zip(floats, values))) if floats else gm, set(floats))
+            modules[values] = Module(graph, options)
+            if run.onnxtrain_module is None:
+                run.onnxtrain_module = modules[values]
+        return modules[values]
 
     @torch.compiler.disable  # onnxtrain exports the graph at its first call: TorchDynamo must not capture that
     def run(*args):
-        return module(*(args[i] for i in positions))
+        module = module_for(args)
+        return module(*(args[i] for i in module.module.tensor_positions))
 
-    run.onnxtrain_module = module  # for inspection: memory_report, export_count
+    # for inspection (memory_report, export_count): the graph's module, or with floats the first call's
+    run.onnxtrain_module = None
+    if not floats:
+        module_for(())
     return run

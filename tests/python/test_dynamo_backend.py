@@ -83,6 +83,35 @@ def test_dynamic_sizes_are_one_export():
     assert made[0].onnxtrain_module.export_count == 1
 
 
+class Normed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.RMSNorm(16, eps=1e-5)
+
+    def forward(self, x):
+        return (self.norm(self.fc(x)).float() ** 2).mean()
+
+
+def test_a_float_attribute_is_a_constant_of_each_value_it_takes(caplog):
+    """Under dynamic=True TorchDynamo passes a module's float (RMSNorm's eps) as a tensor read by .item(), which
+    torch.export cannot capture where an op branches on it (rms_norm under autocast): the backend takes it as a
+    constant, a graph for each value, captured by torch.export (the TorchScript-based fallback said why before)."""
+    torch.manual_seed(0)
+    model, made = Normed(), []
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=spy_backend(made), dynamic=True)
+    x = torch.randn(3, 5, 16) * 1e-2
+    for eps in (1e-5, 1e-2, 1e-5):
+        model.norm.eps = eager.norm.eps = eps
+        with torch.autocast("cpu", torch.bfloat16):
+            got, want = compiled(x), eager(x)
+        assert got.item() == pytest.approx(want.item(), rel=1e-2), eps
+    assert made and "cannot capture" not in caplog.text
+    for fn in made:  # (TorchDynamo may compile again for another value, or pass it)
+        assert [r.exported.exporter for r in fn.onnxtrain_module.runners()] == ["torch.export"]
+
+
 class Broken(torch.nn.Module):
     """A GPT whose forward has a graph break (a print) and a branch on data: three graphs, PyTorch between."""
 

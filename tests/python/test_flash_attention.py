@@ -225,6 +225,20 @@ def test_scaled_dot_product_attention_is_fused_and_matches_eager(mask, gqa, expo
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=n)
 
 
+def test_the_torchscript_exporter_takes_bfloat16_constants():
+    """Under bf16 autocast the attention's scale is a bfloat16 constant; the TorchScript-based exporter (auto's
+    fallback) takes it by its bits, as numpy holds it in ml_dtypes' type (it raised a TypeError before)."""
+    torch.manual_seed(0)
+    eager = SDPA("causal")
+    ours = onnxtrain.Module(SDPA("causal"), onnxtrain.Options(exporter="torchscript"))
+    ours.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 12, 16)
+    with torch.autocast("cpu", torch.bfloat16):
+        got, want = ours(x), eager(x)
+    assert ours.runners()[0].exported.exporter == "torchscript"
+    assert got.item() == pytest.approx(want.item(), rel=2e-2)
+
+
 class CausalSDPA(torch.nn.Module):
     def forward(self, q, k, v):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -24,8 +24,11 @@ class Typed:
 
 
 def _tensor(value):
-    """A constant attribute's value as a torch tensor."""
+    """A constant attribute's value as a torch tensor (a bfloat16 one, which numpy holds as ml_dtypes', by its
+    bits)."""
     if isinstance(value, ir.TensorProtocol):
+        if value.dtype == ir.DataType.BFLOAT16:
+            return torch.from_numpy(value.numpy().view("uint16").copy()).view(torch.bfloat16)
         return torch.from_numpy(value.numpy().copy())
     return torch.tensor(value, dtype=torch.float32 if isinstance(value, float) else None)
 

@@ -1,0 +1,95 @@
+"""Random models (random_models.py) trained through onnxtrain against eager: each seed draws a model, a memory
+optimizer level, a front door (onnxtrain.Module or torch.compile's backend) and two batches of different sizes (one
+capture serves both). In float32 the loss, the logits where returned and every parameter's gradient agree with
+eager's on each batch; under bf16 autocast each is as near eager's float32 as eager's own under autocast is (within
+a factor, or bf16's rounding where the two round apart: a ReLU's input near 0). ONNXTRAIN_RANDOM_CASES sets how many
+seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the first: a failure names its seed and its model, and
+ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it alone."""
+
+import copy
+import os
+
+import pytest
+import torch
+
+import onnxtrain
+from random_models import Draws, Model, describe, draw_batch, draw_shape
+
+FIRST = int(os.environ.get("ONNXTRAIN_RANDOM_SEED", "1"))
+COUNT = int(os.environ.get("ONNXTRAIN_RANDOM_CASES", "12"))
+SEEDS = range(FIRST, FIRST + COUNT)
+
+
+def drawn(seed):
+    """The seed's draws (for its batches next), model, an eager copy of it and that copy through a front door."""
+    d = Draws(seed)
+    shape = draw_shape(d)
+    torch.manual_seed(seed)
+    eager = Model(shape)
+    mine = copy.deepcopy(eager)
+    level = d.pick([0, 1, 2])
+    if d.one_in(3):
+        torch._dynamo.reset()  # (each model's forward is the same code: past its recompile limit it runs eager)
+        door = torch.compile(mine, backend="onnxtrain", options={"memory_opt_level": level}, dynamic=True)
+        return d, shape, eager, mine, door, f"torch.compile, level {level}"
+    return d, shape, eager, mine, onnxtrain.Module(mine, onnxtrain.Options(memory_opt_level=level)), \
+        f"onnxtrain.Module, level {level}"
+
+
+def run(model, batch):
+    """The model's loss and logits (None where it returns none) on the batch, after its backward."""
+    model.zero_grad(set_to_none=True)
+    out = model(*batch)
+    loss, logits = out if isinstance(out, tuple) else (out, None)
+    loss.backward()
+    return loss.detach(), None if logits is None else logits.detach()
+
+
+def gradients(model):
+    return {n: p.grad.clone() if p.grad is not None else None for n, p in model.named_parameters()}
+
+
+def errors(got, want):
+    """Each gradient's largest difference from `want`'s, over the larger of its own largest and a hundredth of the
+    model's (a gradient that is 0 but for rounding, as a key's bias's or that of queries that see one key each)."""
+    floor = 1e-2 * max([float(g.abs().max()) for g in want.values() if g is not None] + [1e-30])
+    r = {}
+    for name, g in want.items():
+        assert (got[name] is None) == (g is None), f"{name}'s gradient"
+        if g is not None:
+            r[name] = float((got[name] - g).abs().max() / g.abs().max().clamp(min=floor))
+    return r
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_model_trains_as_eager(seed):
+    d, shape, eager, mine, door, how = drawn(seed)
+    for call in range(2):
+        batch = draw_batch(d, shape)
+        where = f"seed {seed}, {how}, call {call}: {describe(shape, batch)}"
+        (want, want_logits), (got, got_logits) = run(eager, batch), run(door, batch)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6), f"{where}: loss"
+        if want_logits is not None:
+            torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5, msg=f"{where}: logits")
+        for name, error in errors(gradients(mine), gradients(eager)).items():
+            assert error < 1e-4, f"{where}: {name}'s gradient is {error:.2e} of its scale from eager's"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_model_trains_under_bf16_autocast_as_eager_does(seed):
+    d, shape, eager, mine, door, how = drawn(seed)
+    eager16 = copy.deepcopy(eager)
+    for call in range(2):
+        batch = draw_batch(d, shape)
+        where = f"seed {seed}, {how}, bf16, call {call}: {describe(shape, batch)}"
+        reference, _ = run(eager, batch)
+        with torch.autocast("cpu", torch.bfloat16):
+            (theirs, _), (got, _) = run(eager16, batch), run(door, batch)
+        off, their_off = abs(got.item() - reference.item()), abs(theirs.item() - reference.item())
+        assert off <= max(6 * their_off, 2e-3 * abs(reference.item())), \
+            f"{where}: loss {got.item()}, eager's {theirs.item()}, in float32 {reference.item()}"
+        want = gradients(eager)
+        theirs = errors(gradients(eager16), want)
+        for name, error in errors(gradients(mine), want).items():
+            assert error <= max(5 * theirs[name], 0.15), \
+                f"{where}: {name}'s gradient is {error:.2e} of its scale from float32's, eager's {theirs[name]:.2e}"
