@@ -5,9 +5,9 @@ transformers families write it (Llama's float32 upcast, T5's, Gemma's 1 + w); at
 scaled_dot_product_attention or written out, causal or not, with a boolean or an additive padding mask or none,
 grouped-query heads by expand-and-reshape or by enable_gqa, the rotary embedding, queries, keys and values from one
 projection or three; GELU (exact or tanh), ReLU and SwiGLU MLPs; pre- or post-norm residuals; a tied or untied head,
-with or without a bias; the cross-entropy's mean or sum, ignored targets, and the logits returned beside the loss
-or not. Sizes are small and odd: 1-6 heads of 2-12 elements (6 features at least), 1-3 rows of 1-13 tokens, 5-70
-classes."""
+with or without a bias; the cross-entropy's mean or sum, label smoothing, ignored targets, and the logits returned
+beside the loss or not; every parameter trained, every other one, or the norms and biases alone. Sizes are small
+and odd: 1-6 heads of 2-12 elements (6 features at least), 1-3 rows of 1-13 tokens, 5-70 classes."""
 
 import dataclasses
 import math
@@ -54,7 +54,9 @@ class Shape:
     tied: bool
     head_bias: bool
     reduction: str  # mean, sum
+    smoothing: float  # the cross-entropy's label smoothing
     with_logits: bool
+    frozen: str  # none, alternate (every other parameter), bitfit (every weight but the norms' and the biases)
 
     @property
     def dim(self):
@@ -76,7 +78,8 @@ def draw_shape(d: Draws) -> Shape:
                  causal=not d.one_in(4), mask=d.pick(["none", "bool", "additive"]), gqa=gqa, rope=d.one_in(2),
                  fused_qkv=d.one_in(2), mlp=d.pick(["gelu", "gelu-tanh", "relu", "swiglu"]), bias=not d.one_in(3),
                  post_norm=d.one_in(4), tied=tied, head_bias=not tied and d.one_in(3),
-                 reduction=d.pick(["mean", "mean", "sum"]), with_logits=d.one_in(3))
+                 reduction=d.pick(["mean", "mean", "sum"]), smoothing=d.pick([0.0, 0.0, 0.0, 0.1]),
+                 with_logits=d.one_in(3), frozen=d.pick(["none", "none", "none", "alternate", "bitfit"]))
 
 
 class Norm(torch.nn.Module):
@@ -209,6 +212,12 @@ class Model(torch.nn.Module):
         self.head = torch.nn.Linear(s.dim, s.vocab, bias=s.head_bias)
         if s.tied:
             self.head.weight = self.embed.weight
+        for i, (name, p) in enumerate(self.named_parameters()):
+            if (s.frozen == "alternate" and i % 2) or (s.frozen == "bitfit" and name.endswith("weight") and
+                                                        "norm" not in name):
+                p.requires_grad_(False)
+        if not any(p.requires_grad for p in self.parameters()):
+            self.embed.weight.requires_grad_(True)
 
     def forward(self, idx, targets, keep):
         x = self.embed(idx)
@@ -216,7 +225,7 @@ class Model(torch.nn.Module):
             x = layer(x, keep)
         logits = self.head(self.norm(x))
         loss = F.cross_entropy(logits.reshape(-1, self.s.vocab).float(), targets.reshape(-1),
-                               reduction=self.s.reduction)
+                               reduction=self.s.reduction, label_smoothing=self.s.smoothing)
         return (loss, logits) if self.s.with_logits else loss
 
 

@@ -1,10 +1,10 @@
 """Random models (random_models.py) trained through onnxtrain against eager: each seed draws a model, a memory
-optimizer level, a front door (onnxtrain.Module or torch.compile's backend) and two batches of different sizes (one
-capture serves both). In float32 the loss, the logits where returned and every parameter's gradient agree with
-eager's on each batch; under bf16 autocast each is as near eager's float32 as eager's own under autocast is (within
-a factor, or bf16's rounding where the two round apart: a ReLU's input near 0). ONNXTRAIN_RANDOM_CASES sets how many
-seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the first: a failure names its seed and its model, and
-ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it alone."""
+optimizer level or budget, a front door (onnxtrain.Module or torch.compile's backend) and two batches of different
+sizes (one capture serves both). In float32 the loss, the logits where returned and every parameter's gradient
+agree with eager's on each batch; under bf16 autocast each is as near eager's float32 as eager's own under autocast
+is (within a factor, or bf16's rounding where the two round apart: a ReLU's input near 0). ONNXTRAIN_RANDOM_CASES
+sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the first: a failure names its seed and its
+model, and ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it alone."""
 
 import copy
 import os
@@ -27,13 +27,13 @@ def drawn(seed):
     torch.manual_seed(seed)
     eager = Model(shape)
     mine = copy.deepcopy(eager)
-    level = d.pick([0, 1, 2])
+    memory = d.pick([{"memory_opt_level": 0}, {"memory_opt_level": 1}, {"memory_opt_level": 2},
+                     {"memory_budget": "0.3"}])
     if d.one_in(3):
         torch._dynamo.reset()  # (each model's forward is the same code: past its recompile limit it runs eager)
-        door = torch.compile(mine, backend="onnxtrain", options={"memory_opt_level": level}, dynamic=True)
-        return d, shape, eager, mine, door, f"torch.compile, level {level}"
-    return d, shape, eager, mine, onnxtrain.Module(mine, onnxtrain.Options(memory_opt_level=level)), \
-        f"onnxtrain.Module, level {level}"
+        door = torch.compile(mine, backend="onnxtrain", options=memory, dynamic=True)
+        return d, shape, eager, mine, door, f"torch.compile, {memory}"
+    return d, shape, eager, mine, onnxtrain.Module(mine, onnxtrain.Options(**memory)), f"onnxtrain.Module, {memory}"
 
 
 def run(model, batch):
