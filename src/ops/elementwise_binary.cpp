@@ -81,8 +81,11 @@ struct MulFn {
   }
 };
 struct DivFn {
+  // By a positive constant, or a size by a size (both provably >= 0, so truncation and flooring agree): exact
+  // where the divisor divides every term (TorchDynamo's (t**2) // t), else an opaque quotient.
   static std::optional<Dim> fold(const Dim& a, const Dim& b) {
     if (b.is_const() && b.value() > 0 && (!a.is_const() || a.value() >= 0)) return Dim::floor_div(a, b);
+    if (!b.is_const() && a.provably_non_negative() && b.provably_non_negative()) return Dim::floor_div(a, b);
     return std::nullopt;
   }
   static void grad(GradCtx& g) {  // d(a/b) = da/b - db a/b^2
@@ -161,7 +164,17 @@ class PowOp : public Op {
  public:
   explicit PowOp(const ir::Node&) {}
   bool recomputable() const override { return true; }
-  void infer(InferCtx& ctx) const override { infer_broadcast(ctx, ctx.dtype(0)); }
+  void infer(InferCtx& ctx) const override {
+    infer_broadcast(ctx, ctx.dtype(0));
+    if (ctx.dtype(0) != DType::kInt64 && ctx.dtype(0) != DType::kInt32) return;
+    // An integer to a small constant power, as a product (shape arithmetic: TorchDynamo's t**2)
+    ctx.outputs()[0].value = fold_values(ctx, [](const Dim& a, const Dim& b) -> std::optional<Dim> {
+      if (!b.is_const() || b.value() < 0 || b.value() > 8) return std::nullopt;
+      Dim r(1);
+      for (int64_t i = 0; i < b.value(); ++i) r = r * a;
+      return r;
+    });
+  }
   void grad(GradCtx& g) const override {  // d(a^b) = b a^(b-1) da + a^b log(a) db
     Value *a = g.x(0), *b = g.x(1), *dy = g.dy(0);
     if (g.needs(0)) {

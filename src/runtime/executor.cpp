@@ -43,7 +43,8 @@ static void run_step(const memory::AllocationPlan& plan, size_t s, Env& env, con
     const memory::ValuePlan* vp = v ? &plan.value(v) : nullptr;
     args.reuse.push_back(vp && vp->kind == memory::AllocKind::kInPlace ? &env.at(vp->source) : nullptr);
   }
-  if (x.recorder) args.on_new_buffer = [&](size_t i, const Tensor& t) { x.recorder->label(t.raw(), n.outputs[i]); };
+  if (x.recorder)
+    args.on_new_buffer = [&](size_t i, const Tensor& t) { x.recorder->label(t.raw(), n.outputs[i], t.dims()); };
   std::vector<Tensor> outs = kernels::run_node(n, ins, args);
   for (size_t i = 0; i < n.outputs.size(); ++i)
     if (n.outputs[i]) env[n.outputs[i]] = std::move(outs[i]);

@@ -39,10 +39,13 @@ class MemoryRecorder {
   };
 
   void at_step(size_t step);
-  // The executor names the value a block it just allocated holds.
-  void label(const void* block, const ir::Value* v);
+  // The executor names the value a block it just allocated holds, and gives its dims: each of the value's dims
+  // that is one symbol is bound to its dim (symbols the call's inputs do not give: a Reshape's to a shape computed
+  // at run time).
+  void label(const void* block, const ir::Value* v, const std::vector<int64_t>& dims);
   // What was recorded; read when recording has ended.
   const std::vector<AllocationEvent>& events() const { return events_; }
+  const Bindings& observed() const { return observed_; }
 
  private:
   void observe(const void* block, int64_t bytes);
@@ -52,6 +55,7 @@ class MemoryRecorder {
   size_t step_ = 0;
   std::vector<AllocationEvent> events_;
   std::map<const void*, size_t> open_;  // live block -> its allocation event
+  Bindings observed_;
 };
 
 }  // namespace onnxtrain::runtime

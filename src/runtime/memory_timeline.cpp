@@ -72,7 +72,18 @@ std::string Session::stop_memory_recording(const Bindings& dims) {
       if (now > best) best = now, at_peak[s] = live;
     }
   }
-  MemoryPrediction p = predict_memory(dims);
+  // The prediction for the run's dims: the inputs', and those of symbols bound as the run met them (-1 where
+  // some size still needs a symbol the run left unbound)
+  Bindings run_dims = dims;
+  for (auto& [symbol, value] : rec->observed()) run_dims.emplace(symbol, value);
+  MemoryPrediction p;
+  p.peak = -1;
+  try {
+    p = predict_memory(run_dims);
+  } catch (const ConfigError&) {
+    for (auto& name : impl_->exe.wrt)
+      p.parameters += impl_->exe.graph->find(name)->bytes().eval(run_dims).value_or(0);
+  }
   return nlohmann::json{{"source", "measured"},
                         {"steps", rows(impl_->exe.plan, at_peak)},
                         {"parameters", p.parameters},

@@ -178,3 +178,53 @@ def test_gpt_forward_peak_equals_the_allocators(tmp_path, b):
     session = onnxtrain.Session.from_bytes(onnx.load(path).SerializeToString())
     predicted = session.predicted_peak({"idx": [b, 16], "target": [b, 16]})
     assert predicted and measured_peak(lambda: session.run(batch(b))) == predicted
+
+
+def reshaped_model(target):
+    """x (batch, 8) @ W, reshaped to the shape `target`'s nodes compute from the product's (into 'target'), then
+    Relu and the sum of squares as the loss."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Shape", ["y"], ["shape"]), *target,
+             helper.make_node("Reshape", ["y", "target"], ["r"]), helper.make_node("Relu", ["r"], ["z"]),
+             helper.make_node("Mul", ["z", "z"], ["zz"]), helper.make_node("ReduceSum", ["zz"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "reshaped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return onnxtrain.Session.for_training(model.SerializeToString(), ["W"], "loss")
+
+
+def test_a_shape_computed_in_floats_is_bound_as_the_recorded_step_meets_it():
+    """A Reshape to (2 batch, 4) computed through floats: shape inference gives its dims symbols of their own, which
+    only the run binds. The recorded step's prediction takes them from the shapes it met (it raised before)."""
+    from onnx import helper
+
+    session = reshaped_model([
+        helper.make_node("Cast", ["shape"], ["f"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(np.array([2, 0.5], np.float32))),
+        helper.make_node("Mul", ["f", "k"], ["g"]),
+        helper.make_node("Cast", ["g"], ["target"], to=onnx.TensorProto.INT64)])
+    with pytest.raises(onnxtrain.ConfigError, match="needs dims that were not given"):
+        session.predict_memory({"batch": 3})
+    session.start_memory_recording()
+    train_step(session, None, {"x": np.ones((3, 8), np.float32)})
+    t = json.loads(session.stop_memory_recording({"batch": 3}))
+    assert t["measured_peak"] == t["predicted_peak"] > 0
+
+
+def test_sizes_divided_and_raised_to_a_power_stay_symbolic():
+    """TorchDynamo writes a batch dim as (b**2) // b: Pow by a constant and Div by a size fold into b, so the
+    Reshape's shape is known (no symbols of its own) and the step's memory predicted from the inputs' dims alone."""
+    from onnx import helper
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(values)))
+
+    session = reshaped_model([
+        const("zero", [0]), const("one", [1]), const("two", 2), const("eight", [8]),
+        helper.make_node("Slice", ["shape", "zero", "one"], ["b"]),
+        helper.make_node("Pow", ["b", "two"], ["b2"]), helper.make_node("Div", ["b2", "b"], ["b_again"]),
+        helper.make_node("Concat", ["b_again", "eight"], ["target"], axis=0)])
+    predicted = session.predict_memory({"batch": 3})
+    assert measured_peak(lambda: train_step(session, None, {"x": np.ones((3, 8), np.float32)})) == predicted["peak"]

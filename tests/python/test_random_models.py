@@ -7,6 +7,7 @@ sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the first: a
 model, and ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it alone."""
 
 import copy
+import json
 import os
 
 import pytest
@@ -20,8 +21,9 @@ COUNT = int(os.environ.get("ONNXTRAIN_RANDOM_CASES", "12"))
 SEEDS = range(FIRST, FIRST + COUNT)
 
 
-def drawn(seed):
-    """The seed's draws (for its batches next), model, an eager copy of it and that copy through a front door."""
+def drawn(seed, **options):
+    """The seed's draws (for its batches next), model, an eager copy of it and that copy through a front door with
+    `options` beside the memory settings drawn."""
     d = Draws(seed)
     shape = draw_shape(d)
     torch.manual_seed(seed)
@@ -29,20 +31,24 @@ def drawn(seed):
     mine = copy.deepcopy(eager)
     memory = d.pick([{"memory_opt_level": 0}, {"memory_opt_level": 1}, {"memory_opt_level": 2},
                      {"memory_budget": "0.3"}])
+    options.update(memory)
     if d.one_in(3):
         torch._dynamo.reset()  # (each model's forward is the same code: past its recompile limit it runs eager)
-        door = torch.compile(mine, backend="onnxtrain", options=memory, dynamic=True)
+        door = torch.compile(mine, backend="onnxtrain", options=options, dynamic=True)
         return d, shape, eager, mine, door, f"torch.compile, {memory}"
-    return d, shape, eager, mine, onnxtrain.Module(mine, onnxtrain.Options(**memory)), f"onnxtrain.Module, {memory}"
+    return d, shape, eager, mine, onnxtrain.Module(mine, onnxtrain.Options(**options)), f"onnxtrain.Module, {memory}"
 
 
 def run(model, batch):
-    """The model's loss and logits (None where it returns none) on the batch, after its backward."""
+    """The model's loss and a copy of its logits (None where it returns none) on the batch, after its backward:
+    the logits themselves dropped before it, as a training loop drops them (so the step's predicted peak counts)."""
     model.zero_grad(set_to_none=True)
     out = model(*batch)
     loss, logits = out if isinstance(out, tuple) else (out, None)
+    logits = None if logits is None else logits.detach().clone()
+    del out
     loss.backward()
-    return loss.detach(), None if logits is None else logits.detach()
+    return loss.detach(), logits
 
 
 def gradients(model):
@@ -62,8 +68,8 @@ def errors(got, want):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_random_model_trains_as_eager(seed):
-    d, shape, eager, mine, door, how = drawn(seed)
+def test_random_model_trains_as_eager(seed, tmp_path):
+    d, shape, eager, mine, door, how = drawn(seed, memory_timeline=str(tmp_path / "first.png"))
     for call in range(2):
         batch = draw_batch(d, shape)
         where = f"seed {seed}, {how}, call {call}: {describe(shape, batch)}"
@@ -73,6 +79,9 @@ def test_random_model_trains_as_eager(seed):
             torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5, msg=f"{where}: logits")
         for name, error in errors(gradients(mine), gradients(eager)).items():
             assert error < 1e-4, f"{where}: {name}'s gradient is {error:.2e} of its scale from eager's"
+        if call == 0:  # the first training step's memory, recorded: its peak as predicted before it ran
+            timeline = json.loads((tmp_path / "first.json").read_text())
+            assert timeline["measured_peak"] == timeline["predicted_peak"], f"{where}: the step's peak"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
