@@ -2,9 +2,10 @@
 optimizer level or budget, a front door (onnxtrain.Module or torch.compile's backend) and two batches of different
 sizes (one capture serves both). In float32 the loss, the logits where returned and every parameter's gradient
 agree with eager's on each batch; under bf16 autocast each is as near eager's float32 as eager's own under autocast
-is (within a factor, or bf16's rounding where the two round apart: a ReLU's input near 0). ONNXTRAIN_RANDOM_CASES
-sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the first: a failure names its seed and its
-model, and ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it alone."""
+is (within a factor, or bf16's rounding where the two round apart: a ReLU's input near 0); the first step's peak is
+the predicted one. ONNXTRAIN_RANDOM_CASES sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the
+first: a failure names its seed and its model, and ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it
+alone."""
 
 import copy
 import json
@@ -67,6 +68,12 @@ def errors(got, want):
     return r
 
 
+def assert_peak_as_predicted(where, path):
+    """The first training step's memory, recorded (Options.memory_timeline): its peak as predicted before it ran."""
+    timeline = json.loads(path.read_text())
+    assert timeline["measured_peak"] == timeline["predicted_peak"], f"{where}: the step's peak"
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_model_trains_as_eager(seed, tmp_path):
     d, shape, eager, mine, door, how = drawn(seed, memory_timeline=str(tmp_path / "first.png"))
@@ -79,14 +86,13 @@ def test_random_model_trains_as_eager(seed, tmp_path):
             torch.testing.assert_close(got_logits, want_logits, rtol=1e-5, atol=1e-5, msg=f"{where}: logits")
         for name, error in errors(gradients(mine), gradients(eager)).items():
             assert error < 1e-4, f"{where}: {name}'s gradient is {error:.2e} of its scale from eager's"
-        if call == 0:  # the first training step's memory, recorded: its peak as predicted before it ran
-            timeline = json.loads((tmp_path / "first.json").read_text())
-            assert timeline["measured_peak"] == timeline["predicted_peak"], f"{where}: the step's peak"
+        if call == 0:
+            assert_peak_as_predicted(where, tmp_path / "first.json")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_random_model_trains_under_bf16_autocast_as_eager_does(seed):
-    d, shape, eager, mine, door, how = drawn(seed)
+def test_random_model_trains_under_bf16_autocast_as_eager_does(seed, tmp_path):
+    d, shape, eager, mine, door, how = drawn(seed, memory_timeline=str(tmp_path / "first.png"))
     eager16 = copy.deepcopy(eager)
     for call in range(2):
         batch = draw_batch(d, shape)
@@ -102,3 +108,5 @@ def test_random_model_trains_under_bf16_autocast_as_eager_does(seed):
         for name, error in errors(gradients(mine), want).items():
             assert error <= max(5 * theirs[name], 0.15), \
                 f"{where}: {name}'s gradient is {error:.2e} of its scale from float32's, eager's {theirs[name]:.2e}"
+        if call == 0:
+            assert_peak_as_predicted(where, tmp_path / "first.json")
