@@ -7,8 +7,8 @@ registered by the package's `torch_dynamo_backends` entry point.
 Dynamic sizes: a graph compiled for symbolic sizes (torch.compile(..., dynamic=True), torch._dynamo.mark_dynamic,
 or PyTorch's automatic dynamic shapes after a size changed) takes each size symbol as an int argument beside the
 tensors; the wrapper reads those from the tensors' shapes instead, so one export serves every size. A Python float
-it passes as a tensor (a module's float attribute, under dynamic=True) is a constant of the graph instead, a graph
-a value."""
+it passes as a tensor for an object's float attribute (under dynamic=True) is a constant of the graph instead, a
+graph a value."""
 
 import copy
 import hashlib
@@ -109,12 +109,16 @@ class _Graph(torch.nn.Module):
 
 
 def _float_positions(gm):
-    """The arguments that are Python floats TorchDynamo passes as 0-d tensors read by .item() alone (a module's
-    float attribute, as nn.RMSNorm's eps, under dynamic=True)."""
+    """The arguments that are an object's float attribute (as nn.RMSNorm's eps) TorchDynamo passes as a 0-d tensor
+    read by .item() alone, under dynamic=True. (A float computed in the code, whose value may change every call,
+    stays an argument.)"""
+    from torch._dynamo.source import AttrSource
+
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     return [i for i, n in enumerate(placeholders)
             if n.users and all(u.op == "call_method" and u.target == "item" for u in n.users)
-            and isinstance(n.meta.get("example_value"), torch.Tensor) and n.meta["example_value"].dim() == 0]
+            and getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)
+            and isinstance(n.meta["grapharg"].source, AttrSource)]
 
 
 def _with_floats(gm, values):
@@ -156,8 +160,9 @@ def backend(gm, example_inputs, options=None):
         module = module_for(args)
         return module(*(args[i] for i in module.module.tensor_positions))
 
-    # for inspection (memory_report, export_count): the graph's module, or with floats the first call's
-    run.onnxtrain_module = None
+    # for inspection (memory_report, export_count): the graph's module, or with floats the first call's; and by
+    # the floats' values, every module built
+    run.onnxtrain_module, run.onnxtrain_modules = None, modules
     if not floats:
         module_for(())
     return run

@@ -109,7 +109,29 @@ def test_a_float_attribute_is_a_constant_of_each_value_it_takes(caplog):
         assert got.item() == pytest.approx(want.item(), rel=1e-2), eps
     assert made and "cannot capture" not in caplog.text
     for fn in made:  # (TorchDynamo may compile again for another value, or pass it)
-        assert [r.exported.exporter for r in fn.onnxtrain_module.runners()] == ["torch.export"]
+        for module in fn.onnxtrain_modules.values():
+            assert [r.exported.exporter for r in module.runners()] == ["torch.export"]
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x, s):
+        k = s.item()  # (a graph break: the graph after it takes the float as a tensor)
+        return (self.fc(x) * k).sum()
+
+
+def test_a_float_the_code_computes_stays_an_argument():
+    """A float computed in the code (not an attribute) may change every call: one export serves every value."""
+    torch.manual_seed(0)
+    model, made = Scaled(), []
+    compiled = torch.compile(model, backend=spy_backend(made), dynamic=True)
+    x = torch.randn(3, 4)
+    for k in (0.5, 2.0, -3.0):
+        assert compiled(x, torch.tensor(k)).item() == pytest.approx(model(x, torch.tensor(k)).item(), rel=1e-5)
+    assert [[m.export_count for m in fn.onnxtrain_modules.values()] for fn in made] == [[1]]
 
 
 class Broken(torch.nn.Module):
