@@ -245,6 +245,13 @@ std::string Dim::str() const {
   return os.str();
 }
 
+std::optional<std::string> Dim::lone_symbol() const {
+  std::vector<std::string> names;
+  symbols(&names);
+  if (names.size() == 1 && *this == symbol(names[0])) return names[0];
+  return std::nullopt;
+}
+
 void Dim::symbols(std::vector<std::string>* out) const {
   if (is_const()) return;
   for (auto& [m, c] : *poly_)

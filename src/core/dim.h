@@ -35,6 +35,8 @@ class Dim {
   bool provably_non_negative() const;
   // Every symbol the expression mentions.
   void symbols(std::vector<std::string>* out) const;
+  // The symbol's name where the dim is one symbol alone (`n`, not `2*n` nor `n+1`).
+  std::optional<std::string> lone_symbol() const;
 
   friend Dim operator+(const Dim& a, const Dim& b);
   friend Dim operator-(const Dim& a, const Dim& b);

@@ -37,11 +37,8 @@ void MemoryRecorder::label(const void* block, const ir::Value* v, const std::vec
   auto it = open_.find(block);
   if (it != open_.end()) events_[it->second].value = v;
   if (!v || !v->has_shape || v->shape.size() != dims.size()) return;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    std::vector<std::string> symbols;
-    v->shape[i].symbols(&symbols);
-    if (symbols.size() == 1 && v->shape[i] == Dim::symbol(symbols[0])) observed_.emplace(symbols[0], dims[i]);
-  }
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (auto name = v->shape[i].lone_symbol()) observed_.emplace(*name, dims[i]);
 }
 
 }  // namespace onnxtrain::runtime

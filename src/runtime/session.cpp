@@ -237,16 +237,14 @@ Bindings Session::bind_inputs(const std::map<std::string, std::vector<int64_t>>&
                        ", the model expects " + v->type_str());
     for (size_t i = 0; i < d.size(); ++i) {
       const Dim& want = v->shape[i];
-      std::vector<std::string> syms;
-      want.symbols(&syms);
       if (want.is_const()) {
         if (want.value() != d[i])
           throw InputError("input '" + v->name + "': dim " + std::to_string(i) + " is " + std::to_string(d[i]) +
                            ", the model expects " + v->type_str());
-      } else if (syms.size() == 1 && want == Dim::symbol(syms[0])) {
-        auto [pos, fresh] = b.emplace(syms[0], d[i]);
+      } else if (auto name = want.lone_symbol()) {
+        auto [pos, fresh] = b.emplace(*name, d[i]);
         if (!fresh && pos->second != d[i])
-          throw InputError("input '" + v->name + "': dim " + std::to_string(i) + " ('" + syms[0] + "') is " +
+          throw InputError("input '" + v->name + "': dim " + std::to_string(i) + " ('" + *name + "') is " +
                            std::to_string(d[i]) + " but another input gave it " + std::to_string(pos->second));
       }
     }

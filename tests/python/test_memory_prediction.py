@@ -6,6 +6,7 @@ import json
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 import torch
 
 import onnxtrain
@@ -183,8 +184,6 @@ def test_gpt_forward_peak_equals_the_allocators(tmp_path, b):
 def reshaped_model(target):
     """x (batch, 8) @ W, reshaped to the shape `target`'s nodes compute from the product's (into 'target'), then
     Relu and the sum of squares as the loss."""
-    from onnx import TensorProto, helper, numpy_helper
-
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "W")
     nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Shape", ["y"], ["shape"]), *target,
              helper.make_node("Reshape", ["y", "target"], ["r"]), helper.make_node("Relu", ["r"], ["z"]),
@@ -198,13 +197,11 @@ def reshaped_model(target):
 def test_a_shape_computed_in_floats_is_bound_as_the_recorded_step_meets_it():
     """A Reshape to (2 batch, 4) computed through floats: shape inference gives its dims symbols of their own, which
     only the run binds. The recorded step's prediction takes them from the shapes it met (it raised before)."""
-    from onnx import helper
-
     session = reshaped_model([
-        helper.make_node("Cast", ["shape"], ["f"], to=onnx.TensorProto.FLOAT),
-        helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(np.array([2, 0.5], np.float32))),
+        helper.make_node("Cast", ["shape"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([2, 0.5], np.float32))),
         helper.make_node("Mul", ["f", "k"], ["g"]),
-        helper.make_node("Cast", ["g"], ["target"], to=onnx.TensorProto.INT64)])
+        helper.make_node("Cast", ["g"], ["target"], to=TensorProto.INT64)])
     with pytest.raises(onnxtrain.ConfigError, match="needs dims that were not given"):
         session.predict_memory({"batch": 3})
     session.start_memory_recording()
@@ -216,10 +213,8 @@ def test_a_shape_computed_in_floats_is_bound_as_the_recorded_step_meets_it():
 def test_sizes_divided_and_raised_to_a_power_stay_symbolic():
     """TorchDynamo writes a batch dim as (b**2) // b: Pow by a constant and Div by a size fold into b, so the
     Reshape's shape is known (no symbols of its own) and the step's memory predicted from the inputs' dims alone."""
-    from onnx import helper
-
     def const(name, values):
-        return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(values)))
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values)))
 
     session = reshaped_model([
         const("zero", [0]), const("one", [1]), const("two", 2), const("eight", [8]),
