@@ -124,19 +124,22 @@ void forward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
   if (grads && a.reduction == LossAttrs::kNone) c.fail("gradients in forward need a loss of one number");
   ScratchCarver scratch{c};
   A* s = scratch.take<A>(r.n * lce::column_width(r.n, r.c, sizeof(A)));
-  A* lse = c.wants(1) ? c.out(1).data<A>() : scratch.take<A>(r.n);
-  A* picked = scratch.take<A>(r.n);
-  lce::loss_pass<S, A>(a, r, c, s, lse, picked, frozen, scratch);
+  const lce::RowStats<A> stats{scratch.take<A>(r.n), scratch.take<A>(r.n), scratch.take<A>(r.n)};
+  A* row_loss = scratch.take<A>(r.n);
+  lce::loss_pass<S, A>(a, r, c, s, stats, row_loss, frozen, scratch);
+  if (c.wants(1)) {
+    A* lse = c.out(1).data<A>();
+    for (int64_t i = 0; i < r.n; ++i) lse[i] = stats.max[i] + stats.log_sum[i];
+  }
   A* loss = c.out(0).data<A>();
   double total = 0;
   for (int64_t i = 0; i < r.n; ++i) {
-    const A per = ignored(a, r.target[size_t(i)]) ? A(0) : lse[i] - picked[i];
-    if (a.reduction == LossAttrs::kNone) loss[i] = per;
-    total += double(per);
+    if (a.reduction == LossAttrs::kNone) loss[i] = row_loss[i];
+    total += double(row_loss[i]);
   }
   if (a.reduction == LossAttrs::kSum) loss[0] = A(total);
   if (a.reduction == LossAttrs::kMean) loss[0] = A(r.valid ? total / double(r.valid) : 0.0);
-  if (grads && !frozen) lce::forward_gradients<S, A>(a, r, c, s, lse, scratch);
+  if (grads && !frozen) lce::forward_gradients<S, A>(a, r, c, s, stats, scratch);
 }
 
 void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
@@ -148,10 +151,12 @@ void linear_cross_entropy(const LossAttrs& a, KernelCtx& c) {
   });
 }
 
-// Backward on dloss, X, W, B of S, lse in A: each block's scores computed again and turned into their gradient.
+// Backward on dloss, X, W, B of S: each block's scores computed again, whole rows, and turned into their gradient
+// from their own maximum and sums (lse, input 5, is for the CUDA kernel: the CPU's blocks hold whole rows, whose
+// statistics keep more precision than one float32 log-sum-exp: lce::RowStats).
 template <typename S, typename A>
 void backward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
-  const A *dloss = c.in(0).data<A>(), *lse = c.in(5).data<A>();
+  const A* dloss = c.in(0).data<A>();
   const S *x = c.in(1).data<S>(), *w = c.in(2).data<S>(), *b = c.has(3) ? c.in(3).data<S>() : nullptr;
   const int64_t block = block_rows(r.c, sizeof(A));
   ScratchCarver scratch{c};
@@ -161,7 +166,7 @@ void backward(const LossAttrs& a, const Rows& r, KernelCtx& c) {
     const int64_t m = std::min(block, r.n - r0);
     const lce::Block block{r0, m, 0, r.c};
     lce::block_scores(r, x, w, b, block, s);
-    lce::block_gradients(a, r, dloss, mean_scale<A>(a, r), lse, block, s);
+    lce::block_gradients<A>(a, r, dloss, mean_scale<A>(a, r), nullptr, block, s);
     grads.add(r, x, w, r0, m, s);
   }
   grads.finish(r);
@@ -199,9 +204,8 @@ Dim gradient_scratch(ops::InferCtx& s, size_t w) {
          ws[0] * Dim(4);
 }
 
-// Forward: a (rows, column_width) block of scores, each row's log-sum-exp when output 1 is not asked for, its
-// target's score, running maximum and sum (loss_pass), and for bfloat16 gradients a bf16 copy of the block and a
-// float32 dX.
+// Forward: a (rows, column_width) block of scores, each row's statistics (lce::RowStats) and loss, and for bfloat16
+// gradients a bf16 copy of the block and a float32 dX.
 Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   const auto& outs = s.node().outputs;
   const Shape& x = s.shape(0);
@@ -211,8 +215,7 @@ Dim forward_scratch(const ops::Op&, ops::InferCtx& s) {
   for (size_t i = 2; i < std::min<size_t>(5, outs.size()); ++i) grads = grads || outs[i];
   // (column_width's block: within max(8 MiB, 256 columns), and no wider than all C)
   const Dim columns = Dim::min(Dim::max(Dim(kBlockBytes), rows * Dim(256 * elem)), rows * classes * Dim(elem));
-  Dim r = scratch_span(columns) + scratch_span(rows * Dim(elem)) * Dim(3);
-  if (outs.size() < 2 || !outs[1]) r = r + scratch_span(rows * Dim(elem));
+  Dim r = scratch_span(columns) + scratch_span(rows * Dim(elem)) * Dim(4);
   if (grads && s.dtype(1) == DType::kBFloat16)
     r = r + scratch_span(Dim::ceil_div(columns, Dim(2))) + scratch_span(rows * x.back() * Dim(4));
   return r;

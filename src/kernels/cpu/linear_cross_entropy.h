@@ -43,27 +43,42 @@ template <typename T>
 void block_scores(const Rows& r, const T* x, const T* w, const T* b, const Block& k, T* s);
 void block_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFloat16* b, const Block& k, float* s);
 
-// The block's scores in s turned into their gradient in place: per * (softmax - onehot(target)), 0 for an ignored
-// target (per: dloss, one per row for reduction "none", else one, times `scale`: 1 / valid for "mean").
+// What the gradients need of a row beyond its scores s (as PyTorch's float32 log_softmax keeps them, and the target's
+// more precisely): its largest score, the log of l = sum exp(s - max), and 1 - p_target = (l - exp(s_t - max)) / l,
+// summed without the target's term (0 where ignored). One float32 log-sum-exp would lose ulp(max + log l) in
+// exp(s - lse) and lse - s_t, ~2e-6 at logits of 30: most of 1 - p of a near-certain target.
 template <typename T>
-void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const T* lse, const Block& k, T* s);
+struct RowStats {
+  T* max;
+  T* log_sum;
+  T* miss;
+};
+
+// The block's scores in s turned into their gradient in place: per * (softmax - onehot(target)), 0 for an ignored
+// target (per: dloss, one per row for reduction "none", else one, times `scale`: 1 / valid for "mean"); from
+// `stats` of the rows, or with none, of the block's own rows, each whole (all C classes).
+template <typename T>
+void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const RowStats<T>* stats,
+                     const Block& k, T* s);
 
 // Classes per column block of a forward that forms the gradients: a (N, width) block of scores fills at most 8
 // MiB, unless that is under 256 classes (then 256), and never more than C.
 int64_t column_width(int64_t rows, int64_t classes, size_t elem);
 
 // The gradients of forward (outputs 2-4 of `c`: dX, dW, dB for a loss gradient of 1) of X, W, B in S, computing in
-// A, from each row's log-sum-exp: `s` scratch for a (N, column_width) block of A, `scratch` carving the rest
+// A, from the loss pass's row statistics: `s` scratch for a (N, column_width) block of A, `scratch` carving the rest
 // (for bfloat16: the block's bf16 copy and a float32 dX).
 template <typename S, typename A>
-void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch);
+void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const RowStats<A>& stats,
+                       ScratchCarver& scratch);
 
-// Forward's loss pass: each row's log-sum-exp in `lse` and its target's score in `picked` (0 where ignored), the
-// scores written to output 5 when asked for, and `with_dx`, dX (output 2, a frozen head's: no dW nor dB asked
-// for) for a loss gradient of 1; one pass over blocks of classes. `s` holds a (N, column_width) block; `scratch`
-// carves 2 numbers a row more, and for a bfloat16 dX a bf16 block and a float32 dX.
+// Forward's loss pass: each row's statistics in `stats` and its loss in `loss` (0 where ignored; -log p_target as
+// log1p((l - e_t) / e_t), the target's term e_t = exp(s_t - max) apart), the scores written to output 5 when asked
+// for, and `with_dx`, dX (output 2, a frozen head's: no dW nor dB asked for) for a loss gradient of 1; one pass
+// over blocks of classes. `s` holds a (N, column_width) block; `scratch` carves, for a bfloat16 dX, a bf16 block
+// and a float32 dX.
 template <typename S, typename A>
-void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A* picked, bool with_dx,
-               ScratchCarver& scratch);
+void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const RowStats<A>& stats, A* loss,
+               bool with_dx, ScratchCarver& scratch);
 
 }  // namespace onnxtrain::kernels::lce

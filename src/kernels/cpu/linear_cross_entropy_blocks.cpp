@@ -33,8 +33,21 @@ void block_scores(const Rows& r, const BFloat16* x, const BFloat16* w, const BFl
   round_to(DType::kBFloat16, s, k.m * k.cb);
 }
 
+namespace {
+
 template <typename T>
-void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const T* lse, const Block& k, T* s) {
+void exp_in_place(T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    exp_f32(x, x, n);
+  else
+    for (int64_t j = 0; j < n; ++j) x[j] = std::exp(x[j]);
+}
+
+}  // namespace
+
+template <typename T>
+void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale, const RowStats<T>* stats,
+                     const Block& k, T* s) {
   parallel_for(k.m, k.cb * 8, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t row_index = k.r0 + i, t = r.target[size_t(row_index)];
@@ -43,24 +56,34 @@ void block_gradients(const LossAttrs& a, const Rows& r, const T* dloss, T scale,
         std::fill(row, row + k.cb, T(0));
         continue;
       }
-      const T per = dloss[a.reduction == LossAttrs::kNone ? row_index : 0] * scale, l = lse[row_index];
-      for (int64_t j = 0; j < k.cb; ++j) row[j] -= l;
-      if constexpr (std::is_same_v<T, float>) {
-        exp_f32(row, row, k.cb);
-      } else {
-        for (int64_t j = 0; j < k.cb; ++j) row[j] = std::exp(row[j]);
+      const T per = dloss[a.reduction == LossAttrs::kNone ? row_index : 0] * scale;
+      T miss, factor = per;
+      if (stats) {
+        const T m = stats->max[row_index], log_sum = stats->log_sum[row_index];
+        for (int64_t j = 0; j < k.cb; ++j) row[j] = (row[j] - m) - log_sum;
+        exp_in_place(row, k.cb);
+        miss = stats->miss[row_index];
+      } else {  // (the row whole: its maximum and sums from its scores)
+        const T m = row_max(row, k.cb);
+        for (int64_t j = 0; j < k.cb; ++j) row[j] -= m;
+        exp_in_place(row, k.cb);
+        const T term = row[t];
+        row[t] = 0;
+        const T rest = T(row_sum(row, k.cb)), l = rest + term;
+        miss = rest / l;
+        factor = per / l;
       }
-      for (int64_t j = 0; j < k.cb; ++j) row[j] *= per;
-      if (t >= k.c0 && t < k.c0 + k.cb) row[t - k.c0] -= per;
+      for (int64_t j = 0; j < k.cb; ++j) row[j] *= factor;
+      if (t >= k.c0 && t < k.c0 + k.cb) row[t - k.c0] = -per * miss;
     }
   });
 }
 
 template void block_scores<float>(const Rows&, const float*, const float*, const float*, const Block&, float*);
 template void block_scores<double>(const Rows&, const double*, const double*, const double*, const Block&, double*);
-template void block_gradients<float>(const LossAttrs&, const Rows&, const float*, float, const float*, const Block&,
-                                     float*);
-template void block_gradients<double>(const LossAttrs&, const Rows&, const double*, double, const double*,
+template void block_gradients<float>(const LossAttrs&, const Rows&, const float*, float, const RowStats<float>*,
+                                     const Block&, float*);
+template void block_gradients<double>(const LossAttrs&, const Rows&, const double*, double, const RowStats<double>*,
                                       const Block&, double*);
 
 namespace {
@@ -87,7 +110,8 @@ void column_sums(const Rows& r, const A* s, int64_t c0, int64_t cb, S* db) {
 // Blocks of classes rather than of rows, since a head has far fewer rows than classes: the (C, K) dW is written once
 // instead of once per block of rows, at the price of the scores' product once more where they were not kept.
 template <typename S, typename A>
-void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const A* lse, ScratchCarver& scratch) {
+void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const RowStats<A>& stats,
+                       ScratchCarver& scratch) {
   const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
   S* dx = c.wants(2) ? c.out(2).data<S>() : nullptr;
   S* dw = c.wants(3) ? c.out(3).data<S>() : nullptr;
@@ -120,7 +144,7 @@ void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, co
       });
     else
       block_scores(r, x, w, b, block, s);
-    block_gradients(a, r, &one, scale, lse, block, s);
+    block_gradients(a, r, &one, scale, &stats, block, s);
     if (db) column_sums(r, s, c0, cb, db);
     if constexpr (std::is_same_v<S, BFloat16>) {
       from_f32(s, g, r.n * cb);
@@ -136,20 +160,20 @@ void forward_gradients(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, co
 }
 
 // Forward's pass over blocks of classes, as flash attention's forward runs over keys: each row keeps the running
-// maximum m of its scores and the sum l of exp(s - m), rescaled whenever m grows, and, for a frozen head's dX,
-// U = sum exp(s - m) W[class]; at the end lse = m + log l and dX = scale * (U / l - W[target]). Each block of W is
-// read once, by one GEMM over all rows (blocks of rows would read all of W per block: twice as slow at a 49152-word
-// vocabulary), and a frozen head's dX needs no second pass.
+// maximum m of its scores and the sum of exp(s - m) over its classes but the target, rescaled whenever m grows, and,
+// for a frozen head's dX, U = the same sum of exp(s - m) W[class]; at the end, with the target's term e_t and l the
+// whole sum, dX = scale * (U / l - (1 - p_target) W[target]). Each block of W is read once, by one GEMM over all rows
+// (blocks of rows would read all of W per block: twice as slow at a 49152-word vocabulary), and a frozen head's dX
+// needs no second pass.
 template <typename S, typename A>
-void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A* picked, bool with_dx,
-               ScratchCarver& scratch) {
+void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, const RowStats<A>& stats, A* loss,
+               bool with_dx, ScratchCarver& scratch) {
   const S *x = c.in(0).data<S>(), *w = c.in(1).data<S>(), *b = c.has(2) ? c.in(2).data<S>() : nullptr;
   S* out = c.wants(5) ? c.out(5).data<S>() : nullptr;  // the scores themselves, when asked for
   S* dx = with_dx ? c.out(2).data<S>() : nullptr;
-  A* running = scratch.take<A>(r.n);
-  A* sums = scratch.take<A>(r.n);
+  A *running = stats.max, *rest = stats.log_sum, *picked = loss;  // (until the end; picked: the target's score)
   std::fill(running, running + r.n, -std::numeric_limits<A>::infinity());
-  std::fill(sums, sums + r.n, A(0));
+  std::fill(rest, rest + r.n, A(0));
   std::fill(picked, picked + r.n, A(0));
   const int64_t width = column_width(r.n, r.c, sizeof(A));
   BFloat16* g = nullptr;
@@ -175,16 +199,14 @@ void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A*
             from_f32(row, out + i * r.c + c0, cb);
         }
         const int64_t t = r.target[size_t(i)];
-        if (t >= c0 && t < c0 + cb) picked[i] = row[t - c0];
+        const bool here = !ignored(a, t) && t >= c0 && t < c0 + cb;
+        if (here) picked[i] = row[t - c0];
         const A m = std::max(running[i], row_max(row, cb));
         const A factor = std::isfinite(m) ? std::exp(running[i] - m) : A(0);
         for (int64_t j = 0; j < cb; ++j) row[j] -= m;
-        if constexpr (std::is_same_v<A, float>) {
-          exp_f32(row, row, cb);
-        } else {
-          for (int64_t j = 0; j < cb; ++j) row[j] = std::exp(row[j]);
-        }
-        sums[i] = sums[i] * factor + A(row_sum(row, cb));
+        exp_in_place(row, cb);
+        if (here) row[t - c0] = 0;
+        rest[i] = rest[i] * factor + A(row_sum(row, cb));
         running[i] = m;
         if (u && c0 > 0)
           for (int64_t j = 0; j < r.k; ++j) u[i * r.k + j] *= factor;
@@ -201,30 +223,37 @@ void loss_pass(const LossAttrs& a, const Rows& r, KernelCtx& c, A* s, A* lse, A*
   const A scale = mean_scale<A>(a, r);
   parallel_for(r.n, r.k * 4, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      lse[i] = std::isfinite(running[i]) ? running[i] + std::log(sums[i]) : running[i];
-      if (!dx) continue;
       const int64_t t = r.target[size_t(i)];
-      const A per = ignored(a, t) ? A(0) : scale, inv = per / sums[i];
+      const bool valid = !ignored(a, t), finite = std::isfinite(running[i]);
+      const A m = running[i], others = rest[i], term = valid && finite ? std::exp(picked[i] - m) : A(0);
+      const A l = others + term, miss = valid ? others / l : A(0);
+      stats.miss[i] = miss;
+      stats.log_sum[i] = finite ? std::log(l) : A(0);
+      loss[i] = !valid                 ? A(0)
+                : term > A(1e-30)      ? std::log1p(others / term)
+                                       : stats.log_sum[i] + (m - picked[i]);
+      if (!dx) continue;
+      const A per = valid ? scale : A(0), inv = per / l;
       for (int64_t j = 0; j < r.k; ++j) {
-        const A target_row = ignored(a, t) ? A(0) : A(w[t * r.k + j]);
-        dx[i * r.k + j] = S(u[i * r.k + j] * inv - per * target_row);
+        const A target_row = valid ? A(w[t * r.k + j]) : A(0);
+        dx[i * r.k + j] = S(u[i * r.k + j] * inv - per * miss * target_row);
       }
     }
   });
 }
 
-template void loss_pass<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, float*, float*, bool,
-                                      ScratchCarver&);
-template void loss_pass<double, double>(const LossAttrs&, const Rows&, KernelCtx&, double*, double*, double*, bool,
-                                        ScratchCarver&);
-template void loss_pass<BFloat16, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, float*, float*, bool,
-                                         ScratchCarver&);
+template void loss_pass<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const RowStats<float>&,
+                                      float*, bool, ScratchCarver&);
+template void loss_pass<double, double>(const LossAttrs&, const Rows&, KernelCtx&, double*, const RowStats<double>&,
+                                        double*, bool, ScratchCarver&);
+template void loss_pass<BFloat16, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const RowStats<float>&,
+                                         float*, bool, ScratchCarver&);
 
-template void forward_gradients<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const float*,
-                                              ScratchCarver&);
-template void forward_gradients<double, double>(const LossAttrs&, const Rows&, KernelCtx&, double*, const double*,
-                                                ScratchCarver&);
-template void forward_gradients<BFloat16, float>(const LossAttrs&, const Rows&, KernelCtx&, float*, const float*,
-                                                 ScratchCarver&);
+template void forward_gradients<float, float>(const LossAttrs&, const Rows&, KernelCtx&, float*,
+                                              const RowStats<float>&, ScratchCarver&);
+template void forward_gradients<double, double>(const LossAttrs&, const Rows&, KernelCtx&, double*,
+                                                const RowStats<double>&, ScratchCarver&);
+template void forward_gradients<BFloat16, float>(const LossAttrs&, const Rows&, KernelCtx&, float*,
+                                                 const RowStats<float>&, ScratchCarver&);
 
 }  // namespace onnxtrain::kernels::lce
