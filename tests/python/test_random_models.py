@@ -3,7 +3,9 @@ optimizer level or budget, a front door (onnxtrain.Module or torch.compile's bac
 sizes (one capture serves both). In float32 the loss, the logits where returned and every parameter's gradient
 agree with eager's on each batch; under bf16 autocast each is as near eager's float32 as eager's own under autocast
 is (within a factor, or bf16's rounding where the two round apart: a ReLU's input near 0); the first step's peak is
-the predicted one. ONNXTRAIN_RANDOM_CASES sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the
+the predicted one. And each seed trains three optimizer steps of its own drawing (SGD or AdamW: PyTorch's,
+onnxtrain.optim's, or onnxtrain.optim's applied in backward; one or two micro-batches a step) as eager does with
+PyTorch's, then runs in eval mode. ONNXTRAIN_RANDOM_CASES sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the
 first: a failure names its seed and its model, and ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it
 alone."""
 
@@ -110,3 +112,60 @@ def test_random_model_trains_under_bf16_autocast_as_eager_does(seed, tmp_path):
                 f"{where}: {name}'s gradient is {error:.2e} of its scale from float32's, eager's {theirs[name]:.2e}"
         if call == 0:
             assert_peak_as_predicted(where, tmp_path / "first.json")
+
+
+OPTIMIZERS = ["torch-sgd", "sgd", "sgd-in-backward", "torch-adamw", "adamw", "adamw-in-backward"]
+
+
+def optimizer(kind, model, lr):
+    """SGD with momentum or AdamW over the model's trained parameters: PyTorch's (torch-), onnxtrain.optim's, or
+    onnxtrain.optim's applied in backward (-in-backward)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    sgd = "sgd" in kind
+    if kind.startswith("torch"):
+        return torch.optim.SGD(params, lr=lr, momentum=0.9) if sgd else torch.optim.AdamW(params, lr=lr)
+    make = onnxtrain.optim.SGD if sgd else onnxtrain.optim.AdamW
+    return make(params, lr=lr, in_backward=kind.endswith("in-backward"), **({"momentum": 0.9} if sgd else {}))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_model_steps_as_eager(seed):
+    """Three optimizer steps, each of one or two micro-batches of new sizes, against eager's with PyTorch's optimizer
+    of the same kind: every micro-batch's loss; after them every parameter (SGD's updates are linear in the gradients:
+    as near eager's as those; AdamW's divide rounding noise by itself, so its parameters are compared through the
+    losses), and the logits in eval mode without gradients."""
+    d, shape, eager, mine, door, how = drawn(seed)
+    kind = d.pick(OPTIMIZERS)
+    micro = 1 if kind.endswith("in-backward") else 1 + d.below(2)
+    theirs = optimizer("torch-sgd" if "sgd" in kind else "torch-adamw", eager, 1e-2)
+    ours = optimizer(kind, mine, 1e-2)
+    start = {n: p.detach().clone() for n, p in eager.named_parameters()}
+    for step in range(3):
+        for m in range(micro):
+            batch = draw_batch(d, shape)
+            where = f"seed {seed}, {how}, {kind}, step {step}, micro-batch {m}: {describe(shape, batch)}"
+            losses = []
+            for model in (eager, door):
+                out = model(*batch)
+                loss = out[0] if isinstance(out, tuple) else out
+                del out
+                loss.backward()
+                losses.append(loss.item())
+            tolerance = 1e-5 if step == 0 else 1e-3
+            assert losses[1] == pytest.approx(losses[0], rel=tolerance, abs=1e-6), f"{where}: loss"
+        for opt in (theirs, ours):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    where = f"seed {seed}, {how}, {kind}, {micro} micro-batches a step: {shape}"
+    if "sgd" in kind:
+        for (name, p), q in zip(mine.named_parameters(), eager.parameters()):
+            moved = float((q.detach() - start[name]).abs().max())
+            off = float((p.detach() - q.detach()).abs().max())
+            assert off <= 1e-3 * moved + 1e-7, f"{where}: {name} is {off:.2e} from eager's, which moved {moved:.2e}"
+    eager.eval()
+    door.eval()
+    batch = draw_batch(d, shape)
+    with torch.no_grad():
+        want, got = eager(*batch), door(*batch)
+    want, got = (want[0], got[0]) if isinstance(want, tuple) else (want, got)
+    assert got.item() == pytest.approx(want.item(), rel=1e-3), f"{where}: the loss in eval mode"
