@@ -13,6 +13,14 @@ cd "$(dirname "$0")/.."
 section() { echo "== $* [${SECONDS} s]"; }  # (the seconds since the start: where the suite's time goes)
 bash scripts/setup.sh
 
+# The sanitized build (the last stage's) needs nothing but the set-up: it compiles in the background, at a lower
+# priority, on the core the tests below leave idle (the Python tests keep one of two busy on average). Its output
+# goes to build-sanitize/build.log, printed where it fails; a failure above stops it.
+mkdir -p build-sanitize
+nice -n 10 setsid bash scripts/sanitize-build.sh >build-sanitize/build.log 2>&1 &
+sanitize_build=$!
+trap 'kill -- -"$sanitize_build" 2>/dev/null || true' EXIT
+
 section "C++ tests"
 (cd build && ctest --output-on-failure -j2 | tail -n 3)
 
@@ -43,7 +51,8 @@ section "Python tests"
 
 section "Under AddressSanitizer and UndefinedBehaviorSanitizer (clang, build-sanitize/): the C++ tests, the conformance"
 echo "   suites, then each fuzz target's saved regressions and a short fuzzing run (scripts/fuzz.sh)"
-bash scripts/sanitize-build.sh
+wait "$sanitize_build" || { cat build-sanitize/build.log; exit 1; }
+echo "   (the sanitized build, from the background: done [${SECONDS} s])"
 (cd build-sanitize && ctest --output-on-failure -j2 | tail -n 3)
 export OMP_NUM_THREADS=1 UBSAN_OPTIONS=print_stacktrace=1
 sanitized() {  # name, folder, [options]
