@@ -6,8 +6,10 @@ scaled_dot_product_attention or written out, causal or not, with a boolean or an
 grouped-query heads by expand-and-reshape or by enable_gqa, the rotary embedding, queries, keys and values from one
 projection or three; GELU (exact or tanh), ReLU and SwiGLU MLPs; pre- or post-norm residuals; a tied or untied head,
 with or without a bias; the cross-entropy's mean or sum, label smoothing, ignored targets, and the logits returned
-beside the loss or not; every parameter trained, every other one, or the norms and biases alone. Sizes are small
-and odd: 1-6 heads of 2-12 elements (6 features at least), 1-3 rows of 1-13 tokens, 5-70 classes."""
+beside the loss or not; every parameter trained, every other one, or the norms and biases alone; the written
+attention's scale and mask and ReLU applied in place or not (the direct capture's functional forms of in-place
+updates). Sizes are small and odd: 1-6 heads of 2-12 elements (6 features at least), 1-3 rows of 1-13 tokens,
+5-70 classes."""
 
 import dataclasses
 import math
@@ -57,6 +59,7 @@ class Shape:
     smoothing: float  # the cross-entropy's label smoothing
     with_logits: bool
     frozen: str  # none, alternate (every other parameter), bitfit (every weight but the norms' and the biases)
+    inplace: bool  # the written attention's mask and scale, and ReLU, updating their operand in place
 
     @property
     def dim(self):
@@ -79,7 +82,8 @@ def draw_shape(d: Draws) -> Shape:
                  fused_qkv=d.one_in(2), mlp=d.pick(["gelu", "gelu-tanh", "relu", "swiglu"]), bias=not d.one_in(3),
                  post_norm=d.one_in(4), tied=tied, head_bias=not tied and d.one_in(3),
                  reduction=d.pick(["mean", "mean", "sum"]), smoothing=d.pick([0.0, 0.0, 0.0, 0.1]),
-                 with_logits=d.one_in(3), frozen=d.pick(["none", "none", "none", "alternate", "bitfit"]))
+                 with_logits=d.one_in(3), frozen=d.pick(["none", "none", "none", "alternate", "bitfit"]),
+                 inplace=d.one_in(3))
 
 
 class Norm(torch.nn.Module):
@@ -161,11 +165,19 @@ class Attention(torch.nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                                enable_gqa=repeat > 1 and s.gqa == "sdpa")
         else:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(s.head)
-            if s.mask == "additive":
-                scores = scores + (~allowed).to(scores.dtype) * -1e4
-            elif s.mask == "bool" or s.causal:
-                scores = scores.masked_fill(~allowed, float("-inf"))
+            scores = q @ k.transpose(-1, -2)
+            if s.inplace:
+                scores.div_(math.sqrt(s.head))
+                if s.mask == "additive":
+                    scores.add_((~allowed).to(scores.dtype) * -1e4)
+                elif s.mask == "bool" or s.causal:
+                    scores.masked_fill_(~allowed, float("-inf"))
+            else:
+                scores = scores / math.sqrt(s.head)
+                if s.mask == "additive":
+                    scores = scores + (~allowed).to(scores.dtype) * -1e4
+                elif s.mask == "bool" or s.causal:
+                    scores = scores.masked_fill(~allowed, float("-inf"))
             y = torch.softmax(scores, dim=-1) @ v
         return self.o(y.transpose(1, 2).reshape(b, t, s.dim))
 
@@ -173,7 +185,7 @@ class Attention(torch.nn.Module):
 class MLP(torch.nn.Module):
     def __init__(self, s: Shape):
         super().__init__()
-        self.kind = s.mlp
+        self.kind, self.inplace = s.mlp, s.inplace
         self.up = torch.nn.Linear(s.dim, s.hidden, bias=s.bias)
         if s.mlp == "swiglu":
             self.gate = torch.nn.Linear(s.dim, s.hidden, bias=s.bias)
@@ -183,7 +195,10 @@ class MLP(torch.nn.Module):
         if self.kind == "swiglu":
             return self.down(F.silu(self.gate(x)) * self.up(x))
         h = self.up(x)
-        h = F.relu(h) if self.kind == "relu" else F.gelu(h, approximate="tanh" if self.kind == "gelu-tanh" else "none")
+        if self.kind == "relu":
+            h = F.relu(h, inplace=self.inplace)
+        else:
+            h = F.gelu(h, approximate="tanh" if self.kind == "gelu-tanh" else "none")
         return self.down(h)
 
 

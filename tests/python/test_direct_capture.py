@@ -153,11 +153,24 @@ class ViewWrites(Ops):
         return out.square().mean() + (picked * out).mean()
 
 
+class InPlace(Ops):
+    """Chains of in-place updates of values the module made, as a written-out attention scales, masks and activates
+    its scores and torchvision's ReLU(inplace=True) does."""
+
+    def forward(self, x, ids):
+        h = self.fc(x)
+        scores = h @ (x @ self.w).transpose(-1, -2)  # (B, T, T): a matmul's output, updated in place after
+        scores.div_(2.0).add_((ids[:, None, :] > 4) * -0.5)
+        scores.masked_fill_(ids[:, :, None] == ids[:, None, :], -1.0).relu_()
+        g = F.relu(x * self.b, inplace=True)
+        return (scores.softmax(-1) @ h).square().mean() + (g * h).sum() * 0.1
+
+
 def _capture_of(ours):
     return ours.runners()[0].exported.model
 
 
-@pytest.mark.parametrize("make", [Ops, FamilyOps, MoreOps, VisionOps, ViewWrites])
+@pytest.mark.parametrize("make", [Ops, FamilyOps, MoreOps, VisionOps, ViewWrites, InPlace])
 @pytest.mark.parametrize("bf16", [False, True])
 def test_translated_ops_give_eager_values_and_gradients(make, bf16):
     torch.manual_seed(0)

@@ -121,14 +121,14 @@ class _Walk:
                 self.env[name] = _typed(value, name.meta.get("val"))
             return None
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
-            target, updated = self.functional(node), node.args[0]
+            target, updated = self.functional(node), view_writes.names(node.args[0])
         translation = TABLE.get(target)
         if translation is None:
             raise Untranslatable(f"no translation of {target}")
         self.b.hint = node.name
         out = translation(_Out(node.meta.get("val")), self.b, *self.arg(node.args), **self.arg(node.kwargs))
-        if updated is not None:
-            self.env[updated] = out  # (its later readers read the updated value)
+        for name in updated or ():  # (its later readers, by any of its names, read the updated value)
+            self.env[name] = out
         return _typed(out, node.meta.get("val"))
 
     def python_op(self, node):
@@ -155,16 +155,19 @@ class _Walk:
 
     def functional(self, node):
         """The functional form of an in-place update (ReLU(inplace=True), x.floor_()) of an activation that nothing
-        else sees: not a graph input, a parameter or a buffer, not a view, and without views taken of it before."""
+        else sees: not a graph input, a parameter or a buffer, not a view, and without views taken of it before; or
+        of such an activation's in-place update (scores.div_(d).masked_fill_(mask, v): each names the value)."""
         target, first = node.target, node.args[0] if node.args else None
         functional = _functional(target)
+        names = view_writes.names(first)
+        origin = names[-1]
         # (a getitem of an ATen op's results aliases what that op's do: topk's values are a value of their own)
-        made_by = first.args[0] if isinstance(first, torch.fx.Node) and first.target is operator.getitem else first
+        made_by = origin.args[0] if isinstance(origin, torch.fx.Node) and origin.target is operator.getitem else origin
         safe = (functional is not None and isinstance(made_by, torch.fx.Node) and made_by.op == "call_function"
-                and (made_by is first or isinstance(made_by.target, torch._ops.OpOverload))
+                and (made_by is origin or isinstance(made_by.target, torch._ops.OpOverload))
                 and not _aliases(made_by.target))
-        if safe and not any(_aliases(u.target) and not view_writes.only_written(u) for u in first.users
-                            if self.position[u] < self.position[node]):
+        if safe and not any(_aliases(u.target) and not view_writes.only_written(u) and u not in names
+                            for name in names for u in name.users if self.position[u] < self.position[node]):
             return functional
         raise Untranslatable(f"{target} updates a value in place")
 

@@ -16,7 +16,7 @@ _WRITES = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor}
 _VIEWS = {aten.slice.Tensor, aten.select.int}
 
 
-def _names(node):
+def names(node):
     """`node` and the nodes that name the same value before it: what an in-place update (x.masked_fill_) returns
     is its first argument."""
     names = [node]
@@ -30,7 +30,7 @@ def _names(node):
 def _fresh(node):
     """Whether `node` is a value of its own that an ATen op made (not an input, parameter or view), or an
     in-place update of one."""
-    origin = _names(node)[-1]
+    origin = names(node)[-1]
     return (isinstance(origin, torch.fx.Node) and origin.op == "call_function"
             and isinstance(origin.target, torch._ops.OpOverload)
             and not any(r.alias_info is not None for r in origin.target._schema.returns))
@@ -84,7 +84,7 @@ def is_view_write(node, position):
     while n is not base:  # (the slices of whole dims between)
         chain.add(n)
         n = n.args[0]
-    others = [u for name in _names(base) for u in name.users if _is_view(u) and u not in chain and not only_written(u)]
+    others = [u for name in names(base) for u in name.users if _is_view(u) and u not in chain and not only_written(u)]
     return all(position[r] < position[node] for u in others for r in _readers(u))
 
 
@@ -124,4 +124,4 @@ def write(walk, node):
     dim %= rank
     head = b.Slice(value, b.ints([0]), sizes(b, [start]), b.ints([dim]))
     tail = b.Slice(value, end if not isinstance(end, int) else b.ints([end]), b.ints([INT64_MAX]), b.ints([dim]))
-    return _names(base), b.Concat(head, written, tail, axis=dim)
+    return names(base), b.Concat(head, written, tail, axis=dim)
