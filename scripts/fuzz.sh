@@ -2,8 +2,9 @@
 # Fuzzing (issue 15) with libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer. Builds the targets
 # (scripts/sanitize-build.sh), replays the saved regressions (fuzz/regressions/TARGET/: every input that once
 # crashed a target, kept after its fix), then fuzzes each target for SECONDS (default 60) from its seeds and the
-# corpus earlier runs grew (build-sanitize/corpus/TARGET), and prints per target the executions, the coverage
-# reached and whether it crashed; a crashing input is left in build-sanitize/crashes/.
+# corpus earlier runs grew (build-sanitize/corpus/TARGET), the targets side by side (one a core), and prints per
+# target the executions, the coverage reached and whether it crashed; a crashing input is left in
+# build-sanitize/crashes/.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]; targets: model training checkpoint memory_config.
 # Repeatable runs (CI): ONNXTRAIN_FUZZ_RUNS=N runs exactly N inputs per target with libFuzzer's seed 1, from the
 # seeds alone (a fresh corpus), so that a run is a function of the commit: CI repeats the inputs a green run tried,
@@ -48,17 +49,17 @@ fixed_addresses=()
 if [ -n "${ONNXTRAIN_FUZZ_RUNS:-}" ] && setarch "$(uname -m)" -R true 2>/dev/null; then
   fixed_addresses=(setarch "$(uname -m)" -R)
 fi
-status=0
 mkdir -p build-sanitize/crashes
-for t in "${targets[@]}"; do
-  bin=build-sanitize/fuzz_$t
-  log=build-sanitize/fuzz-$t.log
+# One target: its saved regressions, then its run; a line of what it did into build-sanitize/fuzz-TARGET.verdict,
+# whose first word is its status (0 passed).
+fuzz_target() {
+  local t=$1 bin=build-sanitize/fuzz_$1 log=build-sanitize/fuzz-$1.log verdict=build-sanitize/fuzz-$1.verdict
   if [ -d "fuzz/regressions/$t" ] && ! "$bin" fuzz/regressions/"$t"/* >"$log" 2>&1; then
-    echo "fuzz $t: a saved regression crashes again (see $log)"
-    status=1
-    continue
+    echo "1 fuzz $t: a saved regression crashes again (see $log)" >"$verdict"
+    return
   fi
-  corpus=build-sanitize/corpus/$t inputs=("$(seeds_of "$t")") limits=(-max_total_time="$seconds")
+  local corpus=build-sanitize/corpus/$t
+  local -a inputs=("$(seeds_of "$t")") limits=(-max_total_time="$seconds")
   if [ -n "${ONNXTRAIN_FUZZ_RUNS:-}" ]; then
     # The seeds listed in sorted order: libFuzzer reads a folder in the file system's order, which differs
     # between machines, and the order decides which inputs a run of N tries.
@@ -69,16 +70,29 @@ for t in "${targets[@]}"; do
     inputs=(-seed_inputs="@$corpus.seeds")
   fi
   mkdir -p "$corpus"
-  start=$SECONDS
-  if "${fixed_addresses[@]}" "$bin" "$corpus" "${inputs[@]}" "${limits[@]}" -rss_limit_mb=4096 -timeout=30 \
+  local start=$SECONDS result="0" outcome="no crash"
+  if ! "${fixed_addresses[@]}" "$bin" "$corpus" "${inputs[@]}" "${limits[@]}" -rss_limit_mb=4096 -timeout=30 \
     -print_final_stats=1 -artifact_prefix="build-sanitize/crashes/$t-" >"$log" 2>&1; then
-    verdict="no crash"
-  else
-    verdict="CRASHED: $(grep -o 'Test unit written to .*' "$log" | tail -n 1) (see $log)"
-    status=1
+    result=1 outcome="CRASHED: $(grep -o 'Test unit written to .*' "$log" | tail -n 1) (see $log)"
   fi
+  local runs cov
   runs=$(grep -o 'number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -n 1 || true)
-  echo "fuzz $t: $runs executions in $((SECONDS - start)) s, ${cov:-no coverage line}; $verdict"
+  echo "$result fuzz $t: $runs executions in $((SECONDS - start)) s, ${cov:-no coverage line}; $outcome" >"$verdict"
+}
+# The targets run side by side, as many at once as there are cores (each is one thread), and report in order.
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # (nproc counts OpenMP's limit, exported as 1 above)
+for t in "${targets[@]}"; do
+  rm -f "build-sanitize/fuzz-$t.verdict"
+  while (($(jobs -rp | wc -l) >= cores)); do wait -n || true; done
+  fuzz_target "$t" &
+done
+wait
+status=0
+for t in "${targets[@]}"; do
+  result=1 line="fuzz $t: stopped before its verdict (see build-sanitize/fuzz-$t.log)"
+  [ ! -f "build-sanitize/fuzz-$t.verdict" ] || read -r result line <"build-sanitize/fuzz-$t.verdict"
+  echo "$line"
+  [ "$result" = 0 ] || status=1
 done
 exit "$status"
