@@ -14,9 +14,10 @@ section() { echo "== $* [${SECONDS} s]"; }  # (the seconds since the start: wher
 bash scripts/setup.sh
 
 # The sanitized build (the last stage's) needs nothing but the set-up: it compiles in the background, scheduled
-# only where a core would idle (SCHED_IDLE: the Python tests keep about one of two cores busy, and run as fast beside
-# it; at nice 10 instead, their OpenMP regions waited on it and took 966 s, from 548). Its output goes to
-# build-sanitize/build.log, printed where it fails; a failure above stops it.
+# only where a core would idle (SCHED_IDLE), as the Python tests keep about one of two cores busy. They slow beside it
+# (846 s against 548 s alone on 2 cores: the cores share caches and memory bandwidth), but the build is done when
+# they end: 846 s for both against 918 s one after the other (at nice 10 instead of SCHED_IDLE, their OpenMP regions
+# waited on it: 966 s). Its output goes to build-sanitize/build.log, printed where it fails; a failure above stops it.
 mkdir -p build-sanitize
 chrt --idle 0 setsid bash scripts/sanitize-build.sh >build-sanitize/build.log 2>&1 &
 sanitize_build=$!
