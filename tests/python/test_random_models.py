@@ -5,9 +5,9 @@ agree with eager's on each batch; under bf16 autocast each is as near eager's fl
 is (within a factor, or bf16's rounding where the two round apart: a ReLU's input near 0); the first step's peak is
 the predicted one. And each seed trains three optimizer steps of its own drawing (SGD or AdamW: PyTorch's,
 onnxtrain.optim's, or onnxtrain.optim's applied in backward; one or two micro-batches a step) as eager does with
-PyTorch's, then runs in eval mode. ONNXTRAIN_RANDOM_CASES sets how many seeds run (CI's default below), ONNXTRAIN_RANDOM_SEED the
-first: a failure names its seed and its model, and ONNXTRAIN_RANDOM_SEED=<seed> ONNXTRAIN_RANDOM_CASES=1 runs it
-alone."""
+PyTorch's, then runs in eval mode. ONNXTRAIN_RANDOM_CASES sets how many seeds run (CI's default below),
+ONNXTRAIN_RANDOM_SEED the first: a failure names its seed and its model, and ONNXTRAIN_RANDOM_SEED=<seed>
+ONNXTRAIN_RANDOM_CASES=1 runs it alone."""
 
 import copy
 import json
@@ -42,12 +42,17 @@ def drawn(seed, **options):
     return d, shape, eager, mine, onnxtrain.Module(mine, onnxtrain.Options(**options)), f"onnxtrain.Module, {memory}"
 
 
+def split(out):
+    """A model's output as its loss and its logits (None where it returns the loss alone)."""
+    return out if isinstance(out, tuple) else (out, None)
+
+
 def run(model, batch):
     """The model's loss and a copy of its logits (None where it returns none) on the batch, after its backward:
     the logits themselves dropped before it, as a training loop drops them (so the step's predicted peak counts)."""
     model.zero_grad(set_to_none=True)
     out = model(*batch)
-    loss, logits = out if isinstance(out, tuple) else (out, None)
+    loss, logits = split(out)
     logits = None if logits is None else logits.detach().clone()
     del out
     loss.backward()
@@ -147,7 +152,7 @@ def test_random_model_steps_as_eager(seed):
             losses = []
             for model in (eager, door):
                 out = model(*batch)
-                loss = out[0] if isinstance(out, tuple) else out
+                loss, _ = split(out)
                 del out
                 loss.backward()
                 losses.append(loss.item())
@@ -167,5 +172,5 @@ def test_random_model_steps_as_eager(seed):
     batch = draw_batch(d, shape)
     with torch.no_grad():
         want, got = eager(*batch), door(*batch)
-    want, got = (want[0], got[0]) if isinstance(want, tuple) else (want, got)
+    (want, _), (got, _) = split(want), split(got)
     assert got.item() == pytest.approx(want.item(), rel=1e-3), f"{where}: the loss in eval mode"
